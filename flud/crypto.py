@@ -1,0 +1,139 @@
+"""Content encryption: convergent keys, AES-256-CTR for content, AES-256-GCM for
+small sealed records (manifests, names), HKDF for purpose keys.
+
+Content is encrypted with a key derived from the user's secret and the
+plaintext digest (convergent, per user): the same file backed up twice by one
+user gives the same ciphertext and dedups; without the user's secret nobody
+can compute the key, so nobody can confirm that a user stores a known file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from Crypto.Cipher import AES
+from Crypto.Hash import SHA256
+from Crypto.Protocol.KDF import HKDF
+
+from flud.errors import IntegrityError
+
+__all__ = [
+    "IntegrityError",
+    "KEY_LENGTH",
+    "DIGEST_LENGTH",
+    "USER_SECRET_LENGTH",
+    "PURPOSE_MANIFEST",
+    "PURPOSE_NAMES",
+    "new_user_secret",
+    "content_digest",
+    "convergent_key",
+    "encrypt_ctr",
+    "decrypt_ctr",
+    "seal",
+    "open_sealed",
+    "SEALED_OVERHEAD",
+    "derive_key",
+]
+
+KEY_LENGTH = 32
+DIGEST_LENGTH = 32
+USER_SECRET_LENGTH = 32
+AES_BLOCK = 16
+GCM_NONCE_LENGTH = 12
+GCM_TAG_LENGTH = 16
+SEALED_OVERHEAD = GCM_NONCE_LENGTH + GCM_TAG_LENGTH  # bytes seal() adds
+CONVERGENT_LABEL = b"flud-convergent-v1"
+DERIVE_LABEL = b"flud-derive-v1:"
+PURPOSE_MANIFEST = "manifest"
+PURPOSE_NAMES = "names"
+# CTR with an all-zero 128-bit counter start: safe only because every content
+# key encrypts exactly one plaintext (the key is a function of that plaintext).
+_CTR_NONCE = b""
+
+
+def new_user_secret() -> bytes:
+    """32 random bytes, made once at client init; keep it with the exported key."""
+    return secrets.token_bytes(USER_SECRET_LENGTH)
+
+
+def content_digest(data: bytes | memoryview) -> bytes:
+    """SHA-256 of the plaintext.
+
+    Input of convergent_key(); it is also stored (encrypted) in the manifest
+    and checked after a restore, so a restored file is known to be the
+    original, not just something that decrypted.
+    """
+    return hashlib.sha256(data).digest()
+
+
+def convergent_key(user_secret: bytes, plaintext_digest: bytes) -> bytes:
+    """HMAC-SHA256(user_secret, label + digest): same content and user, same key."""
+    if len(plaintext_digest) != DIGEST_LENGTH:
+        raise ValueError(f"plaintext digest must be {DIGEST_LENGTH} bytes, got {len(plaintext_digest)}")
+    return hmac.new(user_secret, CONVERGENT_LABEL + plaintext_digest, hashlib.sha256).digest()
+
+
+def _check_key(key: bytes) -> None:
+    if len(key) != KEY_LENGTH:
+        raise ValueError(f"AES-256 key must be {KEY_LENGTH} bytes, got {len(key)}")
+
+
+def encrypt_ctr(key: bytes, data: bytes | memoryview, offset: int = 0) -> bytes:
+    """AES-256-CTR of data that sits at byte `offset` of the whole plaintext.
+
+    offset lets a caller work on any byte range: the counter starts at the
+    block holding `offset` and the keystream bytes before it are skipped.
+    """
+    _check_key(key)
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=offset // AES_BLOCK)
+    skip = offset % AES_BLOCK
+    if skip:
+        cipher.encrypt(bytes(skip))
+    return cipher.encrypt(data)
+
+
+def decrypt_ctr(key: bytes, data: bytes | memoryview, offset: int = 0) -> bytes:
+    """Inverse of encrypt_ctr (CTR is symmetric); `offset` as there."""
+    return encrypt_ctr(key, data, offset)
+
+
+def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
+    """AES-256-GCM: nonce (12, random) | ciphertext | tag (16).
+
+    A random nonce is fine here: sealed records are few per key, far from the
+    2**32 where random 96-bit nonces start to risk a collision.
+    """
+    _check_key(key)
+    nonce = secrets.token_bytes(GCM_NONCE_LENGTH)
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
+    cipher.update(associated)
+    ciphertext, tag = cipher.encrypt_and_digest(plaintext)
+    return nonce + ciphertext + tag
+
+
+def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
+    """Inverse of seal(); IntegrityError if anything was changed or the key is wrong."""
+    _check_key(key)
+    if len(blob) < SEALED_OVERHEAD:
+        raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own header: truncated")
+    nonce, ciphertext, tag = blob[:GCM_NONCE_LENGTH], blob[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH], blob[-GCM_TAG_LENGTH:]
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
+    cipher.update(associated)
+    try:
+        return cipher.decrypt_and_verify(ciphertext, tag)
+    except ValueError:
+        raise IntegrityError("sealed record failed its integrity check: it was altered, or the key is wrong") from None
+
+
+def derive_key(user_secret: bytes, purpose: str) -> bytes:
+    """HKDF-SHA256 key for one purpose (PURPOSE_MANIFEST, PURPOSE_NAMES, ...).
+
+    Different purposes give independent keys from the one user secret.
+    """
+    if not purpose:
+        raise ValueError("derive_key needs a non-empty purpose")
+    return HKDF(user_secret, KEY_LENGTH, None, SHA256, context=DERIVE_LABEL + purpose.encode("utf-8"))
