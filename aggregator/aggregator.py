@@ -1,0 +1,278 @@
+"""Small files -> bundles -> coded shares -> one open tar per destination.
+
+Synchronous and I/O free: the client feeds ciphertexts in, drains sealed tars
+and bundle records out, and reports each tar's STORE outcome with confirm()
+or replace(). The coder, the hash, the placement and the clock are injected.
+
+Life of a tar:  open (members appended) -> sealed (in the take_sealed()
+queue) -> taken (the caller is sending it) -> confirmed | replaced.
+Its bytes count towards pending_bytes until confirmed or replaced, because
+replace() needs them to re-send its shares to spares.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+from aggregator.bundle import KEY_LENGTH, Encode, Hash, OpenBundle, code_bundle
+from aggregator.placement import BundlePlacement, checked_destinations
+from aggregator.policy import FlushPolicy
+from aggregator.records import (BundleRecord, DrainRequired, SealedTar,
+                                ShareMove, ShareRef, TarMember)
+from aggregator.tarball import TarWriter
+
+Place = Callable[[bytes, int], list[str]]
+Clock = Callable[[], float]
+
+# GF(2^8) erasure codes (zfec among them) cannot make more shares than this.
+MAX_SHARES = 256
+DEFAULT_SPARES = 2
+# Under memory pressure, open tars are sealed (largest first) until they hold
+# at most this fraction of max_pending_bytes: once the caller has confirmed
+# what was sealed, the aggregator is back under its bound with room to work.
+PRESSURE_OPEN_TAR_FRACTION = 0.5
+
+
+@dataclass
+class _OpenTar:
+    node: str
+    opened_at: float
+    writer: TarWriter = field(default_factory=TarWriter)
+    members: list[TarMember] = field(default_factory=list)
+    bundle_serials: list[int] = field(default_factory=list)  # per member
+    # Identical shares (from identical bundles) are stored once per tar.
+    offsets: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class _Unconfirmed:
+    tar: SealedTar
+    bundle_serials: list[int]  # per member, to find each member's placement
+
+
+class Aggregator:
+    def __init__(self, policy: FlushPolicy, k: int, n: int, encode: Encode,
+                 hash: Hash, place: Place, clock: Clock,
+                 spares: int = DEFAULT_SPARES) -> None:
+        if not 1 <= k <= n <= MAX_SHARES:
+            raise ValueError(f"need 1 <= k <= n <= {MAX_SHARES}, "
+                             f"got k={k}, n={n}")
+        if spares < 0:
+            raise ValueError(f"spares must be >= 0, got {spares}")
+        self.policy = policy
+        self.k, self.n, self.spares = k, n, spares
+        self._encode, self._hash = encode, hash
+        self._place, self._clock = place, clock
+        self._bundle = OpenBundle()
+        self._bundle_serial = 0
+        self._tar_serial = 0
+        # Ordered by opening time: the first open tar is the oldest.
+        self._open: OrderedDict[str, _OpenTar] = OrderedDict()
+        self._open_tar_bytes = 0
+        self._sealed: list[SealedTar] = []
+        self._unconfirmed: dict[int, _Unconfirmed] = {}
+        self._unconfirmed_bytes = 0
+        self._records: list[tuple[int, BundleRecord]] = []
+        self._placements: dict[int, BundlePlacement] = {}
+        self._failed_nodes: set[str] = set()
+        self._stats = dict(files=0, bundles=0, tars_sealed=0, bytes_in=0,
+                           bytes_out=0, members=0, shares_moved=0)
+
+    # -- feeding ---------------------------------------------------------
+
+    def add(self, file_id: Hashable, ciphertext: bytes) -> None:
+        """Append one encrypted small file to the open bundle."""
+        if self.must_drain():
+            raise DrainRequired(self.pending_bytes,
+                                self.policy.max_pending_bytes)
+        self._bundle.append(file_id, ciphertext)
+        self._stats["files"] += 1
+        self._stats["bytes_in"] += len(ciphertext)
+        if self.policy.bundle_full(self._bundle.size):
+            self._seal_bundle()
+        self.poll()
+        if self.must_drain():
+            self._seal_largest_open_tars()
+
+    def poll(self) -> None:
+        """Seal every open tar that has waited max_age (call it on a timer
+        too: add() polls, but a quiet client may not add for a while)."""
+        now = self._clock()
+        while self._open:
+            oldest = next(iter(self._open.values()))
+            if not self.policy.tar_expired(oldest.opened_at, now):
+                break
+            self._seal_tar(oldest.node)
+
+    def flush(self) -> None:
+        """End of run: seal the open bundle, then every open tar."""
+        if self._bundle.file_count:
+            self._seal_bundle()
+        for node in list(self._open):
+            self._seal_tar(node)
+
+    # -- draining --------------------------------------------------------
+
+    def take_sealed(self) -> list[SealedTar]:
+        """Sealed tars, in sealing order; each is pending until confirmed."""
+        sealed, self._sealed = self._sealed, []
+        return sealed
+
+    def take_bundles(self) -> list[BundleRecord]:
+        """Records of sealed bundles, in sealing order. replace() updates a
+        record in place only until it is taken; afterwards apply its moves."""
+        records, self._records = self._records, []
+        for serial, _ in records:
+            placement = self._placements.get(serial)
+            if placement is not None:
+                placement.record = None
+        return [record for _, record in records]
+
+    def confirm(self, sealed_tar: SealedTar) -> None:
+        """The node stored `sealed_tar`: forget its bytes."""
+        entry = self._pop_unconfirmed(sealed_tar)
+        for serial in entry.bundle_serials:
+            self._release(serial)
+
+    def replace(self, failed: SealedTar) -> list[ShareMove]:
+        """The STORE of `failed` did not succeed: send each of its shares to
+        a spare of its bundle. Nothing changes if any bundle has no spare
+        left (PlacementExhausted). The failed node is never chosen again as
+        a spare in this run; place() should skip it too.
+        """
+        entry = self._find_unconfirmed(failed)
+        failed_nodes = self._failed_nodes | {failed.node}
+        # Plan every move first, on copies, so an exhausted bundle leaves
+        # the aggregator untouched.
+        planned_holders: dict[int, list[str]] = {}
+        plan = []
+        for member, serial in zip(entry.tar.members, entry.bundle_serials):
+            placement = self._placements[serial]
+            holders = planned_holders.setdefault(serial,
+                                                 list(placement.holders))
+            node = placement.choose_spare(holders, failed_nodes, failed.node)
+            holders[member.share_index] = node
+            plan.append((member, serial, node))
+        self._failed_nodes = failed_nodes
+        self._pop_unconfirmed(failed)
+        moves = []
+        for member, serial, node in plan:
+            self._placements[serial].move(member.share_index,
+                                          member.member_key, node)
+            start = member.data_offset
+            share = entry.tar.data[start:start + member.length]
+            self._append_member(node, member.member_key, share, serial,
+                                member.bundle_id, member.share_index)
+            self._release(serial)  # after the append keeps the placement
+            moves.append(ShareMove(member.bundle_id, member.share_index,
+                                   member.member_key, failed.node, node))
+        self._stats["shares_moved"] += len(moves)
+        return moves
+
+    # -- accounting ------------------------------------------------------
+
+    @property
+    def pending_bytes(self) -> int:
+        """Open bundle + open tars + sealed tars not yet confirmed/replaced."""
+        return (self._bundle.size + self._open_tar_bytes
+                + self._unconfirmed_bytes)
+
+    def must_drain(self) -> bool:
+        """True: take_sealed(), then confirm()/replace() before add()."""
+        return self.policy.over_pending(self.pending_bytes)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    # -- internals -------------------------------------------------------
+
+    def _seal_bundle(self) -> None:
+        data, files = self._bundle.take()
+        coded = code_bundle(data, self.k, self.n, self._encode, self._hash)
+        nodes = checked_destinations(
+            self._place(coded.bundle_id, self.n + self.spares),
+            coded.bundle_id, self.n + self.spares)
+        holders, spares = nodes[:self.n], nodes[self.n:]
+        record = BundleRecord(
+            bundle_id=coded.bundle_id, length=coded.length, k=self.k,
+            n=self.n, block_length=coded.block_length,
+            shares=[ShareRef(i, key, node)
+                    for i, (key, node) in enumerate(zip(coded.keys, holders))],
+            files=files, spares=list(spares))
+        serial = self._bundle_serial
+        self._bundle_serial += 1
+        self._placements[serial] = BundlePlacement(
+            coded.bundle_id, list(holders), list(spares), record)
+        self._records.append((serial, record))
+        self._stats["bundles"] += 1
+        for index, node in enumerate(holders):
+            self._append_member(node, coded.keys[index], coded.shares[index],
+                                serial, coded.bundle_id, index)
+
+    def _append_member(self, node: str, key: bytes, share: bytes,
+                       serial: int, bundle_id: bytes, index: int) -> None:
+        tar = self._open.get(node)
+        if tar is None:
+            tar = self._open[node] = _OpenTar(node, self._clock())
+        size_before = tar.writer.size
+        located = tar.offsets.get(key)
+        if located is None:
+            located = tar.offsets[key] = tar.writer.add(key.hex(), share)
+        offset, length = located
+        tar.members.append(TarMember(key, bundle_id, index, offset, length))
+        tar.bundle_serials.append(serial)
+        self._open_tar_bytes += tar.writer.size - size_before
+        self._placements[serial].live_members += 1
+        self._stats["members"] += 1
+        if self.policy.tar_full(tar.writer.size):
+            self._seal_tar(node)
+
+    def _seal_tar(self, node: str) -> None:
+        tar = self._open.pop(node)
+        self._open_tar_bytes -= tar.writer.size
+        data = tar.writer.seal()
+        key = self._hash(data)
+        if len(key) != KEY_LENGTH:
+            raise ValueError(f"hash() returned {len(key)} bytes, "
+                             f"expected {KEY_LENGTH}")
+        sealed = SealedTar(node, data, bytes(key), tar.members,
+                           self._tar_serial)
+        self._tar_serial += 1
+        self._sealed.append(sealed)
+        self._unconfirmed[sealed.serial] = _Unconfirmed(sealed,
+                                                        tar.bundle_serials)
+        self._unconfirmed_bytes += len(data)
+        self._stats["tars_sealed"] += 1
+        self._stats["bytes_out"] += len(data)
+
+    def _seal_largest_open_tars(self) -> None:
+        # Sealing converts open bytes into bytes the caller can send and
+        # confirm; the smaller tars keep filling, so fewer tiny STOREs.
+        allowed = self.policy.max_pending_bytes * PRESSURE_OPEN_TAR_FRACTION
+        while self._open and self._open_tar_bytes > allowed:
+            largest = max(self._open.values(), key=lambda t: t.writer.size)
+            self._seal_tar(largest.node)
+
+    def _find_unconfirmed(self, sealed_tar: SealedTar) -> _Unconfirmed:
+        entry = self._unconfirmed.get(sealed_tar.serial)
+        if entry is None or entry.tar.key != sealed_tar.key:
+            raise ValueError(f"tar #{sealed_tar.serial} for "
+                             f"{sealed_tar.node!r} is not awaiting "
+                             f"confirmation (unknown, or already confirmed "
+                             f"or replaced)")
+        return entry
+
+    def _pop_unconfirmed(self, sealed_tar: SealedTar) -> _Unconfirmed:
+        entry = self._find_unconfirmed(sealed_tar)
+        del self._unconfirmed[sealed_tar.serial]
+        self._unconfirmed_bytes -= len(entry.tar.data)
+        return entry
+
+    def _release(self, serial: int) -> None:
+        """One member of bundle `serial` is stored or gone for good."""
+        placement = self._placements[serial]
+        placement.live_members -= 1
+        if placement.live_members == 0:
+            del self._placements[serial]
