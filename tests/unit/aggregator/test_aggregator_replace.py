@@ -1,0 +1,137 @@
+"""A STORE failed: its shares move to spares, never doubling up on a node."""
+
+import pytest
+
+from aggregator.records import PlacementExhausted, ShareRef
+from tests.unit.aggregator.fakes import blake2b_32, file_bytes
+from tests.unit.aggregator.helpers import (N, SPARES, TEST_POLICY,
+                                           bundle_from_primaries,
+                                           holders_by_bundle, make_aggregator,
+                                           share_in_tars)
+
+BUNDLES = 12
+
+
+def _sealed_run(bundles=BUNDLES, spares=SPARES):
+    aggregator, _ = make_aggregator(spares=spares)
+    for i in range(bundles):
+        aggregator.add(f"f{i}", file_bytes(i, TEST_POLICY.bundle_target))
+    aggregator.flush()
+    return aggregator, aggregator.take_sealed()
+
+
+def _apply(records, moves):
+    by_id = {r.bundle_id: r for r in records}
+    for move in moves:
+        record = by_id[move.bundle_id]
+        assert record.shares[move.index].node == move.from_node
+        record.shares[move.index] = ShareRef(move.index, move.key, move.to_node)
+        record.spares.remove(move.to_node)
+
+
+def test_replace_moves_every_member_to_the_first_free_spare():
+    aggregator, tars = _sealed_run()
+    records = aggregator.take_bundles()
+    by_id = {r.bundle_id: r for r in records}
+    failed = tars[0]
+    spares_before = {r.bundle_id: list(r.spares) for r in records}
+    moves = aggregator.replace(failed)
+    assert [(m.bundle_id, m.index, m.key) for m in moves] == \
+        [(m.bundle_id, m.share_index, m.member_key) for m in failed.members]
+    for move in moves:
+        assert move.from_node == failed.node
+        assert move.to_node == spares_before[move.bundle_id][0]
+    aggregator.flush()
+    new_tars = aggregator.take_sealed()
+    _apply(records, moves)
+    for move in moves:
+        record = by_id[move.bundle_id]
+        share = share_in_tars(new_tars, record.bundle_id,
+                              record.shares[move.index])
+        assert blake2b_32(share) == move.key
+    survivors = [t for t in tars if t is not failed] + new_tars
+    for bundle_id, nodes in holders_by_bundle(survivors).items():
+        assert len(nodes) == len(set(nodes)) == N
+        assert failed.node not in nodes
+        bundle = bundle_from_primaries(survivors, by_id[bundle_id])
+        assert blake2b_32(bundle) == bundle_id
+    assert aggregator.stats()["shares_moved"] == len(moves)
+
+
+def test_replace_releases_the_failed_tar_and_holds_its_shares_again():
+    aggregator, tars = _sealed_run()
+    for tar in tars[1:]:
+        aggregator.confirm(tar)
+    assert aggregator.pending_bytes == len(tars[0].data)
+    aggregator.replace(tars[0])
+    aggregator.flush()
+    new_tars = aggregator.take_sealed()
+    assert aggregator.pending_bytes == sum(len(t.data) for t in new_tars)
+    with pytest.raises(ValueError, match="not awaiting confirmation"):
+        aggregator.replace(tars[0])
+    for tar in new_tars:
+        aggregator.confirm(tar)
+    assert aggregator.pending_bytes == 0
+
+
+def test_a_spare_that_fails_in_turn_is_replaced_by_the_next_spare():
+    aggregator, tars = _sealed_run(bundles=1)
+    (record,) = aggregator.take_bundles()
+    first_spare, second_spare = record.spares
+    failed = tars[0]
+    (move,) = aggregator.replace(failed)
+    assert move.to_node == first_spare
+    aggregator.flush()
+    (retry,) = aggregator.take_sealed()
+    assert retry.node == first_spare
+    (move2,) = aggregator.replace(retry)
+    assert (move2.from_node, move2.to_node) == (first_spare, second_spare)
+
+
+def test_failed_nodes_are_never_chosen_as_spares_again():
+    aggregator, tars = _sealed_run()
+    first_spare = {r.bundle_id: r.spares[0] for r in aggregator.take_bundles()}
+    # A tar on node X, then a tar holding a bundle whose first spare is X.
+    pairs = [(a, b) for a in tars for b in tars if a is not b
+             and any(first_spare[m.bundle_id] == a.node for m in b.members)]
+    assert pairs, "the fixed input should contain such a pair"
+    earlier, later = pairs[0]
+    aggregator.replace(earlier)
+    moves = aggregator.replace(later)
+    assert earlier.node not in {m.to_node for m in moves}
+    assert any(first_spare[m.bundle_id] == earlier.node for m in moves)
+
+
+def test_exhausted_spares_raise_and_change_nothing():
+    aggregator, tars = _sealed_run(bundles=2, spares=0)
+    failed = tars[0]
+    pending = aggregator.pending_bytes
+    with pytest.raises(PlacementExhausted) as caught:
+        aggregator.replace(failed)
+    bundle_ids = {m.bundle_id for m in failed.members}
+    assert caught.value.bundle_id in bundle_ids
+    assert caught.value.bundle_id.hex() in str(caught.value)
+    assert failed.node in str(caught.value)
+    assert aggregator.pending_bytes == pending
+    assert aggregator.take_sealed() == []
+    aggregator.confirm(failed)  # still known: the caller may retry it
+
+
+def test_a_record_not_yet_taken_is_updated_in_place():
+    aggregator, tars = _sealed_run(bundles=1)
+    failed = tars[0]
+    (move,) = aggregator.replace(failed)
+    (record,) = aggregator.take_bundles()
+    assert record.shares[move.index] == ShareRef(move.index, move.key,
+                                                 move.to_node)
+    assert move.to_node not in record.spares
+    assert len(record.spares) == SPARES - 1
+
+
+def test_a_taken_record_is_left_to_the_caller():
+    aggregator, tars = _sealed_run(bundles=1)
+    (record,) = aggregator.take_bundles()
+    (move,) = aggregator.replace(tars[0])
+    assert record.shares[move.index].node == move.from_node
+    assert len(record.spares) == SPARES
+
