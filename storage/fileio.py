@@ -1,0 +1,84 @@
+"""Low-level file helpers: whole writes, fsync, ENOSPC translation, range copies.
+
+All writes of stored bytes go through write_all() (os.write), so a test can
+simulate a full disk by patching os.write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+
+from storage.errors import NoSpace
+from storage.limits import IO_CHUNK
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextlib.contextmanager
+def disk_full_as_no_space(what: str) -> Iterator[None]:
+    """Turn the OS's 'disk full' / 'quota exceeded' into the store's NoSpace."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in DISK_FULL_ERRNOS:
+            raise NoSpace(f"the disk is full while {what}: {os.strerror(exc.errno)}") from exc
+        raise
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """os.write until every byte is written (it may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def read_exactly(fd: int, length: int, offset: int) -> bytes:
+    """pread that fails loudly if the file is shorter than the index says."""
+    pieces = []
+    while length:
+        piece = os.pread(fd, length, offset)
+        if not piece:
+            raise OSError(errno.EIO, f"stored file ends early at byte {offset}; it was truncated behind the store")
+        pieces.append(piece)
+        length -= len(piece)
+        offset += len(piece)
+    return b"".join(pieces) if len(pieces) != 1 else pieces[0]
+
+
+def copy_range(src_fd: int, src_offset: int, dst_fd: int, dst_offset: int, length: int) -> None:
+    """Copy bytes between files in IO_CHUNK pieces (bounded memory)."""
+    while length:
+        piece = read_exactly(src_fd, min(length, IO_CHUNK), src_offset)
+        os.lseek(dst_fd, dst_offset, os.SEEK_SET)
+        write_all(dst_fd, piece)
+        src_offset += len(piece)
+        dst_offset += len(piece)
+        length -= len(piece)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename or a new entry in this directory durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs_durably(path: str, stop_at: str, durable: bool) -> None:
+    """mkdir -p below stop_at; fsync the parent of every directory created."""
+    missing = []
+    while not os.path.isdir(path) and path != stop_at:
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            continue  # another thread made it first
+        if durable:
+            fsync_dir(os.path.dirname(directory))

@@ -1,0 +1,119 @@
+"""The upload lifecycle both stores share: OPEN -> COMMITTED or ABORTED.
+
+The base class hashes every chunk as it arrives (and scans archives as they
+arrive), enforces the declared size and runs the state machine. A subclass only
+says where chunks go (_store_chunk), how to make them visible (_publish) and how
+to throw them away (_discard). Any error in write() or commit() aborts the
+upload: the caller never has to clean up after a failure.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import blake3
+
+from storage.capacity import Reservation
+from storage.errors import HashMismatch, TooLarge, UploadClosed
+from storage.limits import KIND_ARCHIVE
+from storage.tarscan import TarMember, TarScanner
+
+
+class UploadState(enum.Enum):
+    OPEN = "open"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class Upload:
+    def __init__(self, key: bytes, owner: bytes, size: int, kind: str, reservation: Reservation) -> None:
+        self.key = key
+        self.owner = owner
+        self.size = size
+        self.kind = kind
+        self.received = 0
+        self.state = UploadState.OPEN
+        self._reservation = reservation
+        self._hasher = blake3.blake3()
+        self._scanner = TarScanner() if kind == KIND_ARCHIVE else None
+
+    def __enter__(self) -> Upload:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.abort()  # a no-op once committed
+
+    def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        self._require_open("write to")
+        view = memoryview(chunk).cast("B")
+        try:
+            if self.received + len(view) > self.size:
+                raise TooLarge(
+                    f"upload of {self.key.hex()} sent more than the {self.size} bytes it declared"
+                )
+            self._hasher.update(view)
+            if self._scanner is not None:
+                self._scanner.feed(view)
+            self._store_chunk(view)
+            self.received += len(view)
+        except Exception:
+            self._fail()
+            raise
+
+    def commit(self) -> list[bytes]:
+        """Check the bytes against the key and make them visible; returns the keys stored."""
+        self._require_open("commit")
+        try:
+            if self.received != self.size:
+                raise HashMismatch(f"upload of {self.key.hex()} got {self.received} bytes, expected {self.size}")
+            if self._hasher.digest() != self.key:
+                raise HashMismatch(
+                    f"uploaded data does not match its key {self.key.hex()} (BLAKE3 is {self._hasher.hexdigest()})"
+                )
+            if self._scanner is not None:
+                members, body_length = self._scanner.finish()
+                keys = self._publish_archive(members, body_length, self._reservation)
+            else:
+                keys = self._publish_share(self._reservation)
+        except Exception:
+            self._fail()
+            raise
+        self.state = UploadState.COMMITTED
+        self._clean_up()  # an upload the store did not need (key already held) is dropped here
+        return keys
+
+    def abort(self) -> None:
+        """Throw the upload away; after commit or a previous abort it does nothing."""
+        if self.state is UploadState.OPEN:
+            self._fail()
+
+    def _require_open(self, action: str) -> None:
+        if self.state is not UploadState.OPEN:
+            raise UploadClosed(f"cannot {action} the upload of {self.key.hex()}: it is already {self.state.value}")
+
+    def _fail(self) -> None:
+        self.state = UploadState.ABORTED
+        self._clean_up()
+
+    def _clean_up(self) -> None:
+        try:
+            self._discard()
+        finally:
+            self._reservation.release()  # does nothing if the store settled it
+
+    # --- for subclasses ------------------------------------------------------
+
+    def _store_chunk(self, chunk: memoryview) -> None:
+        raise NotImplementedError
+
+    def _publish_share(self, reservation: Reservation) -> list[bytes]:
+        """Make the share visible and settle the reservation; atomic or raises."""
+        raise NotImplementedError
+
+    def _publish_archive(self, members: list[TarMember], body_length: int, reservation: Reservation) -> list[bytes]:
+        """Append the first body_length bytes, index the members, settle; atomic or raises."""
+        raise NotImplementedError
+
+    def _discard(self) -> None:
+        """Drop whatever the upload still holds (idempotent)."""
+        raise NotImplementedError
