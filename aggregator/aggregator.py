@@ -169,6 +169,10 @@ class Aggregator:
             moves.append(ShareMove(member.bundle_id, member.share_index,
                                    member.member_key, failed.node, node))
         self._stats["shares_moved"] += len(moves)
+        if self.must_drain():
+            # The moved shares now sit in open tars: seal some, or a caller
+            # with nothing left in flight would find nothing to drain.
+            self._seal_largest_open_tars()
         return moves
 
     # -- accounting ------------------------------------------------------

@@ -2,9 +2,10 @@
 
 import pytest
 
+from aggregator.policy import FlushPolicy
 from aggregator.records import PlacementExhausted, ShareRef
 from tests.unit.aggregator.fakes import blake2b_32, file_bytes
-from tests.unit.aggregator.helpers import (N, SPARES, TEST_POLICY,
+from tests.unit.aggregator.helpers import (KIB, N, SPARES, TEST_POLICY,
                                            bundle_from_primaries,
                                            holders_by_bundle, make_aggregator,
                                            share_in_tars)
@@ -135,3 +136,38 @@ def test_a_taken_record_is_left_to_the_caller():
     assert record.shares[move.index].node == move.from_node
     assert len(record.spares) == SPARES
 
+
+
+
+def test_shares_moved_under_pressure_are_sealed_so_the_caller_can_drain():
+    """A tar for node A stays in flight while the client goes on; when it
+    finally fails, its shares land in open tars. Were they left open, the
+    aggregator would be over its bound with nothing to drain: deadlock."""
+    policy = FlushPolicy(small_file_limit=64 * KIB, bundle_target=5632,
+                         tar_target=60 * KIB, max_pending_bytes=64 * KIB)
+    bundles_for_a = 6
+    calls = []
+
+    def place(bundle_id, count):  # k=1, n=2, one spare
+        calls.append(bundle_id)
+        i = len(calls)
+        return ["A", "B", "C"] if i <= bundles_for_a else [f"X{i}", f"Y{i}", "C"]
+
+    aggregator, _ = make_aggregator(policy=policy, k=1, n=2, spares=1,
+                                    place=place)
+    in_flight = None
+    for i in range(bundles_for_a + 10):
+        while aggregator.must_drain():
+            sealed = aggregator.take_sealed()
+            if not sealed:
+                assert in_flight is not None, "nothing to drain: deadlock"
+                aggregator.replace(in_flight)
+                in_flight = None
+                continue
+            for tar in sealed:
+                if tar.node == "A" and in_flight is None:
+                    in_flight = tar
+                else:
+                    aggregator.confirm(tar)
+        aggregator.add(f"f{i}", file_bytes(i, policy.bundle_target))
+    assert aggregator.stats()["shares_moved"] == bundles_for_a
