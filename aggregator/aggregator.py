@@ -2,7 +2,9 @@
 
 Synchronous and I/O free: the client feeds ciphertexts in, drains sealed tars
 and bundle records out, and reports each tar's STORE outcome with confirm()
-or replace(). The coder, the hash, the placement and the clock are injected.
+or replace(). The coder, the hash, the placement and the clock are injected;
+the clock must be monotonic (time.monotonic), since open tars are kept in
+opening order and only the oldest is checked for age.
 
 Life of a tar:  open (members appended) -> sealed (in the take_sealed()
 queue) -> taken (the caller is sending it) -> confirmed | replaced.
