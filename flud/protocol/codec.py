@@ -1,0 +1,144 @@
+"""Framing: bytes <-> frames, with every limit enforced. Pure; no I/O.
+
+See docs/protocol.md section 2 for the layout.
+"""
+import collections
+import enum
+import struct
+from dataclasses import dataclass
+
+from flud.protocol.errors import ErrorCode, FrameError
+
+HEADER = struct.Struct(">IBBBBI")
+HEADER_SIZE = HEADER.size  # 12
+
+MAX_FRAME_PAYLOAD = 4 * 1024 * 1024 + 4096
+DATA_CHUNK = 1024 * 1024
+
+FLAG_END = 0x01
+
+
+class FrameType(enum.IntEnum):
+    HELLO = 0
+    REQUEST = 1
+    RESPONSE = 2
+    ERROR = 3
+    DATA = 4
+    CANCEL = 5
+
+
+class Op(enum.IntEnum):
+    NONE = 0
+    PING = 1
+    PEERS = 2
+    STATS = 3
+    STORE = 10
+    RETRIEVE = 11
+    VERIFY = 12
+    DELETE = 13
+    ROOT_PUT = 20
+    ROOT_GET = 21
+
+
+_FRAME_TYPES = frozenset(int(t) for t in FrameType)
+
+
+@dataclass(slots=True)
+class Frame:
+    type: int
+    op: int
+    flags: int
+    request_id: int
+    payload: bytes
+
+    @property
+    def end(self) -> bool:
+        return bool(self.flags & FLAG_END)
+
+
+def frame_header(frame_type: int, op: int, flags: int, request_id: int,
+                 payload_length: int) -> bytes:
+    if payload_length > MAX_FRAME_PAYLOAD:
+        raise FrameError(ErrorCode.TOO_LARGE,
+                         f"frame payload of {payload_length} bytes is over "
+                         f"the limit of {MAX_FRAME_PAYLOAD}")
+    return HEADER.pack(payload_length, frame_type, op, flags, 0, request_id)
+
+
+def encode_frame(frame_type: int, op: int, flags: int, request_id: int,
+                 payload: bytes = b"") -> bytes:
+    return frame_header(frame_type, op, flags, request_id, len(payload)) + payload
+
+
+class FrameParser:
+    """Accumulates bytes and yields whole frames.
+
+    Incoming pieces are kept as a list and a payload is joined once, so a
+    1 MiB DATA frame costs one copy however it was split on the way (TLS
+    hands over 16 KiB records). A bad header raises FrameError; the
+    connection must then be closed, because the stream can't be trusted.
+    """
+
+    def __init__(self, max_payload: int = MAX_FRAME_PAYLOAD):
+        self._chunks = collections.deque()
+        self._offset = 0  # bytes of _chunks[0] already consumed
+        self._size = 0    # unconsumed bytes held
+        self._max_payload = max_payload
+        self._header = None
+
+    @property
+    def buffered(self) -> int:
+        return self._size
+
+    def feed(self, data) -> list:
+        if data:
+            self._chunks.append(bytes(data))
+            self._size += len(data)
+        frames = []
+        while True:
+            header = self._header
+            if header is None:
+                if self._size < HEADER_SIZE:
+                    break
+                header = HEADER.unpack(self._take(HEADER_SIZE))
+                self._check_header(header)
+                self._header = header
+            length = header[0]
+            if self._size < length:
+                break
+            payload = self._take(length) if length else b""
+            self._header = None
+            frames.append(Frame(header[1], header[2], header[3], header[5],
+                                payload))
+        return frames
+
+    def _take(self, n: int) -> bytes:
+        self._size -= n
+        parts = []
+        chunks = self._chunks
+        while n:
+            first = chunks[0]
+            start = self._offset
+            available = len(first) - start
+            if available > n:
+                parts.append(first[start:start + n])
+                self._offset = start + n
+                break
+            parts.append(first[start:] if start else first)
+            chunks.popleft()
+            self._offset = 0
+            n -= available
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _check_header(self, header) -> None:
+        length, frame_type, op, flags, reserved, _ = header
+        if length > self._max_payload:
+            raise FrameError(ErrorCode.TOO_LARGE,
+                             f"frame of {length} bytes is over the limit "
+                             f"of {self._max_payload}")
+        if frame_type not in _FRAME_TYPES:
+            raise FrameError(ErrorCode.MALFORMED,
+                             f"unknown frame type {frame_type}")
+        if reserved or flags & ~FLAG_END:
+            raise FrameError(ErrorCode.MALFORMED,
+                             "reserved header bits are set")

@@ -1,0 +1,374 @@
+"""Typed message bodies and their byte layouts (docs/protocol.md section 4).
+
+Each message class has `encode() -> bytes` and `decode(payload) -> message`.
+Decoding never trusts a length field: every read is bounds-checked and a bad
+body raises RemoteError(MALFORMED).
+"""
+import json
+import struct
+from dataclasses import dataclass, field
+
+from flud.protocol.codec import Op
+from flud.protocol.errors import ErrorCode, MAX_ERROR_MESSAGE, RemoteError
+
+PROTOCOL_VERSION = 1
+KEY_SIZE = 32
+TO_END = (1 << 64) - 1
+MAX_NONCE = 64
+MAX_PEERS_LIST = 1024
+MAX_ROOT_RECORD = 64 * 1024
+MAX_STATS_BODY = 64 * 1024
+MAX_PUBLIC_KEY = 512
+MAX_SIGNATURE = 128
+
+ROLE_NODE = 1
+ROLE_CLIENT = 2
+
+KIND_SHARE = 0
+KIND_ARCHIVE = 1
+_KIND_NAMES = {KIND_SHARE: "share", KIND_ARCHIVE: "archive"}
+
+PEER_ALIVE = 0x01
+PEER_NODE = 0x02
+
+
+def malformed(what: str) -> RemoteError:
+    return RemoteError(ErrorCode.MALFORMED, what)
+
+
+class Reader:
+    """Bounds-checked reads over one message body."""
+
+    __slots__ = ("_data", "_pos", "_what")
+
+    def __init__(self, data: bytes, what: str):
+        self._data = data
+        self._pos = 0
+        self._what = what
+
+    def take(self, n: int) -> bytes:
+        end = self._pos + n
+        if end > len(self._data):
+            raise malformed(f"{self._what} body is truncated")
+        chunk = self._data[self._pos:end]
+        self._pos = end
+        return chunk
+
+    def unpack(self, fmt: struct.Struct):
+        return fmt.unpack(self.take(fmt.size))
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u16(self) -> int:
+        return _U16.unpack(self.take(2))[0]
+
+    def u64(self) -> int:
+        return _U64.unpack(self.take(8))[0]
+
+    def rest(self) -> bytes:
+        chunk = self._data[self._pos:]
+        self._pos = len(self._data)
+        return chunk
+
+    def done(self) -> None:
+        if self._pos != len(self._data):
+            raise malformed(f"{self._what} body has trailing bytes")
+
+
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_KEY_RANGE = struct.Struct(">32sQQ")
+_STORE_HEAD = struct.Struct(">32sBQ")
+
+
+def _key(reader: Reader) -> bytes:
+    return reader.take(KEY_SIZE)
+
+
+@dataclass(slots=True)
+class Hello:
+    version: int
+    role: int
+    listen_port: int
+    public_key: bytes
+    signature: bytes
+    listen_host: str = ""
+
+    def encode(self) -> bytes:
+        host = self.listen_host.encode()
+        return (struct.pack(">HBHH", self.version, self.role, self.listen_port,
+                            len(self.public_key)) + self.public_key
+                + _U16.pack(len(self.signature)) + self.signature
+                + bytes([len(host)]) + host)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Hello":
+        r = Reader(payload, "HELLO")
+        version, role = r.u16(), r.u8()
+        port = r.u16()
+        key_len = r.u16()
+        if key_len > MAX_PUBLIC_KEY:
+            raise malformed("HELLO public key is too long")
+        public_key = r.take(key_len)
+        sig_len = r.u16()
+        if sig_len > MAX_SIGNATURE:
+            raise malformed("HELLO signature is too long")
+        signature = r.take(sig_len)
+        host = _text(r.take(r.u8()), "HELLO host")
+        r.done()
+        if role not in (ROLE_NODE, ROLE_CLIENT):
+            raise malformed(f"HELLO role {role} is unknown")
+        return cls(version, role, port, public_key, signature, host)
+
+
+@dataclass(slots=True)
+class Empty:
+    def encode(self) -> bytes:
+        return b""
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Empty":
+        if payload:
+            raise malformed("expected an empty body")
+        return cls()
+
+
+@dataclass(slots=True, frozen=True)
+class PeerInfo:
+    node_id: bytes
+    host: str
+    port: int
+    alive: bool = True
+    is_node: bool = True
+
+
+@dataclass(slots=True)
+class PeerList:
+    peers: list = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        parts = [_U16.pack(len(self.peers))]
+        for p in self.peers:
+            host = p.host.encode()
+            flags = (PEER_ALIVE if p.alive else 0) | (PEER_NODE if p.is_node else 0)
+            parts.append(p.node_id + struct.pack(">HBB", p.port, flags, len(host)) + host)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "PeerList":
+        r = Reader(payload, "PEERS")
+        count = r.u16()
+        if count > MAX_PEERS_LIST:
+            raise malformed(f"PEERS lists {count} peers, over {MAX_PEERS_LIST}")
+        peers = []
+        for _ in range(count):
+            node_id = _key(r)
+            port, flags, host_len = struct.unpack(">HBB", r.take(4))
+            host = _text(r.take(host_len), "PEERS host")
+            peers.append(PeerInfo(node_id, host, port, bool(flags & PEER_ALIVE),
+                                  bool(flags & PEER_NODE)))
+        r.done()
+        return cls(peers)
+
+
+@dataclass(slots=True)
+class Stats:
+    values: dict
+
+    def encode(self) -> bytes:
+        body = json.dumps(self.values, separators=(",", ":")).encode()
+        if len(body) > MAX_STATS_BODY:
+            raise RemoteError(ErrorCode.TOO_LARGE, "stats body is too large")
+        return body
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Stats":
+        try:
+            values = json.loads(payload)
+        except ValueError:
+            raise malformed("STATS body is not JSON") from None
+        if not isinstance(values, dict):
+            raise malformed("STATS body is not a JSON object")
+        return cls(values)
+
+
+@dataclass(slots=True)
+class StoreRequest:
+    key: bytes
+    kind: int
+    size: int
+    data: bytes = b""  # the first bytes; DATA frames carry the rest
+
+    def encode(self) -> bytes:
+        return _STORE_HEAD.pack(self.key, self.kind, self.size) + self.data
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "StoreRequest":
+        r = Reader(payload, "STORE")
+        key, kind, size = r.unpack(_STORE_HEAD)
+        if kind not in _KIND_NAMES:
+            raise malformed(f"STORE kind {kind} is unknown")
+        data = r.rest()
+        if len(data) > size:
+            raise malformed("STORE carries more bytes than its size")
+        return cls(key, kind, size, data)
+
+    @property
+    def kind_name(self) -> str:
+        return _KIND_NAMES[self.kind]
+
+
+@dataclass(slots=True)
+class RetrieveRequest:
+    key: bytes
+    offset: int = 0
+    length: int = TO_END
+
+    def encode(self) -> bytes:
+        return _KEY_RANGE.pack(self.key, self.offset, self.length)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "RetrieveRequest":
+        r = Reader(payload, "RETRIEVE")
+        key, offset, length = r.unpack(_KEY_RANGE)
+        r.done()
+        return cls(key, offset, length)
+
+
+@dataclass(slots=True)
+class RetrieveResponse:
+    total: int
+    data: bytes = b""
+
+    def encode(self) -> bytes:
+        return _U64.pack(self.total) + self.data
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "RetrieveResponse":
+        r = Reader(payload, "RETRIEVE response")
+        total = r.u64()
+        data = r.rest()
+        if len(data) > total:
+            raise malformed("RETRIEVE response carries more than its total")
+        return cls(total, data)
+
+
+@dataclass(slots=True)
+class VerifyRequest:
+    key: bytes
+    nonce: bytes
+    offset: int = 0
+    length: int = TO_END
+
+    def encode(self) -> bytes:
+        return (_KEY_RANGE.pack(self.key, self.offset, self.length)
+                + bytes([len(self.nonce)]) + self.nonce)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "VerifyRequest":
+        r = Reader(payload, "VERIFY")
+        key, offset, length = r.unpack(_KEY_RANGE)
+        nonce_len = r.u8()
+        if not 1 <= nonce_len <= MAX_NONCE:
+            raise malformed(f"VERIFY nonce must be 1..{MAX_NONCE} bytes")
+        nonce = r.take(nonce_len)
+        r.done()
+        return cls(key, nonce, offset, length)
+
+
+@dataclass(slots=True)
+class Digest:
+    digest: bytes
+
+    def encode(self) -> bytes:
+        return self.digest
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Digest":
+        if len(payload) != 32:
+            raise malformed("VERIFY answer must be a 32-byte digest")
+        return cls(payload)
+
+
+@dataclass(slots=True)
+class KeyOnly:
+    key: bytes
+
+    def encode(self) -> bytes:
+        return self.key
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "KeyOnly":
+        r = Reader(payload, "DELETE")
+        key = r.take(KEY_SIZE)
+        r.done()
+        return cls(key)
+
+
+@dataclass(slots=True)
+class Record:
+    record: bytes
+
+    def encode(self) -> bytes:
+        return self.record
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Record":
+        if len(payload) > MAX_ROOT_RECORD:
+            raise RemoteError(ErrorCode.TOO_LARGE,
+                              f"root record is over {MAX_ROOT_RECORD} bytes")
+        return cls(payload)
+
+
+@dataclass(slots=True)
+class ErrorBody:
+    code: int
+    message: str
+
+    def encode(self) -> bytes:
+        text = self.message.encode("utf-8", "replace")[:MAX_ERROR_MESSAGE]
+        return _U16.pack(int(self.code)) + text
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "ErrorBody":
+        r = Reader(payload, "ERROR")
+        code = r.u16()
+        return cls(code, r.rest()[:MAX_ERROR_MESSAGE].decode("utf-8", "replace"))
+
+
+def _text(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise malformed(f"{what} is not utf-8") from None
+
+
+# op -> (request body type, response body type)
+BODIES = {
+    Op.PING: (Empty, Empty),
+    Op.PEERS: (PeerList, PeerList),
+    Op.STATS: (Empty, Stats),
+    Op.STORE: (StoreRequest, Empty),
+    Op.RETRIEVE: (RetrieveRequest, RetrieveResponse),
+    Op.VERIFY: (VerifyRequest, Digest),
+    Op.DELETE: (KeyOnly, Empty),
+    Op.ROOT_PUT: (Record, Empty),
+    Op.ROOT_GET: (Empty, Record),
+}
+
+# Ops whose messages may continue in DATA frames.
+STREAMING_REQUESTS = frozenset({Op.STORE})
+STREAMING_RESPONSES = frozenset({Op.RETRIEVE})
+
+
+def decode_request(op: int, payload: bytes):
+    try:
+        request_type = BODIES[Op(op)][0]
+    except (ValueError, KeyError):
+        raise RemoteError(ErrorCode.UNKNOWN_OP, f"op {op} is unknown") from None
+    return request_type.decode(payload)
+
+
+def decode_response(op: int, payload: bytes):
+    return BODIES[Op(op)][1].decode(payload)

@@ -1,0 +1,101 @@
+"""Sans-I/O TLS over memory BIOs (stdlib ssl): ciphertext in, plaintext out.
+
+docs/protocol.md section 1 says why stdlib ssl and a signed channel binding
+instead of pyOpenSSL. Nothing here touches a socket, so the handshake and the
+HELLO proof are tested with plain bytes.
+"""
+import ssl
+
+CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+           "ECDHE-ECDSA-CHACHA20-POLY1305")
+# SSL_read hands back at most one TLS record (16 KiB) per call.
+READ_SIZE = 256 * 1024
+HELLO_CONTEXT = b"flud-hello-v1"
+
+
+class TLSFailed(Exception):
+    """The TLS handshake or a record failed; the connection must close."""
+
+
+def make_context(cert_file: str, key_file: str, server_side: bool) -> ssl.SSLContext:
+    protocol = ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT
+    context = ssl.SSLContext(protocol)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(CIPHERS)
+    # Identity is proven by the signed channel binding in HELLO, not by X.509.
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(cert_file, key_file)
+    context.options |= ssl.OP_NO_TICKET  # full handshakes: tls-unique stays unique
+    return context
+
+
+def hello_transcript(signer_is_tls_client: bool, channel_binding: bytes) -> bytes:
+    """What a party signs in HELLO: bound to this TLS session and its side."""
+    return HELLO_CONTEXT + (b"C" if signer_is_tls_client else b"S") + channel_binding
+
+
+class TLSEndpoint:
+    def __init__(self, context: ssl.SSLContext, server_side: bool):
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing,
+                                     server_side=server_side)
+        self.server_side = server_side
+        self.handshake_done = False
+
+    def start(self) -> bytes:
+        """Bytes to send first (the ClientHello on the client side)."""
+        self._advance_handshake()
+        return self._outgoing.read()
+
+    def receive(self, ciphertext) -> list:
+        """Feed bytes from the network; return decrypted plaintext chunks."""
+        self._incoming.write(ciphertext)
+        if not self.handshake_done:
+            self._advance_handshake()
+            if not self.handshake_done:
+                return []
+        chunks = []
+        read = self._tls.read
+        try:
+            while True:
+                chunk = read(READ_SIZE)
+                if not chunk:
+                    break  # close_notify
+                chunks.append(chunk)
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLError as err:
+            raise TLSFailed(f"TLS record error: {err.reason or err}") from None
+        return chunks
+
+    def send(self, plaintext) -> bytes:
+        """Encrypt plaintext; return the ciphertext to write."""
+        try:
+            self._tls.write(plaintext)
+        except ssl.SSLError as err:
+            raise TLSFailed(f"TLS write error: {err.reason or err}") from None
+        return self._outgoing.read()
+
+    def pending(self) -> bytes:
+        """Handshake bytes produced by the last receive()."""
+        return self._outgoing.read()
+
+    @property
+    def channel_binding(self) -> bytes:
+        return self._tls.get_channel_binding("tls-unique")
+
+    @property
+    def peer_certificate(self) -> bytes:
+        return self._tls.getpeercert(binary_form=True) or b""
+
+    def _advance_handshake(self) -> None:
+        try:
+            self._tls.do_handshake()
+        except ssl.SSLWantReadError:
+            return
+        except ssl.SSLError as err:
+            raise TLSFailed(f"TLS handshake failed: {err.reason or err}") from None
+        self.handshake_done = True
