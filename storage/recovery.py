@@ -19,7 +19,6 @@ import logging
 import os
 
 from storage.archives import ArchiveFiles
-from storage.fileio import fsync_dir
 from storage.index import Index
 from storage.layout import COMPACT_SUFFIX, Layout
 
