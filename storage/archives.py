@@ -105,6 +105,9 @@ class ArchiveFiles:
                         self._fault(STEP_COPYING)
                     if self._durable:
                         os.fsync(dst)
+                        # The .compact entry itself must be durable before the index
+                        # commits: recovery reads "no .compact" as "already renamed".
+                        fsync_dir(self._layout.archives)
             finally:
                 os.close(dst)
         except Exception:

@@ -165,7 +165,7 @@ class MemoryShareStore:
         with self._lock:
             self._require_open()
             archive = self._archives.get(owner)
-            if archive is None:
+            if archive is None or archive.garbage == 0:
                 return 0
             live = sorted(
                 ((key, place) for (key, o), place in self._places.items() if o == owner and place.archive_offset is not None),
