@@ -1,0 +1,3 @@
+from flud.cli import main
+
+raise SystemExit(main())

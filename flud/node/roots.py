@@ -1,0 +1,39 @@
+"""One small root record per owner: the client's pointer to its manifest.
+
+A file per owner, replaced atomically; the node cannot read the record (the
+client encrypts it) and only the authenticated owner can fetch or replace it.
+"""
+import os
+
+from flud.protocol.errors import ErrorCode, RemoteError
+from flud.protocol.messages import MAX_ROOT_RECORD
+
+
+class RootStore:
+    def __init__(self, directory: str):
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, owner: bytes) -> str:
+        return os.path.join(self.directory, owner.hex())
+
+    def put(self, owner: bytes, record: bytes) -> None:
+        if len(record) > MAX_ROOT_RECORD:
+            raise RemoteError(ErrorCode.TOO_LARGE, f"root record is over {MAX_ROOT_RECORD} bytes")
+        path = self._path(owner)
+        temp = path + ".tmp"
+        with open(temp, "wb") as f:
+            f.write(record)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+
+    def get(self, owner: bytes) -> bytes:
+        try:
+            with open(self._path(owner), "rb") as f:
+                return f.read(MAX_ROOT_RECORD + 1)[:MAX_ROOT_RECORD]
+        except FileNotFoundError:
+            raise RemoteError(ErrorCode.NOT_FOUND, "no root record for you here") from None
+
+    def count(self) -> int:
+        return sum(1 for name in os.listdir(self.directory) if not name.endswith(".tmp"))

@@ -1,0 +1,49 @@
+"""`flud node run`: one node in the foreground until SIGTERM or Ctrl-C."""
+import logging
+import os
+import sys
+
+
+def setup_logging(home: str, verbose: bool = False) -> None:
+    from twisted.logger import STDLibLogObserver, globalLogBeginner
+
+    os.makedirs(home, exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for handler in (logging.FileHandler(os.path.join(home, "node.log")),
+                    logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
+
+
+def parse_address(text: str):
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+def run(args) -> int:
+    from twisted.internet import reactor
+    from twisted.internet.error import CannotListenError
+
+    from flud.node.service import NodeService
+
+    setup_logging(args.home, args.verbose)
+    log = logging.getLogger("flud.node")
+    join = parse_address(args.join) if args.join else None
+    node = NodeService(reactor, args.home, host=args.host, port=args.port, join=join,
+                       capacity=args.capacity, memory_log=args.memory_log)
+    try:
+        node.startService()
+    except CannotListenError as err:
+        log.error("cannot listen on %s:%s: %s", args.host, args.port, err.socketError)
+        return 3
+    log.info("node %s listening on %s:%d (pid %d)", node.node_id.hex()[:16], args.host,
+             node.local.listen_port, os.getpid())
+    reactor.addSystemEventTrigger("before", "shutdown", node.stopService)
+    reactor.run()
+    log.info("node stopped")
+    return 0

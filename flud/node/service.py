@@ -1,0 +1,146 @@
+"""The node: composition root of store, protocol, membership and monitor.
+
+Home layout:
+    identity.pem   the node's key (0600)       tls-cert.pem  self-signed cert for it
+    store/         shares, archives, index      roots/        owners' root records
+    node.json      written once listening: the readiness signal for launchers
+    node.log       the log
+"""
+import json
+import os
+import random
+import time
+
+from twisted.application import service
+
+from flud.keys import Identity, self_signed_cert_pem
+from flud.node.peers import Membership
+from flud.node.pool import ConnectionPool
+from flud.node.roots import RootStore
+from flud.protocol import messages
+from flud.protocol.server import NodeHandler
+from flud.protocol.tls import make_context
+from flud.protocol.wire import ConnectionFactory, LocalParty
+
+DEFAULT_CAPACITY = 10 * 1024 ** 3
+STORE_WORKERS = 4
+
+
+def load_party(home: str, role: int, host: str = "", port: int = 0):
+    """Identity plus TLS contexts for a home (node or client)."""
+    os.makedirs(home, exist_ok=True)
+    identity = Identity.load_or_create(home)
+    cert_path = os.path.join(home, "tls-cert.pem")
+    if not os.path.exists(cert_path):
+        temp = cert_path + ".tmp"
+        with open(temp, "wb") as f:
+            f.write(self_signed_cert_pem(identity))
+        os.replace(temp, cert_path)
+    key_path = os.path.join(home, "identity.pem")
+    return LocalParty(identity, role,
+                      make_context(cert_path, key_path, server_side=True),
+                      make_context(cert_path, key_path, server_side=False),
+                      host, port)
+
+
+def write_json_atomically(path: str, value) -> None:
+    temp = path + ".tmp"
+    with open(temp, "w") as f:
+        json.dump(value, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
+class NodeService(service.Service):
+    name = "flud-node"
+
+    def __init__(self, reactor, home: str, host: str = "127.0.0.1", port: int = 0,
+                 join=None, capacity: int = DEFAULT_CAPACITY, memory_log: str = None,
+                 seed=None):
+        self.reactor = reactor
+        self.home = os.path.abspath(home)
+        self.host = host
+        self.port = port
+        self.join_address = join
+        self.capacity = capacity
+        self.memory_log = memory_log
+        self.rng = random.Random(seed)
+        self.started_at = time.time()
+        self._listening = None
+
+    def startService(self):
+        super().startService()
+        from flud.memory import MemoryMonitor
+        from flud.workers import CPUPool
+        from storage.disk import ShareStore
+
+        self.monitor = MemoryMonitor()
+        self.monitor.sample()
+        self.monitor.mark_static()
+        self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
+        self.node_id = self.local.identity.node_id
+        self.store = ShareStore(os.path.join(self.home, "store"), self.capacity)
+        self.roots = RootStore(os.path.join(self.home, "roots"))
+        self.workers = CPUPool(self.reactor, size=STORE_WORKERS)
+        self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
+                                   stats=self.stats, monitor=self.monitor)
+        self.pool = ConnectionPool(self.reactor, self.local, self.handler)
+        factory = ConnectionFactory(self.local, self.handler, self.reactor)
+        self._listening = self.reactor.listenTCP(self.port, factory, interface=self.host)
+        self.local.listen_port = self._listening.getHost().port
+        self.membership = Membership(
+            messages.PeerInfo(self.node_id, self.host, self.local.listen_port),
+            self.reactor, self.rng, connect=self.pool.get)
+        self.handler.membership = self.membership
+        self.handler.listeners = [self.pool, self.membership]
+        if self.memory_log:
+            self.monitor.open_log(self.memory_log)
+        self.monitor.start_sampling(self.reactor)
+        self.membership.start()
+        if self.join_address:
+            host, port = self.join_address
+            d = self.membership.join(host, port)
+            d.addErrback(self._join_failed)
+        write_json_atomically(os.path.join(self.home, "node.json"), {
+            "node_id": self.node_id.hex(), "host": self.host,
+            "port": self.local.listen_port, "pid": os.getpid(), "home": self.home})
+
+    def _join_failed(self, failure):
+        from twisted.python import log
+        log.msg(f"joining through {self.join_address[0]}:{self.join_address[1]} "
+                f"failed: {failure.getErrorMessage()}; will keep gossiping with "
+                f"any peer that reaches us")
+
+    def stopService(self):
+        super().stopService()
+        self.membership.stop()
+        self.monitor.stop_sampling()
+        self.monitor.close_log()
+        self.pool.close_all()
+        d = self._listening.stopListening() if self._listening else None
+        self.workers.stop()
+        self.store.close()
+        try:
+            os.unlink(os.path.join(self.home, "node.json"))
+        except FileNotFoundError:
+            pass
+        return d
+
+    def stats(self) -> dict:
+        store = self.store.stats()
+        self.monitor.sample()
+        snap = self.monitor.snapshot()
+        times = os.times()
+        return {
+            "node_id": self.node_id.hex(),
+            "port": self.local.listen_port,
+            "uptime": round(time.time() - self.started_at, 3),
+            "peers_known": len(self.membership.peers),
+            "peers_alive": len(self.membership.alive()),
+            "connections": len(self.pool),
+            "store": store,
+            "roots": self.roots.count(),
+            "cpu_seconds": round(times.user + times.system, 3),
+            "memory": {k: v for k, v in snap.items() if k != "transfers"},
+        }

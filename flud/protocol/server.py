@@ -1,0 +1,213 @@
+"""Dispatch: one adapter line per op, from a connection to the storage core.
+
+The handler never lets an exception escape towards the reactor: every failure
+becomes an ERROR with a stable code (errors.code_for_exception), and the node
+keeps serving everyone else.
+"""
+import logging
+
+from twisted.internet import defer
+
+from flud.protocol import messages
+from flud.protocol.codec import DATA_CHUNK, Op
+from flud.protocol.errors import ErrorCode, RemoteError
+
+log = logging.getLogger("flud.server")
+
+# Reads and verifies up to this size are done on the reactor thread; larger
+# ones go to the worker pool.
+INLINE_IO = 1024 * 1024
+
+
+class ReaderSource:
+    """Adapts a storage Reader to the wire's pull source."""
+
+    def __init__(self, reader, total: int, on_close=None):
+        self._reader = reader
+        self.remaining = total
+        self._on_close = on_close
+
+    def read(self, n: int) -> bytes:
+        chunk = self._reader.read(min(n, self.remaining))
+        if not chunk and self.remaining:
+            raise RemoteError(ErrorCode.INTERNAL, "share ended before its recorded size")
+        self.remaining -= len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+            if self._on_close is not None:
+                self._on_close()
+
+
+class NodeHandler:
+    """Serves one node's requests from every connection."""
+
+    def __init__(self, store, run_blocking, membership=None, roots=None,
+                 stats=None, monitor=None):
+        self.store = store
+        self.run_blocking = run_blocking
+        self.membership = membership
+        self.roots = roots
+        self.stats = stats or (lambda: {})
+        self.monitor = monitor
+        self.listeners = []  # told of every connection made ready or lost
+        self._uploads = {}  # (connection, rid) -> (upload, transfer)
+        self.counters = {"requests": 0, "errors": 0, "stores": 0, "retrieves": 0,
+                         "bytes_stored_in": 0, "bytes_retrieved_out": 0}
+        self._ops = {
+            Op.PING: self._ping,
+            Op.PEERS: self._peers,
+            Op.STATS: self._stats,
+            Op.STORE: self._store,
+            Op.RETRIEVE: self._retrieve,
+            Op.VERIFY: self._verify,
+            Op.DELETE: self._delete,
+            Op.ROOT_PUT: self._root_put,
+            Op.ROOT_GET: self._root_get,
+        }
+
+    # ---- connection events -------------------------------------------------
+
+    def connection_ready(self, conn):
+        for listener in self.listeners:
+            listener.connection_ready(conn)
+
+    def connection_lost(self, conn):
+        for (owner_conn, rid) in [k for k in self._uploads if k[0] is conn]:
+            self._abort_upload(owner_conn, rid)
+        for listener in self.listeners:
+            listener.connection_lost(conn)
+
+    def request_received(self, conn, rid, op, message, end):
+        self.counters["requests"] += 1
+        try:
+            result = self._ops[op](conn, rid, message, end)
+        except Exception as err:
+            self._fail(conn, rid, err)
+            return
+        if isinstance(result, defer.Deferred):
+            result.addErrback(lambda f: self._fail(conn, rid, f.value))
+
+    def request_data(self, conn, rid, data, end):
+        entry = self._uploads.get((conn, rid))
+        if entry is None:
+            return
+        try:
+            entry[0].write(data)
+            self.counters["bytes_stored_in"] += len(data)
+            if end:
+                self._commit(conn, rid)
+        except Exception as err:
+            self._abort_upload(conn, rid)
+            self._fail(conn, rid, err)
+
+    def request_cancelled(self, conn, rid):
+        self._abort_upload(conn, rid)
+
+    # ---- ops ---------------------------------------------------------------
+
+    def _ping(self, conn, rid, message, end):
+        conn.respond(rid, messages.Empty())
+
+    def _peers(self, conn, rid, message, end):
+        if self.membership is None:
+            conn.respond(rid, messages.PeerList([]))
+            return
+        self.membership.merge(message.peers, source=conn)
+        conn.respond(rid, messages.PeerList(self.membership.snapshot()))
+
+    def _stats(self, conn, rid, message, end):
+        values = dict(self.stats())
+        values["server"] = dict(self.counters)
+        conn.respond(rid, messages.Stats(values))
+
+    def _store(self, conn, rid, message, end):
+        upload = self.store.open_upload(message.key, conn.peer_id, message.size,
+                                        message.kind_name)
+        transfer = None
+        if self.monitor is not None:
+            transfer = self.monitor.transfer("store", message.key.hex()[:16])
+        self._uploads[(conn, rid)] = (upload, transfer)
+        self.counters["stores"] += 1
+        self.request_data(conn, rid, message.data, end)
+
+    def _commit(self, conn, rid):
+        upload, transfer = self._uploads[(conn, rid)]
+
+        def done(_):
+            self._uploads.pop((conn, rid), None)
+            if transfer is not None:
+                transfer.close()
+            conn.respond(rid, messages.Empty())
+
+        def failed(failure):
+            self._abort_upload(conn, rid)
+            self._fail(conn, rid, failure.value)
+
+        self.run_blocking(upload.commit).addCallbacks(done, failed)
+
+    def _abort_upload(self, conn, rid):
+        entry = self._uploads.pop((conn, rid), None)
+        if entry is None:
+            return
+        upload, transfer = entry
+        try:
+            upload.abort()
+        except Exception:
+            log.exception("aborting an upload failed")
+        if transfer is not None:
+            transfer.close()
+
+    def _retrieve(self, conn, rid, message, end):
+        length = None if message.length == messages.TO_END else message.length
+        reader = self.store.open_reader(message.key, conn.peer_id, message.offset, length)
+        total = reader.remaining
+        self.counters["retrieves"] += 1
+        self.counters["bytes_retrieved_out"] += total
+        if total <= DATA_CHUNK:
+            with reader:
+                data = reader.read(total)
+            conn.respond(rid, messages.RetrieveResponse(total, data))
+            return
+        transfer = None
+        if self.monitor is not None:
+            transfer = self.monitor.transfer("retrieve", message.key.hex()[:16])
+            transfer.hold(DATA_CHUNK, "read-ahead")
+        source = ReaderSource(reader, total, transfer.close if transfer else None)
+        conn.respond_stream(rid, messages.RetrieveResponse(total), source)
+
+    def _verify(self, conn, rid, message, end):
+        length = None if message.length == messages.TO_END else message.length
+        owner = conn.peer_id
+        if length is not None and length <= INLINE_IO:
+            digest = self.store.verify(message.key, owner, message.nonce, message.offset, length)
+            conn.respond(rid, messages.Digest(digest))
+            return None
+        d = self.run_blocking(self.store.verify, message.key, owner, message.nonce,
+                              message.offset, length)
+        d.addCallback(lambda digest: conn.respond(rid, messages.Digest(digest)))
+        return d
+
+    def _delete(self, conn, rid, message, end):
+        d = self.run_blocking(self.store.delete, message.key, conn.peer_id)
+        d.addCallback(lambda _: conn.respond(rid, messages.Empty()))
+        return d
+
+    def _root_put(self, conn, rid, message, end):
+        if self.roots is None:
+            raise RemoteError(ErrorCode.UNKNOWN_OP, "this node keeps no root records")
+        d = self.run_blocking(self.roots.put, conn.peer_id, message.record)
+        d.addCallback(lambda _: conn.respond(rid, messages.Empty()))
+        return d
+
+    def _root_get(self, conn, rid, message, end):
+        if self.roots is None:
+            raise RemoteError(ErrorCode.NOT_FOUND, "no root record for you here")
+        conn.respond(rid, messages.Record(self.roots.get(conn.peer_id)))
+
+    def _fail(self, conn, rid, err):
+        self.counters["errors"] += 1
+        conn.respond_error(rid, err)
