@@ -1,0 +1,130 @@
+"""The client's local index (sqlite, versioned schema).
+
+It answers "has this file changed since last time?" without reading it, and
+"where is this content?" without the network. Everything here can also be
+rebuilt from the manifest on the network (total-loss restore), so the index
+is a cache of what the manifest says plus change-detection state.
+"""
+import json
+import sqlite3
+import zlib
+
+SCHEMA_VERSION = 1
+
+_MIGRATIONS = {
+    1: [
+        """CREATE TABLE files (
+               path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER,
+               ctime_ns INTEGER, inode INTEGER, content_id TEXT)""",
+        """CREATE TABLE contents (content_id TEXT PRIMARY KEY, record BLOB)""",
+        """CREATE TABLE bundles (bundle_id TEXT PRIMARY KEY, record BLOB)""",
+        """CREATE TABLE snapshots (
+               id INTEGER PRIMARY KEY, created REAL, summary TEXT, manifest BLOB)""",
+        """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
+    ],
+}
+
+
+class IndexVersionError(Exception):
+    pass
+
+
+def _pack(record) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _unpack(blob):
+    return None if blob is None else json.loads(blob)
+
+
+class ClientIndex:
+    def __init__(self, path: str):
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
+        row = self.db.execute("SELECT version FROM schema_version").fetchone()
+        current = row[0] if row else 0
+        if current > SCHEMA_VERSION:
+            raise IndexVersionError(
+                f"the client index has schema version {current}, newer than this flud "
+                f"({SCHEMA_VERSION}); upgrade flud")
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            with self.db:
+                self.db.execute("BEGIN")
+                for statement in _MIGRATIONS[version]:
+                    self.db.execute(statement)
+                self.db.execute("DELETE FROM schema_version")
+                self.db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- change detection --------------------------------------------------
+
+    def file_states(self) -> dict:
+        """path -> (size, mtime_ns, ctime_ns, inode, content_id), all at once:
+        one query beats thousands of lookups on a no-change backup."""
+        return {row[0]: row[1:] for row in self.db.execute(
+            "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
+
+    def record_files(self, rows) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+
+    # ---- where contents and bundles are -------------------------------------
+
+    def content(self, content_id: str):
+        row = self.db.execute("SELECT record FROM contents WHERE content_id=?",
+                              (content_id,)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def known_contents(self) -> set:
+        return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}
+
+    def add_contents(self, items) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO contents VALUES (?,?)",
+                                ((cid, _pack(rec)) for cid, rec in items))
+
+    def bundle(self, bundle_id: str):
+        row = self.db.execute("SELECT record FROM bundles WHERE bundle_id=?",
+                              (bundle_id,)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def add_bundles(self, items) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO bundles VALUES (?,?)",
+                                ((bid, _pack(rec)) for bid, rec in items))
+
+    # ---- snapshots ----------------------------------------------------------
+
+    def add_snapshot(self, snapshot_id: int, created: float, summary: dict,
+                     manifest: dict) -> None:
+        blob = zlib.compress(_pack(manifest), 6)
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",
+                            (snapshot_id, created, json.dumps(summary), blob))
+
+    def snapshots(self) -> list:
+        return [{"id": r[0], "created": r[1], **json.loads(r[2])} for r in self.db.execute(
+            "SELECT id, created, summary FROM snapshots ORDER BY id")]
+
+    def manifest(self, snapshot_id: int):
+        row = self.db.execute("SELECT manifest FROM snapshots WHERE id=?",
+                              (snapshot_id,)).fetchone()
+        return json.loads(zlib.decompress(row[0])) if row else None
+
+    def get_meta(self, key: str, default=None):
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_meta(self, key: str, value) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
