@@ -135,16 +135,18 @@ class NodeHandler:
         self.request_data(conn, rid, message.data, end)
 
     def _commit(self, conn, rid):
-        upload, transfer = self._uploads[(conn, rid)]
+        # Out of the table first: a CANCEL or a lost connection arriving while
+        # the commit runs in a worker must not abort it from another thread.
+        upload, transfer = self._uploads.pop((conn, rid))
 
         def done(_):
-            self._uploads.pop((conn, rid), None)
             if transfer is not None:
                 transfer.close()
             conn.respond(rid, messages.Empty())
 
         def failed(failure):
-            self._abort_upload(conn, rid)
+            if transfer is not None:
+                transfer.close()
             self._fail(conn, rid, failure.value)
 
         self.run_blocking(upload.commit).addCallbacks(done, failed)
