@@ -1,0 +1,317 @@
+"""`flud backup`: scan, skip what is unchanged, send the rest, write a snapshot.
+
+Small files: encrypted one by one (convergent) into the aggregator, which
+codes bundles and fills one tar per destination node; each sealed tar is one
+STORE. Large files: one segment in flight per file, the next one prepared in
+the pool meanwhile (a window of two: measured in tools/bench). Everything that
+lands is written to the local index as it lands, so an interrupted run can
+be run again and sends only what is missing.
+"""
+import logging
+import os
+import time
+
+import blake3
+from twisted.internet import defer
+
+from aggregator.aggregator import Aggregator
+from aggregator.policy import FlushPolicy
+from flud.client import manifest as manifests
+from flud.client.scan import scan
+from flud.client.segments import challenges_for, prepare_segment, store_segment
+from flud.coding import SegmentCoder
+from flud.crypto import content_digest, convergent_key, encrypt_ctr
+from flud.protocol.messages import KIND_ARCHIVE
+
+log = logging.getLogger("flud.client")
+
+SMALL_BATCH = 256            # small files prepared per pool call
+MAX_TARS_IN_FLIGHT = 16
+EMPTY = {"t": "E", "size": 0}
+
+
+class FileChanged(Exception):
+    pass
+
+
+def _read_small(entry):
+    with open(entry.path, "rb") as f:
+        data = f.read(entry.size + 1)
+    st = os.stat(entry.path)
+    if len(data) != entry.size or st.st_mtime_ns != entry.mtime_ns:
+        raise FileChanged(f"{entry.path} changed while it was read")
+    return data
+
+
+def _prepare_small_batch(secret, batch):
+    """[(entry, content_id, key, ciphertext | None, error)] — off the reactor."""
+    out = []
+    for entry in batch:
+        try:
+            data = _read_small(entry)
+        except (OSError, FileChanged) as err:
+            out.append((entry, None, None, None, _why(err)))
+            continue
+        digest = content_digest(data)
+        key = convergent_key(secret, digest)
+        out.append((entry, digest.hex(), key, encrypt_ctr(key, data), None))
+    return out
+
+
+def _why(err) -> str:
+    if isinstance(err, OSError):
+        return f"cannot read: {err.strerror or err}"
+    return str(err)
+
+
+class Backup:
+    def __init__(self, reactor, home, network, pool, monitor, progress, clock=time.monotonic):
+        self.reactor = reactor
+        self.home = home
+        self.index = home.index
+        self.network = network
+        self.pool = pool
+        self.monitor = monitor
+        self.progress = progress
+        self.clock = clock
+        cfg = home.config
+        self.k, self.n = cfg["k"], cfg["n"]
+        self.extra = cfg["extra_shares"]
+        self.segment_size = cfg["segment_size"]
+        self.policy = FlushPolicy(small_file_limit=cfg["small_file_limit"])
+        self.coder = SegmentCoder(self.k, self.n + self.extra)
+        self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
+        self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
+        self.skipped = []
+        self._new_contents = {}     # content id -> record, this run
+        self._pending_small = {}    # content id -> file key hex, waiting for its bundle
+        self._bundles = {}          # bundle id hex -> record
+        self._challenges = {}
+        self._tars_in_flight = []
+        self._tar_slots = defer.DeferredSemaphore(MAX_TARS_IN_FLIGHT)
+
+    # ---- the run --------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def run(self, paths, excludes=()):
+        started = self.clock()
+        found = scan(paths, excludes)
+        for path, why in found.skipped:
+            self._skip(path, why)
+        states = self.index.file_states()
+        known = self.index.known_contents()
+        files, unchanged_rows = [], []
+        content_of = {}
+        for entry in found.files:
+            state = states.get(entry.path)
+            if state and state[:4] == (entry.size, entry.mtime_ns, entry.ctime_ns, entry.inode) \
+                    and state[4] in known:
+                content_of[entry.path] = state[4]
+                self.summary["unchanged"] += 1
+            else:
+                files.append(entry)
+                self.summary["changed" if state else "new"] += 1
+        self.progress.start(len(files), sum(e.size for e in files))
+        self.aggregator = self._new_aggregator()
+        small = [e for e in files if 0 < e.size < self.policy.small_file_limit]
+        large = [e for e in files if e.size >= self.policy.small_file_limit]
+        for entry in files:
+            if entry.size == 0:
+                content_of[entry.path] = self._remember("empty", EMPTY)
+                self.progress.file_done(0)
+        for start in range(0, len(small), SMALL_BATCH):
+            prepared = yield self.pool.run(_prepare_small_batch, self.home.secret,
+                                           small[start:start + SMALL_BATCH])
+            yield self._add_small(prepared, content_of, known)
+        for entry in large:
+            try:
+                content_of[entry.path] = yield self._large(entry, known)
+            except (OSError, FileChanged) as err:
+                self._skip(entry.path, _why(err))
+        self.aggregator.flush()
+        yield self._send_sealed()
+        yield defer.gatherResults(self._tars_in_flight, consumeErrors=True)
+        self._finish_bundles()
+        self._save_contents()
+        self.index.record_files(
+            (e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, content_of[e.path])
+            for e in found.files if e.path in content_of)
+        entries = manifests.entries_for(found, content_of, paths)
+        snapshot = yield manifests.publish(self, entries, paths, started)
+        self.progress.finish()
+        return snapshot
+
+    # ---- small files ------------------------------------------------------------
+
+    def _new_aggregator(self):
+        k, n = self.k, self.n
+        coder = SegmentCoder(k, n)
+
+        def encode(blocks):
+            return coder.encode_blocks(blocks)
+
+        def place(bundle_id, count):
+            return [nid.hex() for nid in self.network.place(bundle_id, count)]
+
+        return Aggregator(self.policy, k, n, encode=encode,
+                          hash=lambda b: blake3.blake3(b).digest(), place=place,
+                          clock=self.clock, spares=2)
+
+    @defer.inlineCallbacks
+    def _add_small(self, prepared, content_of, known):
+        for entry, content_id, key, ciphertext, error in prepared:
+            if error is not None:
+                self._skip(entry.path, error)
+                continue
+            content_of[entry.path] = content_id
+            self.counters["bytes_read"] += entry.size
+            self.progress.file_done(entry.size)
+            if content_id in known or content_id in self._new_contents \
+                    or content_id in self._pending_small:
+                self.summary["dedup"] += 1
+                continue
+            self._pending_small[content_id] = (key.hex(), entry.size)
+            self.aggregator.add(content_id, ciphertext)
+            while self.aggregator.must_drain():
+                yield self._send_sealed()
+                if self.aggregator.must_drain():
+                    yield self._wait_one_tar()
+        yield self._send_sealed()
+
+    def _send_sealed(self):
+        for tar in self.aggregator.take_sealed():
+            self._challenges.update(_tar_challenges(self.home.secret, tar))
+            d = self._tar_slots.run(self._store_tar, tar)
+            self._tars_in_flight.append(d)
+            d.addBoth(self._tar_finished, d)
+        return defer.succeed(None)
+
+    def _tar_finished(self, result, d):
+        if d in self._tars_in_flight:
+            self._tars_in_flight.remove(d)
+        return result
+
+    def _wait_one_tar(self):
+        if not self._tars_in_flight:
+            return defer.succeed(None)
+        return defer.DeferredList(list(self._tars_in_flight), fireOnOneCallback=True,
+                                  fireOnOneErrback=True, consumeErrors=True)
+
+    @defer.inlineCallbacks
+    def _store_tar(self, tar):
+        node_id = bytes.fromhex(tar.node)
+        try:
+            yield self.network.call(node_id, "store", tar.key, tar.data, KIND_ARCHIVE)
+        except Exception as err:
+            log.warning("a tar for node %s failed (%s); moving its shares", tar.node[:12], err)
+            self.network.mark_failed(node_id)
+            moves = self.aggregator.replace(tar)
+            self._apply_moves(moves)
+            yield self._send_sealed()
+            return
+        self.aggregator.confirm(tar)
+        self.counters["bytes_sent"] += len(tar.data)
+        self.counters["stores"] += 1
+        self.counters["tars"] += 1
+        self._collect_bundles()
+
+    def _collect_bundles(self):
+        for record in self.aggregator.take_bundles():
+            self._bundles[record.bundle_id.hex()] = {
+                "len": record.length, "k": record.k, "n": record.n, "bl": record.block_length,
+                "shares": [[s.index, s.key.hex(), s.node] for s in record.shares],
+                "files": [[f.file_id, f.offset, f.length] for f in record.files]}
+
+    def _apply_moves(self, moves):
+        self._collect_bundles()
+        for move in moves:
+            bundle = self._bundles.get(move.bundle_id.hex())
+            if bundle is None:
+                continue
+            for share in bundle["shares"]:
+                if share[0] == move.index:
+                    share[2] = move.to_node
+
+    def _finish_bundles(self):
+        self._collect_bundles()
+        for bundle_id, bundle in self._bundles.items():
+            for content_id, offset, length in bundle.pop("files"):
+                key_hex, size = self._pending_small.pop(content_id)
+                self._new_contents[content_id] = {"t": "S", "size": size, "key": key_hex,
+                                                  "b": bundle_id, "o": offset, "l": length}
+
+    # ---- large files --------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _large(self, entry, known):
+        transfer = self.monitor.transfer("upload", entry.path)
+        segments = []
+        try:
+            with open(entry.path, "rb") as f:
+                digest = yield self.pool.run(_hash_file, f)
+                content_id = digest.hex()
+                if content_id in known or content_id in self._new_contents:
+                    self.summary["dedup"] += 1
+                    self.progress.file_done(entry.size)
+                    return content_id
+                f.seek(0)
+                ahead = self.pool.run(self._read_prepare, f)
+                while True:
+                    prep = yield ahead
+                    if prep is None:
+                        break
+                    transfer.hold(prep.buffered, "segment")
+                    ahead = self.pool.run(self._read_prepare, f)
+                    shares = yield store_segment(self.network, prep, self.n, self.counters)
+                    self._challenges.update(prep.challenges)
+                    segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
+                    transfer.release(prep.buffered, "segment")
+                    self.counters["bytes_read"] += prep.length
+                    self.progress.bytes_done(prep.length)
+            st = os.stat(entry.path)
+            if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
+                raise FileChanged(f"{entry.path} changed while it was backed up")
+        finally:
+            transfer.close()
+        self.progress.file_done(0)
+        return self._remember(content_id, {"t": "L", "size": entry.size, "segs": segments})
+
+    def _read_prepare(self, f):
+        data = f.read(self.segment_size)
+        if not data:
+            return None
+        return prepare_segment(self.home.secret, self.coder, data)
+
+    def _remember(self, content_id, record):
+        self._new_contents[content_id] = record
+        return content_id
+
+    def _save_contents(self):
+        self.index.add_bundles(self._bundles.items())
+        self.index.add_contents(self._new_contents.items())
+        if self._challenges:
+            stored = self.index.get_meta("challenges", {})
+            stored.update(self._challenges)
+            self.index.set_meta("challenges", stored)
+
+    def _skip(self, path, why):
+        self.summary["skipped"] += 1
+        self.skipped.append((path, why))
+        self.progress.warn(f"skipped {path}: {why}")
+
+
+def _hash_file(f, chunk=4 * 1024 * 1024):
+    import hashlib
+    h = hashlib.sha256()
+    while True:
+        data = f.read(chunk)
+        if not data:
+            return h.digest()
+        h.update(data)
+
+
+def _tar_challenges(secret, tar):
+    view = memoryview(tar.data)
+    return {m.member_key.hex(): challenges_for(secret, m.member_key,
+                                                view[m.data_offset:m.data_offset + m.length])
+            for m in tar.members}

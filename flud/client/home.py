@@ -1,0 +1,87 @@
+"""A client home: key pair, user secret, config, local index.
+
+    identity.pem  the client's P-256 key (0600): its owner id on every node
+    secret.key    32 random bytes (0600): convergent keys, manifest keys
+    config.json   coding parameters and how to find the nodes
+    index.sqlite  the local index
+"""
+import json
+import os
+
+from flud.client.index import ClientIndex
+from flud.crypto import new_user_secret
+from flud.keys import Identity, write_private_file
+
+DEFAULTS = {
+    "version": 1,
+    "k": 4,
+    "n": 8,
+    "extra_shares": 1,            # long-tail cut: start n+1 STOREs, keep the first n
+    "segment_size": 1024 * 1024,
+    "small_file_limit": 1024 * 1024,
+    "bootstrap": [],              # [[host, port], ...]
+    "testnet": None,              # a testnet directory to read node addresses from
+}
+
+
+class HomeError(Exception):
+    pass
+
+
+class ClientHome:
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        config_path = os.path.join(self.path, "config.json")
+        if not os.path.exists(config_path):
+            raise HomeError(f"{self.path} is not a flud client home: run "
+                            f"`flud init --home {path} --testnet DIR` first")
+        with open(config_path) as f:
+            self.config = {**DEFAULTS, **json.load(f)}
+        self.identity = Identity.load_or_create(self.path)
+        with open(os.path.join(self.path, "secret.key"), "rb") as f:
+            self.secret = f.read()
+        self._index = None
+
+    @property
+    def index(self) -> ClientIndex:
+        if self._index is None:
+            self._index = ClientIndex(os.path.join(self.path, "index.sqlite"))
+        return self._index
+
+    def bootstrap(self) -> list:
+        """Addresses to ask for the member list, freshest first."""
+        addresses = []
+        testnet = self.config.get("testnet")
+        if testnet:
+            path = os.path.join(testnet, "testnet.json")
+            try:
+                with open(path) as f:
+                    addresses += [(n["host"], n["port"]) for n in json.load(f)["nodes"]]
+            except FileNotFoundError:
+                pass
+        addresses += [tuple(a) for a in self.config.get("bootstrap", [])]
+        return addresses
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+
+def create_home(path: str, testnet=None, join=None, identity=None, secret=None,
+                overrides=None) -> ClientHome:
+    path = os.path.abspath(path)
+    if os.path.exists(os.path.join(path, "config.json")):
+        raise HomeError(f"{path} already holds a flud client home; use another --home")
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o700)
+    identity = identity or Identity.generate()
+    identity.save(os.path.join(path, "identity.pem"))
+    write_private_file(os.path.join(path, "secret.key"), secret or new_user_secret())
+    config = dict(DEFAULTS)
+    config.update(overrides or {})
+    config["testnet"] = os.path.abspath(testnet) if testnet else None
+    config["bootstrap"] = [list(join)] if join else []
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    return ClientHome(path)

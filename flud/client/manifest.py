@@ -1,0 +1,161 @@
+"""The manifest (the "master file list") and the root record that finds it.
+
+A manifest holds everything a restore needs: every entry (path, kind, mode,
+mtime, size), where each content is, the bundles, the VERIFY challenges, and
+the list of earlier snapshots. It is JSON, zlib-compressed, sealed with
+AES-GCM under a key derived from the user secret, then stored like a large
+file (segments, k-of-n). The root record, also sealed, points to the newest
+manifest; it is put on the nodes that rank highest for this client, and a
+client that lost everything asks every node for it (ROOT_GET).
+"""
+import json
+import os
+import time
+import zlib
+
+from twisted.internet import defer
+
+from flud.client.placement import rank
+from flud.client.segments import fetch_segment, prepare_segment, store_segment
+from flud.crypto import derive_key, open_sealed, seal
+
+MANIFEST_VERSION = 1
+ROOT_COPIES_EXTRA = 2
+
+
+class ManifestMissing(Exception):
+    pass
+
+
+def _root_names(roots) -> list:
+    """Top-level names under DEST: the roots' base names, made unique."""
+    names, seen = [], set()
+    for i, root in enumerate(roots):
+        name = os.path.basename(os.path.abspath(root).rstrip("/")) or "root"
+        if name in seen:
+            name = f"{name}-{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def entries_for(found, content_of, roots) -> list:
+    """[relpath, kind, mode, mtime_ns, size, content id or link target]."""
+    bases = [(os.path.abspath(r), n) for r, n in zip(roots, _root_names(roots))]
+    entries = []
+    for e in found.entries:
+        if e.kind == "file" and e.path not in content_of:
+            continue  # skipped while reading
+        for base, name in bases:
+            if e.path == base or e.path.startswith(base + os.sep):
+                rel = os.path.join(name, os.path.relpath(e.path, base)) if e.path != base else name
+                break
+        else:
+            continue
+        last = content_of.get(e.path, "") if e.kind == "file" else e.target
+        entries.append([os.path.normpath(rel), e.kind, e.mode, e.mtime_ns, e.size, last])
+    return entries
+
+
+def _seal_json(secret, purpose, value) -> bytes:
+    raw = zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
+    return seal(derive_key(secret, purpose), raw)
+
+
+def _open_json(secret, purpose, blob):
+    return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
+
+
+@defer.inlineCallbacks
+def publish(backup, entries, roots, started):
+    """Build, store and point to the manifest of this run; returns the summary."""
+    index, secret = backup.home.index, backup.home.secret
+    contents, bundles = {}, {}
+    for entry in entries:
+        if entry[1] == "file" and entry[5] not in contents:
+            record = backup._new_contents.get(entry[5]) or index.content(entry[5])
+            contents[entry[5]] = record
+            if record["t"] == "S" and record["b"] not in bundles:
+                bundles[record["b"]] = backup._bundles.get(record["b"]) or index.bundle(record["b"])
+    previous = index.snapshots()
+    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
+    challenges = index.get_meta("challenges", {})
+    manifest = {
+        "version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": time.time(),
+        "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n,
+        "extra": backup.extra, "entries": entries, "contents": contents, "bundles": bundles,
+        "challenges": {k: v for k, v in challenges.items() if k in _share_keys(contents, bundles)},
+        "history": [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
+                    for s in previous],
+    }
+    blob = _seal_json(secret, "manifest", manifest)
+    segments = []
+    for start in range(0, len(blob), backup.segment_size):
+        prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
+                                     blob[start:start + backup.segment_size])
+        shares = yield store_segment(backup.network, prep, backup.n, backup.counters)
+        segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
+    manifest_ref = {"size": len(blob), "segs": segments}
+    yield put_root(backup.network, secret, backup.n,
+                   {"snapshot": snapshot_id, "manifest": manifest_ref, "created": manifest["created"]})
+    files = sum(1 for e in entries if e[1] == "file")
+    size = sum(e[4] for e in entries if e[1] == "file")
+    elapsed = backup.clock() - started
+    summary = {"files": files, "bytes": size, "elapsed": elapsed, "manifest_ref": manifest_ref,
+               **backup.summary, **backup.counters}
+    index.add_snapshot(snapshot_id, manifest["created"], summary, manifest)
+    return {"snapshot": snapshot_id, **summary}
+
+
+def _share_keys(contents, bundles) -> set:
+    keys = set()
+    for record in contents.values():
+        for seg in record.get("segs", ()):
+            keys.update(s[1] for s in seg[3])
+    for bundle in bundles.values():
+        keys.update(s[1] for s in bundle["shares"])
+    return keys
+
+
+@defer.inlineCallbacks
+def put_root(network, secret, n, root):
+    record = _seal_json(secret, "root", root)
+    targets = rank(network.client_id + b"root", network.alive_ids())[:n + ROOT_COPIES_EXTRA]
+    results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
+                                       consumeErrors=True)
+    if not any(ok for ok, _ in results):
+        raise ManifestMissing("no node accepted the root record; the snapshot is stored "
+                              "but cannot be found from the key alone. Run the backup again.")
+
+
+@defer.inlineCallbacks
+def find_root(network, secret):
+    """Ask every node for our root record; the newest one that opens wins."""
+    ids = network.alive_ids()
+    results = yield defer.DeferredList([network.call(t, "root_get") for t in ids],
+                                       consumeErrors=True)
+    best = None
+    for ok, blob in results:
+        if not ok:
+            continue
+        try:
+            root = _open_json(secret, "root", blob)
+        except Exception:
+            continue  # not ours or damaged: the GCM tag says so
+        if best is None or root["snapshot"] > best["snapshot"]:
+            best = root
+    if best is None:
+        raise ManifestMissing(
+            "no node holds a manifest for this key. Check that you imported the right key "
+            "and that the nodes you joined are the ones you backed up to.")
+    return best
+
+
+@defer.inlineCallbacks
+def fetch_manifest(network, pool, coder, secret, manifest_ref):
+    parts = []
+    for key_hex, length, block_length, shares in manifest_ref["segs"]:
+        record = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
+        data = yield fetch_segment(network, pool, coder, secret, record)
+        parts.append(data)
+    return _open_json(secret, "manifest", b"".join(parts))
