@@ -44,7 +44,9 @@ def challenges_for(secret: bytes, key: bytes, share) -> list:
     size = len(share)
     for i in range(CHALLENGES_PER_SHARE):
         nonce = challenge_nonce(secret, key, i)
-        span = min(size, CHALLENGE_SPAN)
+        # The first challenge covers the whole share (catches any corruption);
+        # later ones a random span (cheap spot checks).
+        span = size if i == 0 else min(size, CHALLENGE_SPAN)
         offset = int.from_bytes(nonce[:8], "big") % (size - span + 1) if size else 0
         expected = blake3.blake3(nonce + bytes(share[offset:offset + span])).digest()
         out.append([offset, span, expected[:16].hex()])

@@ -1,0 +1,161 @@
+"""Client subcommands: init, key, backup, ls, restore, verify."""
+import getpass
+import os
+import sys
+import time
+
+EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
+
+
+def add_client_commands(sub) -> None:
+    init = sub.add_parser("init", help="create a client home")
+    init.add_argument("--home", required=True)
+    where = init.add_mutually_exclusive_group(required=True)
+    where.add_argument("--testnet", metavar="DIR", help="a local testnet directory")
+    where.add_argument("--join", metavar="HOST:PORT", help="any node of the network")
+    init.add_argument("--import-key", metavar="FILE", help="a key exported with `flud key export`")
+    init.add_argument("--k", type=int, help="shares needed to restore (default 4)")
+    init.add_argument("--n", type=int, help="shares stored per segment (default 8)")
+    init.add_argument("--segment-size", type=int, help="bytes per segment (default 1 MiB)")
+    init.set_defaults(handler=cmd_init)
+
+    key = sub.add_parser("key", help="export the key for safekeeping").add_subparsers(
+        dest="action", required=True)
+    export = key.add_parser("export", help="write the key, protected by a passphrase")
+    export.add_argument("--home", required=True)
+    export.add_argument("file")
+    export.set_defaults(handler=cmd_key_export)
+
+    backup = sub.add_parser("backup", help="back up directories")
+    backup.add_argument("paths", nargs="+")
+    backup.add_argument("--home", required=True)
+    backup.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    backup.add_argument("--memory-log", metavar="FILE")
+    backup.set_defaults(handler=cmd_backup)
+
+    ls = sub.add_parser("ls", help="list snapshots, or the files of one")
+    ls.add_argument("path", nargs="?")
+    ls.add_argument("--home", required=True)
+    ls.add_argument("--snapshot", type=int)
+    ls.set_defaults(handler=cmd_ls)
+
+    restore = sub.add_parser("restore", help="restore a snapshot")
+    restore.add_argument("paths", nargs="*", help="parts of the snapshot (default: all)")
+    restore.add_argument("--home", required=True)
+    restore.add_argument("--to", required=True, metavar="DEST")
+    restore.add_argument("--snapshot", type=int)
+    restore.add_argument("--memory-log", metavar="FILE")
+    restore.set_defaults(handler=cmd_restore)
+
+    verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
+    verify.add_argument("--home", required=True)
+    verify.add_argument("--sample", type=float, default=1.0, metavar="FRACTION")
+    verify.add_argument("--snapshot", type=int)
+    verify.set_defaults(handler=cmd_verify)
+
+
+def _passphrase(prompt: str) -> str:
+    env = os.environ.get("FLUD_PASSPHRASE")
+    if env is not None:
+        return env
+    if not sys.stdin.isatty():
+        raise SystemExit("no passphrase: set FLUD_PASSPHRASE or run in a terminal")
+    return getpass.getpass(prompt)
+
+
+def cmd_init(args) -> int:
+    from flud.client.home import HomeError, create_home
+    from flud.errors import FludError
+    from flud.keys import import_secret_bundle
+    from flud.node.run import parse_address
+
+    identity = secret = None
+    if args.import_key:
+        try:
+            with open(args.import_key, "rb") as f:
+                blob = f.read()
+            identity, secret = import_secret_bundle(blob, _passphrase("passphrase: "))
+        except FileNotFoundError:
+            print(f"error: no key file at {args.import_key}", file=sys.stderr)
+            return EXIT_ERROR
+        except FludError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_ERROR
+    overrides = {k: v for k, v in (("k", args.k), ("n", args.n),
+                                   ("segment_size", args.segment_size)) if v}
+    if overrides.get("k", 4) > overrides.get("n", 8):
+        print("error: k must not exceed n", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        join = parse_address(args.join) if args.join else None
+        home = create_home(args.home, testnet=args.testnet, join=join, identity=identity,
+                           secret=secret, overrides=overrides)
+    except (HomeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"client home {home.path} ready: client id {home.identity.node_id_hex[:16]}, "
+          f"k={home.config['k']} n={home.config['n']}")
+    if not args.import_key:
+        print(f"keep a copy of your key: flud key export --home {args.home} FILE")
+    return EXIT_OK
+
+
+def cmd_key_export(args) -> int:
+    from flud.client.home import ClientHome
+    from flud.keys import export_secret_bundle, write_private_file
+
+    home = ClientHome(args.home)
+    passphrase = _passphrase("passphrase to protect the key: ")
+    if len(passphrase) < 8:
+        print("error: use a passphrase of at least 8 characters", file=sys.stderr)
+        return EXIT_ERROR
+    write_private_file(args.file, export_secret_bundle(home.identity, home.secret, passphrase))
+    print(f"key written to {args.file} (mode 0600); restore with "
+          f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
+    return EXIT_OK
+
+
+def cmd_ls(args) -> int:
+    from flud.client.home import ClientHome
+
+    home = ClientHome(args.home)
+    snapshots = home.index.snapshots()
+    if args.snapshot is None and not args.path:
+        if not snapshots:
+            print("no snapshots in the local index (after a total loss, `flud restore` "
+                  "fetches the manifest from the network)")
+        for s in snapshots:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))
+            print(f"snapshot {s['id']:>4}  {when}  {s['files']:>7} files  {s['bytes']:>14} bytes")
+        return EXIT_OK
+    if not snapshots:
+        print("no snapshots yet", file=sys.stderr)
+        return EXIT_ERROR
+    sid = args.snapshot or snapshots[-1]["id"]
+    manifest = home.index.manifest(sid)
+    if manifest is None:
+        print(f"error: no snapshot {sid}", file=sys.stderr)
+        return EXIT_ERROR
+    prefix = (args.path or "").strip("/")
+    for rel, kind, mode, mtime_ns, size, last in manifest["entries"]:
+        if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
+        extra = f" -> {last}" if kind == "symlink" else ""
+        print(f"{kind[0]} {mode:04o} {size:>12} {when} {rel}{extra}")
+    return EXIT_OK
+
+
+def cmd_backup(args) -> int:
+    from flud.client.session import run_client
+    return run_client(args, "backup")
+
+
+def cmd_restore(args) -> int:
+    from flud.client.session import run_client
+    return run_client(args, "restore")
+
+
+def cmd_verify(args) -> int:
+    from flud.client.session import run_client
+    return run_client(args, "verify")

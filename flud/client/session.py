@@ -1,0 +1,178 @@
+"""One client run under a reactor: set up, do the job, print the summary."""
+import logging
+import sys
+
+from twisted.internet import defer
+
+from flud.client.commands import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.client.progress import human_bytes
+
+log = logging.getLogger("flud.client")
+
+
+class UserError(Exception):
+    """Ends the run with a message that says what to do."""
+
+
+def run_client(args, job: str) -> int:
+    from flud.client.home import ClientHome, HomeError
+    from flud.testnet_query import run_reactor
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        home = ClientHome(args.home)
+    except HomeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return run_reactor(lambda reactor: _job(reactor, home, args, job))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        home.close()
+
+
+@defer.inlineCallbacks
+def _job(reactor, home, args, job):
+    from flud.client.network import Network, NotEnoughNodes
+    from flud.client.progress import Progress
+    from flud.memory import MemoryMonitor
+    from flud.workers import CPUPool
+
+    monitor = MemoryMonitor()
+    monitor.sample()
+    monitor.mark_static()
+    if getattr(args, "memory_log", None):
+        monitor.open_log(args.memory_log)
+    monitor.start_sampling(reactor)
+    pool = CPUPool(reactor, size=2)
+    network = Network(reactor, home.path, home.bootstrap())
+    progress = Progress(job)
+    try:
+        try:
+            count = yield network.discover()
+        except NotEnoughNodes as err:
+            raise UserError(str(err))
+        if count < home.config["n"] and job == "backup":
+            raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
+                            f"that many distinct nodes. Start more nodes or init with a lower --n.")
+        runner = {"backup": _backup, "restore": _restore, "verify": _verify}[job]
+        code = yield runner(reactor, home, network, pool, monitor, progress, args)
+    finally:
+        monitor.sample()
+        monitor.stop_sampling()
+        monitor.close_log()
+        network.close()
+        pool.stop()
+    return code
+
+
+def _memory_line(monitor) -> str:
+    snap = monitor.snapshot()
+    return (f"memory: peak per transfer {human_bytes(snap['peak_transfer_bytes'])}, "
+            f"process peak RSS {human_bytes(snap['peak_rss'])} "
+            f"(static {human_bytes(snap['static_rss'])})")
+
+
+@defer.inlineCallbacks
+def _backup(reactor, home, network, pool, monitor, progress, args):
+    from flud.client.backup import Backup
+    from flud.client.segments import StoreFailed
+
+    job = Backup(reactor, home, network, pool, monitor, progress)
+    try:
+        result = yield job.run(args.paths, args.exclude)
+    except StoreFailed as err:
+        raise UserError(f"{err}. Nothing that landed is lost: run the backup again.")
+    s = result
+    rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
+    print(f"snapshot {s['snapshot']}: {s['files']} files "
+          f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
+          f"{s['skipped']} skipped, {s['dedup']} deduplicated)")
+    print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
+          f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
+          f"{human_bytes(rate)}/s")
+    print(_memory_line(monitor))
+    for path, why in job.skipped[:20]:
+        print(f"  skipped {path}: {why}")
+    return EXIT_SKIPPED if s["skipped"] else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _manifest_for(home, network, pool, snapshot):
+    from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
+    from flud.coding import SegmentCoder
+
+    if snapshot is None:
+        snaps = home.index.snapshots()
+        if snaps:
+            return home.index.manifest(snaps[-1]["id"])
+    elif home.index.manifest(snapshot) is not None:
+        return home.index.manifest(snapshot)
+    try:
+        root = yield find_root(network, home.secret)
+    except ManifestMissing as err:
+        raise UserError(str(err))
+    coder = SegmentCoder(home.config["k"], home.config["n"] + home.config["extra_shares"])
+    manifest = yield fetch_manifest(network, pool, coder, home.secret, root["manifest"])
+    if snapshot is not None and snapshot != manifest["snapshot"]:
+        older = {h["id"]: h["manifest"] for h in manifest["history"]}
+        if not older.get(snapshot):
+            raise UserError(f"no snapshot {snapshot}; the newest is {manifest['snapshot']}")
+        manifest = yield fetch_manifest(network, pool, coder, home.secret, older[snapshot])
+    return manifest
+
+
+@defer.inlineCallbacks
+def _restore(reactor, home, network, pool, monitor, progress, args):
+    from flud.client.restore import Restore, RestoreError
+
+    manifest = yield _manifest_for(home, network, pool, args.snapshot)
+    if manifest is None:
+        raise UserError("no snapshot to restore: back something up first")
+    job = Restore(reactor, home, network, pool, monitor, progress, manifest)
+    start = reactor.seconds()
+    try:
+        s = yield job.run(args.to, args.paths)
+    except RestoreError as err:
+        raise UserError(str(err))
+    elapsed = reactor.seconds() - start
+    print(f"restored snapshot {manifest['snapshot']} to {args.to}: {s['files']} files, "
+          f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
+          f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
+          f"{s['retrieves']} RETRIEVEs")
+    if s["beside"]:
+        print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
+    for node_hex, key_hex, why in job.bad_shares[:20]:
+        print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
+    print(_memory_line(monitor))
+    if s["failed"]:
+        for rel, why in job.failed[:20]:
+            print(f"  failed {rel}: {why}")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+@defer.inlineCallbacks
+def _verify(reactor, home, network, pool, monitor, progress, args):
+    from flud.client.verify import verify
+
+    manifest = yield _manifest_for(home, network, pool, args.snapshot)
+    if manifest is None:
+        raise UserError("no snapshot to verify: back something up first")
+    round_number = home.index.get_meta("verify_round", 0)
+    per_node, bad = yield verify(network, home.secret, manifest, round_number, args.sample)
+    home.index.set_meta("verify_round", round_number + 1)
+    print(f"{'node':12} {'confirmed':>9} {'missing':>7} {'corrupt':>7} {'unreachable':>11}")
+    totals = {"confirmed": 0, "missing": 0, "corrupt": 0, "unreachable": 0}
+    for node_hex, counts in sorted(per_node.items()):
+        print(f"{node_hex[:12]} {counts['confirmed']:>9} {counts['missing']:>7} "
+              f"{counts['corrupt']:>7} {counts['unreachable']:>11}")
+        for key in totals:
+            totals[key] += counts[key]
+    print(f"{'total':12} {totals['confirmed']:>9} {totals['missing']:>7} "
+          f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
+    for node_hex, key_hex, what in bad[:20]:
+        print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
+    return EXIT_OK if not bad else EXIT_SKIPPED

@@ -1,0 +1,72 @@
+"""`flud verify`: challenge the holders of this user's shares.
+
+Each share has precomputed challenges (nonce from the user secret, a range,
+the expected digest) recorded in the manifest, so verifying needs neither the
+files nor a download, and works after a total-loss restore.
+"""
+import random
+
+from twisted.internet import defer
+
+from flud.client.segments import challenge_nonce
+from flud.protocol.errors import ErrorCode, RemoteError
+
+IN_FLIGHT = 128
+
+
+def share_locations(manifest) -> list:
+    """[(share key hex, node hex)] for every share the snapshot uses."""
+    out = {}
+    for record in manifest["contents"].values():
+        for seg in record.get("segs", ()):
+            for _, key_hex, node_hex in seg[3]:
+                out[key_hex] = node_hex
+    for bundle in manifest["bundles"].values():
+        for _, key_hex, node_hex in bundle["shares"]:
+            out[key_hex] = node_hex
+    return sorted(out.items())
+
+
+@defer.inlineCallbacks
+def verify(network, secret, manifest, round_number, sample=1.0, rng=None):
+    rng = rng or random.Random()
+    shares = share_locations(manifest)
+    if sample < 1.0:
+        shares = rng.sample(shares, max(1, int(len(shares) * sample))) if shares else []
+    per_node = {}
+    slots = defer.DeferredSemaphore(IN_FLIGHT)
+    bad = []
+
+    def tally(node_hex, what):
+        per_node.setdefault(node_hex, {"confirmed": 0, "missing": 0, "corrupt": 0,
+                                       "unreachable": 0})[what] += 1
+
+    @defer.inlineCallbacks
+    def check(key_hex, node_hex):
+        challenges = manifest["challenges"].get(key_hex)
+        if not challenges:
+            return
+        index = round_number % len(challenges)
+        offset, length, expected = challenges[index]
+        key = bytes.fromhex(key_hex)
+        nonce = challenge_nonce(secret, key, index)
+        try:
+            digest = yield network.call(bytes.fromhex(node_hex), "verify", key, nonce,
+                                        offset, length)
+        except RemoteError as err:
+            what = "missing" if err.code == ErrorCode.NOT_FOUND else "corrupt"
+            tally(node_hex, what)
+            bad.append((node_hex, key_hex, what))
+            return
+        except Exception:
+            tally(node_hex, "unreachable")
+            bad.append((node_hex, key_hex, "unreachable"))
+            return
+        if digest[:16].hex() == expected:
+            tally(node_hex, "confirmed")
+        else:
+            tally(node_hex, "corrupt")
+            bad.append((node_hex, key_hex, "corrupt"))
+
+    yield defer.gatherResults([slots.run(check, k, n) for k, n in shares], consumeErrors=True)
+    return per_node, bad
