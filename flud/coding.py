@@ -1,0 +1,192 @@
+"""k-of-n erasure coding (zfec), systematic, with byte-range decoding.
+
+Data (a segment or a sealed bundle) is split into k equal blocks, the last
+zero padded; share i < k is block i itself, shares k..n-1 are zfec parity.
+Any k shares rebuild the data.
+
+zfec works byte by byte: byte j of every share depends only on byte j of the
+k blocks. So the same range [a, b) taken from any k shares decodes to the
+range [a, b) of every block, which is how a small file inside a bundle is
+restored without fetching whole shares (see docs/DESIGN.md).
+
+zfec is imported inside the functions that use it: a storage node never codes.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, Sequence
+
+from flud.errors import BadCodingParameters, BadShares, NotEnoughShares
+
+__all__ = [
+    "SegmentCoder",
+    "Piece",
+    "locate",
+    "MAX_SHARES",
+    "BadCodingParameters",
+    "BadShares",
+    "NotEnoughShares",
+]
+
+MAX_SHARES = 256  # zfec works in GF(2^8)
+
+Buffer = bytes | bytearray | memoryview
+
+
+class Piece(NamedTuple):
+    """Bytes [start, end) of primary block `block_index`."""
+
+    block_index: int
+    start: int
+    end: int
+
+
+def locate(offset: int, length: int, block_length: int) -> list[Piece]:
+    """Where bytes [offset, offset+length) of the original data lie in the blocks.
+
+    One piece per block touched, in order; a range can straddle blocks.
+    """
+    if offset < 0 or length < 0:
+        raise ValueError(f"offset and length must be >= 0, got {offset}, {length}")
+    if length == 0:
+        return []
+    if block_length <= 0:
+        raise ValueError(f"cannot locate {length} bytes in blocks of {block_length} bytes")
+    pieces = []
+    position, stop = offset, offset + length
+    while position < stop:
+        block_index, start = divmod(position, block_length)
+        end = min(block_length, start + (stop - position))
+        pieces.append(Piece(block_index, start, end))
+        position += end - start
+    return pieces
+
+
+class SegmentCoder:
+    """A k-of-n systematic zfec code; holds no data, safe to share between threads."""
+
+    def __init__(self, k: int, n: int):
+        if not (isinstance(k, int) and isinstance(n, int)) or not 1 <= k <= n <= MAX_SHARES:
+            raise BadCodingParameters(
+                f"erasure code needs 1 <= k <= n <= {MAX_SHARES}, got k={k!r}, n={n!r}"
+            )
+        self.k = k
+        self.n = n
+        self._encoder = None
+        self._decoder = None
+
+    def __repr__(self) -> str:
+        return f"SegmentCoder(k={self.k}, n={self.n})"
+
+    def block_length(self, data_length: int) -> int:
+        """Length of every block and share for data of this length: ceil(len / k)."""
+        return -(-data_length // self.k)
+
+    # --- encoding -----------------------------------------------------------
+
+    def encode(self, data: Buffer) -> tuple[int, list[memoryview]]:
+        """Returns (block_length, n shares).
+
+        Shares are read-only memoryviews: the primary ones are views into
+        `data` (no copy, so do not change `data` while they are in use), only
+        the zero-padded last block and the parity are new buffers. Use
+        bytes(share) where a real bytes object is needed.
+        """
+        view = memoryview(data).cast("B").toreadonly()
+        block_length = self.block_length(len(view))
+        blocks = [view[i * block_length : (i + 1) * block_length] for i in range(self.k)]
+        for i, block in enumerate(blocks):
+            if len(block) < block_length:
+                padded = bytearray(block_length)
+                padded[: len(block)] = block
+                blocks[i] = memoryview(padded).toreadonly()
+        parity = self._get_encoder().encode(blocks, list(range(self.k, self.n))) if self.n > self.k else []
+        return block_length, blocks + [memoryview(share).toreadonly() for share in parity]
+
+    # --- decoding -----------------------------------------------------------
+
+    def decode(self, shares: Mapping[int, Buffer], data_length: int) -> bytes:
+        """The original data from any k of its shares (more are fine)."""
+        block_length = self._check_shares(shares)
+        if not 0 <= data_length <= self.k * block_length:
+            raise BadShares(
+                f"data of {data_length} bytes cannot come from {self.k} blocks of {block_length} bytes"
+            )
+        blocks = self.decode_blocks_range(shares)
+        # Join only the bytes that are data, not the padding: one copy.
+        parts = []
+        remaining = data_length
+        for block in blocks:
+            take = min(block_length, remaining)
+            parts.append(memoryview(block)[:take])
+            remaining -= take
+        return b"".join(parts)
+
+    def decode_blocks_range(self, slices: Mapping[int, Buffer]) -> list[Buffer]:
+        """The same range [a, b) of k primary blocks, from that range of any k shares.
+
+        With every primary slice present nothing is decoded (systematic fast
+        path) and the given objects are returned as they are.
+        """
+        self._check_shares(slices)
+        if all(i in slices for i in range(self.k)):
+            return [slices[i] for i in range(self.k)]
+        # Prefer primaries: zfec passes them through and computes only the missing.
+        chosen = sorted(slices)[: self.k]
+        return self._get_decoder().decode([slices[i] for i in chosen], chosen)
+
+    def decode_piece(self, piece: Piece, slices: Mapping[int, Buffer]) -> Buffer:
+        """Bytes [piece.start, piece.end) of block piece.block_index.
+
+        `slices` holds that range of the primary share itself, or of any k shares.
+        """
+        if not 0 <= piece.block_index < self.k:
+            raise BadShares(f"block {piece.block_index} is not a primary block of a {self.k}-of-{self.n} code")
+        wanted = piece.end - piece.start
+        if piece.block_index in slices:
+            found = slices[piece.block_index]
+        else:
+            found = self.decode_blocks_range(slices)[piece.block_index]
+        if len(found) != wanted:
+            raise BadShares(f"slices of {len(found)} bytes given for a piece of {wanted} bytes")
+        return found
+
+    def decode_range(self, pieces: Sequence[Piece], slices_per_piece: Sequence[Mapping[int, Buffer]]) -> bytes:
+        """Bytes of the original data covered by `pieces` (from locate()), joined.
+
+        slices_per_piece[i] holds the range of pieces[i] from the primary share
+        or from any k shares.
+        """
+        if len(pieces) != len(slices_per_piece):
+            raise ValueError(f"{len(pieces)} pieces but {len(slices_per_piece)} sets of slices")
+        return b"".join(self.decode_piece(piece, slices) for piece, slices in zip(pieces, slices_per_piece))
+
+    # --- helpers ------------------------------------------------------------
+
+    def _check_shares(self, shares: Mapping[int, Buffer]) -> int:
+        """Validates indices and lengths; returns the common share length."""
+        bad = [i for i in shares if not (isinstance(i, int) and 0 <= i < self.n)]
+        if bad:
+            raise BadShares(f"share numbers {bad} are outside 0..{self.n - 1}")
+        if len(shares) < self.k:
+            raise NotEnoughShares(
+                f"need {self.k} of {self.n} shares to decode, have {len(shares)} ({sorted(shares)})"
+            )
+        lengths = {len(share) for share in shares.values()}
+        if len(lengths) != 1:
+            raise BadShares(f"shares must all have the same length, got lengths {sorted(lengths)}")
+        return lengths.pop()
+
+    def _get_encoder(self):
+        if self._encoder is None:
+            import zfec
+
+            self._encoder = zfec.Encoder(self.k, self.n)
+        return self._encoder
+
+    def _get_decoder(self):
+        if self._decoder is None:
+            import zfec
+
+            self._decoder = zfec.Decoder(self.k, self.n)
+        return self._decoder
