@@ -86,6 +86,13 @@ def _key(reader: Reader) -> bytes:
     return reader.take(KEY_SIZE)
 
 
+def _check_key(key: bytes) -> bytes:
+    # struct's "32s" would silently pad or cut a wrong-sized key into another key.
+    if len(key) != KEY_SIZE:
+        raise RemoteError(ErrorCode.BAD_KEY, f"a key is {KEY_SIZE} bytes, not {len(key)}")
+    return key
+
+
 @dataclass(slots=True)
 class Hello:
     version: int
@@ -184,6 +191,8 @@ class Stats:
 
     @classmethod
     def decode(cls, payload: bytes) -> "Stats":
+        if len(payload) > MAX_STATS_BODY:
+            raise RemoteError(ErrorCode.TOO_LARGE, "stats body is too large")
         try:
             values = json.loads(payload)
         except ValueError:
@@ -201,7 +210,7 @@ class StoreRequest:
     data: bytes = b""  # the first bytes; DATA frames carry the rest
 
     def encode(self) -> bytes:
-        return _STORE_HEAD.pack(self.key, self.kind, self.size) + self.data
+        return _STORE_HEAD.pack(_check_key(self.key), self.kind, self.size) + self.data
 
     @classmethod
     def decode(cls, payload: bytes) -> "StoreRequest":
@@ -226,7 +235,7 @@ class RetrieveRequest:
     length: int = TO_END
 
     def encode(self) -> bytes:
-        return _KEY_RANGE.pack(self.key, self.offset, self.length)
+        return _KEY_RANGE.pack(_check_key(self.key), self.offset, self.length)
 
     @classmethod
     def decode(cls, payload: bytes) -> "RetrieveRequest":
@@ -262,7 +271,7 @@ class VerifyRequest:
     length: int = TO_END
 
     def encode(self) -> bytes:
-        return (_KEY_RANGE.pack(self.key, self.offset, self.length)
+        return (_KEY_RANGE.pack(_check_key(self.key), self.offset, self.length)
                 + bytes([len(self.nonce)]) + self.nonce)
 
     @classmethod
@@ -296,7 +305,7 @@ class KeyOnly:
     key: bytes
 
     def encode(self) -> bytes:
-        return self.key
+        return _check_key(self.key)
 
     @classmethod
     def decode(cls, payload: bytes) -> "KeyOnly":

@@ -1,0 +1,143 @@
+"""Shared bits of the protocol unit tests: identities, TLS contexts, Deferreds,
+and two wire.Connection objects joined in memory (twisted.test.iosim)."""
+
+from __future__ import annotations
+
+import blake3
+from twisted.internet import defer, task
+from twisted.python.failure import Failure
+from twisted.test import iosim
+
+from flud.keys import Identity, self_signed_cert_pem
+from flud.protocol import messages
+from flud.protocol.tls import make_context
+from flud.protocol.wire import Connection, LocalParty
+
+
+def key_of(data: bytes) -> bytes:
+    return blake3.blake3(data).digest()
+
+
+def write_cert(tmp_path, identity: Identity, name: str) -> tuple[str, str]:
+    cert = tmp_path / f"{name}.crt"
+    key = tmp_path / f"{name}.key"
+    cert.write_bytes(self_signed_cert_pem(identity))
+    key.write_bytes(identity.private_pem())
+    return str(cert), str(key)
+
+
+def make_party(tmp_path, name: str, role: int = messages.ROLE_NODE,
+               identity: Identity | None = None) -> LocalParty:
+    identity = identity or Identity.generate()
+    cert, key = write_cert(tmp_path, identity, name)
+    return LocalParty(identity, role,
+                      server_context=make_context(cert, key, server_side=True),
+                      client_context=make_context(cert, key, server_side=False),
+                      listen_host="127.0.0.1" if role == messages.ROLE_NODE else "",
+                      listen_port=4000 if role == messages.ROLE_NODE else 0)
+
+
+# ---- Deferreds ----------------------------------------------------------------
+
+_PENDING = object()
+
+
+class Outcome:
+    """Watches a Deferred (attach before the events that fire it)."""
+
+    def __init__(self, d: defer.Deferred):
+        self.value = _PENDING
+        d.addBoth(self._set)
+
+    def _set(self, value):
+        self.value = value
+        return None  # the outcome is consumed here: no "unhandled error" noise
+
+    @property
+    def fired(self) -> bool:
+        return self.value is not _PENDING
+
+    def result(self):
+        assert self.fired, "the Deferred has not fired"
+        if isinstance(self.value, Failure):
+            raise AssertionError(f"expected a result, got {self.value.getTraceback()}")
+        return self.value
+
+    def failure(self, *types) -> BaseException:
+        assert self.fired, "the Deferred has not fired"
+        assert isinstance(self.value, Failure), f"expected a failure, got {self.value!r}"
+        if types:
+            assert self.value.check(*types), f"expected {types}, got {self.value.value!r}"
+        return self.value.value
+
+
+# ---- handlers -------------------------------------------------------------------
+
+class RecordingHandler:
+    """A handler that records every call; answers PING itself."""
+
+    def __init__(self, answer_ping: bool = True):
+        self.ready = []
+        self.lost = []
+        self.requests = []
+        self.data = []
+        self.cancelled = []
+        self.answer_ping = answer_ping
+
+    def connection_ready(self, conn):
+        self.ready.append(conn)
+
+    def connection_lost(self, conn):
+        self.lost.append(conn)
+
+    def request_received(self, conn, rid, op, message, end):
+        self.requests.append((conn, rid, op, message, end))
+        if self.answer_ping and op == messages.Op.PING:
+            conn.respond(rid, messages.Empty())
+
+    def request_data(self, conn, rid, data, end):
+        self.data.append((conn, rid, bytes(data), end))
+
+    def request_cancelled(self, conn, rid):
+        self.cancelled.append((conn, rid))
+
+
+# ---- two connections in memory ----------------------------------------------------
+
+class Pair:
+    def __init__(self, client: Connection, server: Connection, pump: iosim.IOPump,
+                 clock: task.Clock):
+        self.client = client
+        self.server = server
+        self.pump = pump
+        self.clock = clock
+        self.client_ready = Outcome(client.ready)
+        self.server_ready = Outcome(server.ready)
+
+    def flush(self):
+        self.pump.flush()
+
+
+def connect(server_party: LocalParty, server_handler, client_party: LocalParty,
+            client_handler, clock: task.Clock | None = None,
+            expected_peer: bytes | None = None, greet: bool = True,
+            client_class=Connection, server_class=Connection) -> Pair:
+    """A TLS client Connection and a TLS server Connection, joined by an IOPump."""
+    clock = clock if clock is not None else task.Clock()
+    server = server_class(server_party, server_handler, clock, tls_client=False)
+    client = client_class(client_party, client_handler, clock, tls_client=True,
+                          expected_peer=expected_peer)
+    server_io = iosim.FakeTransport(server, isServer=True)
+    client_io = iosim.FakeTransport(client, isServer=False)
+    server.makeConnection(server_io)
+    client.makeConnection(client_io)
+    pump = iosim.IOPump(client, server, client_io, server_io, debug=False, clock=clock)
+    pair = Pair(client, server, pump, clock)  # watches `ready` before a byte moves
+    if greet:
+        pump.flush()
+    return pair
+
+
+def send_raw(conn: Connection, plaintext: bytes) -> None:
+    """Write bytes through conn's TLS layer, bypassing its Session (crafted frames)."""
+    conn.transport.write(conn._tls.send(plaintext))
