@@ -116,6 +116,9 @@ class Session:
         if op is None:
             return False  # cancelled by the peer meanwhile
         if end:
+            if rid in self._inbound_streaming:
+                # Answered before its END: drop the DATA still on its way.
+                self._rejected_streams.add(rid)
             self._finish_inbound(rid)
         self._emit(FrameType.RESPONSE, op, FLAG_END if end else 0, rid, body)
         return True
@@ -200,7 +203,10 @@ class Session:
         if self.state is State.AWAIT_HELLO:
             if frame.type != FrameType.HELLO:
                 raise FrameError(ErrorCode.PROTOCOL, "expected HELLO first")
-            hello = messages.Hello.decode(frame.payload)
+            try:
+                hello = messages.Hello.decode(frame.payload)
+            except RemoteError as err:  # nobody to answer yet: close
+                raise FrameError(err.code, err.message) from None
             if hello.version != messages.PROTOCOL_VERSION:
                 raise FrameError(ErrorCode.VERSION,
                                  f"protocol version {hello.version} is not "
@@ -266,7 +272,14 @@ class Session:
             raise FrameError(ErrorCode.PROTOCOL, f"RESPONSE op {frame.op} answers op {op}")
         if not frame.end and op not in messages.STREAMING_RESPONSES:
             raise FrameError(ErrorCode.PROTOCOL, f"op {op} cannot stream a response")
-        message = messages.decode_response(op, frame.payload)
+        try:
+            message = messages.decode_response(op, frame.payload)
+        except RemoteError as err:  # a bad body fails its request only
+            if frame.end:
+                self._finish_outbound(rid)
+            else:
+                self.cancel(rid)  # and drops the DATA that would follow
+            return ErrorReceived(rid, err)
         if frame.end:
             self._finish_outbound(rid)
         else:
@@ -280,7 +293,10 @@ class Session:
                 return None
             raise FrameError(ErrorCode.PROTOCOL, f"ERROR for request id {rid}, which is not open")
         self._finish_outbound(rid)
-        body = messages.ErrorBody.decode(frame.payload)
+        try:
+            body = messages.ErrorBody.decode(frame.payload)
+        except RemoteError as err:
+            return ErrorReceived(rid, err)
         return ErrorReceived(rid, RemoteError(body.code, body.message))
 
     def _on_cancel(self, frame):
