@@ -346,6 +346,8 @@ def import_secret_bundle(blob: bytes, passphrase: str) -> tuple[Identity, bytes]
         plaintext = cipher.decrypt_and_verify(body[:-_TAG_LENGTH], body[-_TAG_LENGTH:])
     except ValueError:
         raise BadKeyFile(damaged.format("its contents fail their integrity check")) from None
+    if len(plaintext) < _PEM_LENGTH.size:
+        raise BadKeyFile(damaged.format("no key inside"))
     (pem_length,) = _PEM_LENGTH.unpack_from(plaintext)
     pem_end = _PEM_LENGTH.size + pem_length
     if pem_end > len(plaintext):
