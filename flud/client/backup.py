@@ -12,6 +12,7 @@ import os
 import time
 
 import blake3
+import zfec
 from twisted.internet import defer
 
 from aggregator.aggregator import Aggregator
@@ -145,10 +146,11 @@ class Backup:
 
     def _new_aggregator(self):
         k, n = self.k, self.n
-        coder = SegmentCoder(k, n)
+        encoder = zfec.Encoder(k, n)
 
-        def encode(blocks):
-            return coder.encode_blocks(blocks)
+        def encode(blocks):  # the aggregator wants all n shares, primaries first
+            blocks = list(blocks)
+            return blocks + (encoder.encode(blocks, list(range(k, n))) if n > k else [])
 
         def place(bundle_id, count):
             return [nid.hex() for nid in self.network.place(bundle_id, count)]
