@@ -124,7 +124,9 @@ class Connection(protocol.Protocol):
         self._last_activity = self.clock.seconds()
         self._timer = self.clock.callLater(HANDSHAKE_TIMEOUT, self._check_timeout)
         if self.tls_client:
-            self.transport.write(self._tls.start())
+            client_hello = self._tls.start()
+            self.bytes_out += len(client_hello)
+            self.transport.write(client_hello)
 
     def dataReceived(self, data):
         self.bytes_in += len(data)
@@ -133,6 +135,7 @@ class Connection(protocol.Protocol):
             plaintext = self._tls.receive(data)
             handshake_bytes = self._tls.pending()
             if handshake_bytes:
+                self.bytes_out += len(handshake_bytes)
                 self.transport.write(handshake_bytes)
             if self._tls.handshake_done and not self._hello_sent:
                 self._send_hello()
@@ -191,8 +194,12 @@ class Connection(protocol.Protocol):
         """
         if self.closed:
             return defer.fail(ConnectionLost(f"connection to {self.describe()} is closed"))
+        try:
+            body = message.encode()
+        except RemoteError as err:  # e.g. a key that is not 32 bytes
+            return defer.fail(err)
         end = source is None or source.remaining == 0
-        rid = self.session.send_request(op, message.encode(), end=end)
+        rid = self.session.send_request(op, body, end=end)
         pending = _Pending(op, sink)
         self._pending[rid] = pending
         if not end:
@@ -396,6 +403,8 @@ class Connection(protocol.Protocol):
 class ConnectionFactory(protocol.Factory):
     """Builds server-side connections for a listening port."""
 
+    noisy = False
+
     def __init__(self, local: LocalParty, handler, clock):
         self.local = local
         self.handler = handler
@@ -406,6 +415,8 @@ class ConnectionFactory(protocol.Factory):
 
 
 class _DialFactory(protocol.ClientFactory):
+    noisy = False
+
     def __init__(self, local, handler, clock, expected_peer):
         self.local = local
         self.handler = handler

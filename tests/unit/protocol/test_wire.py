@@ -1,0 +1,456 @@
+"""wire.Connection: TLS + HELLO authentication + requests, two of them in memory."""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet import task
+from twisted.internet.testing import StringTransport
+
+from flud.keys import Identity
+from flud.protocol import messages
+from flud.protocol.client import ClientOnlyHandler, PeerClient
+from flud.protocol.codec import DATA_CHUNK, FLAG_END, FrameType, Op, encode_frame
+from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCode,
+                                  RemoteError)
+from flud.protocol.tls import hello_transcript
+from flud.protocol.wire import (HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, BytesSource, Connection)
+from tests.unit.protocol.helpers import (Outcome, RecordingHandler, connect, key_of,
+                                         make_party, send_raw)
+
+
+@pytest.fixture
+def node(tmp_path):
+    return make_party(tmp_path, "node")
+
+
+@pytest.fixture
+def client_party(tmp_path):
+    return make_party(tmp_path, "client", role=messages.ROLE_CLIENT)
+
+
+@pytest.fixture
+def handlers():
+    return RecordingHandler(), RecordingHandler()
+
+
+@pytest.fixture
+def pair(node, client_party, handlers):
+    server_handler, client_handler = handlers
+    return connect(node, server_handler, client_party, client_handler)
+
+
+# ---- HELLO authentication ------------------------------------------------------
+
+def test_hello_authenticates_both_sides(pair, node, client_party, handlers):
+    server_handler, client_handler = handlers
+    assert pair.client_ready.result() is pair.client
+    assert pair.server_ready.result() is pair.server
+    assert pair.client.peer_id == node.identity.node_id
+    assert pair.server.peer_id == client_party.identity.node_id
+    assert pair.server.peer_hello.role == messages.ROLE_CLIENT
+    assert pair.client.peer_hello.role == messages.ROLE_NODE
+    assert (pair.client.peer_hello.listen_host, pair.client.peer_hello.listen_port) == ("127.0.0.1", 4000)
+    assert pair.client.peer_hello.public_key == node.identity.public_der
+    assert server_handler.ready == [pair.server] and client_handler.ready == [pair.client]
+    assert pair.client.bytes_out > 0 and pair.server.bytes_in == pair.client.bytes_out
+
+
+def test_expected_peer_that_matches(node, client_party, handlers):
+    pair = connect(node, handlers[0], client_party, handlers[1],
+                   expected_peer=node.identity.node_id)
+    assert pair.client_ready.result() is pair.client
+
+
+def test_expected_peer_mismatch_fails_ready_and_closes(node, client_party, handlers):
+    server_handler, client_handler = handlers
+    other = Identity.generate().node_id
+    pair = connect(node, server_handler, client_party, client_handler, expected_peer=other)
+    error = pair.client_ready.failure(AuthenticationFailed)
+    assert other.hex()[:12] in str(error) and node.identity.node_id.hex()[:12] in str(error)
+    assert pair.client.closed and pair.server.closed
+    assert client_handler.ready == [] and client_handler.lost == [pair.client]
+    assert server_handler.lost == [pair.server]
+    assert Outcome(pair.client.request(Op.PING, messages.Empty())).failure(ConnectionLost)
+
+
+class WrongBindingConnection(Connection):
+    """Signs its HELLO over some other TLS session's channel binding."""
+
+    def _send_hello(self):
+        identity = self.local.identity
+        signature = identity.sign(hello_transcript(self.tls_client, self.forged_binding()))
+        self.session.send_hello(messages.Hello(
+            messages.PROTOCOL_VERSION, self.local.role, 0, self.public_key(), signature, ""))
+        self._hello_sent = True
+
+    def forged_binding(self):
+        return bytes(a ^ 1 for a in self._tls.channel_binding)
+
+    def public_key(self):
+        return self.local.identity.public_der
+
+
+class ReflectedSideConnection(WrongBindingConnection):
+    """Right session, but signed as if it were the TLS server (a reflected HELLO)."""
+
+    def _send_hello(self):
+        identity = self.local.identity
+        signature = identity.sign(hello_transcript(not self.tls_client, self._tls.channel_binding))
+        self.session.send_hello(messages.Hello(
+            messages.PROTOCOL_VERSION, self.local.role, 0, identity.public_der, signature, ""))
+        self._hello_sent = True
+
+
+class ClaimsAnotherKeyConnection(WrongBindingConnection):
+    """Claims someone else's public key, signs with its own."""
+    victim = Identity.generate()
+
+    def forged_binding(self):
+        return self._tls.channel_binding
+
+    def public_key(self):
+        return self.victim.public_der
+
+
+class GarbageKeyConnection(WrongBindingConnection):
+    def forged_binding(self):
+        return self._tls.channel_binding
+
+    def public_key(self):
+        return b"\x30\x03\x02\x01\x01"
+
+
+@pytest.mark.parametrize("client_class", [WrongBindingConnection, ReflectedSideConnection,
+                                          ClaimsAnotherKeyConnection, GarbageKeyConnection])
+def test_a_hello_that_does_not_prove_its_key_is_rejected(node, client_party, handlers,
+                                                        client_class):
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler, client_class=client_class)
+    pair.server_ready.failure(AuthenticationFailed)
+    assert pair.server.peer_id is None and server_handler.ready == []
+    assert pair.server.closed and pair.client.closed
+    # TLS 1.2: the node finishes its handshake first, so its own HELLO went out
+    # before the client's arrived; after that the unproven peer gets nothing.
+    assert pair.client_ready.fired
+    assert client_handler.lost == [pair.client] and server_handler.lost == [pair.server]
+    assert server_handler.requests == []
+
+
+def test_an_honest_hello_over_the_same_classes_is_accepted(node, client_party, handlers):
+    # The forging classes above differ from Connection only in what they sign.
+    class Honest(WrongBindingConnection):
+        def forged_binding(self):
+            return self._tls.channel_binding
+
+    pair = connect(node, handlers[0], client_party, handlers[1], client_class=Honest)
+    pair.server_ready.result()
+    pair.client_ready.result()
+
+
+def test_a_hello_with_the_wrong_version_closes(node, client_party, handlers):
+    class Version2(Connection):
+        def _send_hello(self):
+            super()._send_hello()
+            self.session._outbound[-1] = b"\x00\x02" + self.session._outbound[-1][2:]
+
+    pair = connect(node, handlers[0], client_party, handlers[1], client_class=Version2)
+    error = pair.server_ready.failure(RemoteError)
+    assert error.code == ErrorCode.VERSION
+    assert pair.server.closed and pair.client.closed
+
+
+def test_a_malformed_hello_closes_without_escaping(node, client_party, handlers):
+    class BadRole(Connection):
+        def _send_hello(self):
+            self.session.send_hello(messages.Hello(1, 9, 0, b"k", b"s", ""))
+            self._hello_sent = True
+
+    pair = connect(node, handlers[0], client_party, handlers[1], client_class=BadRole)
+    assert pair.server_ready.failure(RemoteError).code == ErrorCode.MALFORMED
+    assert pair.server.closed and pair.client.closed
+
+
+def test_a_frame_before_hello_closes(node, client_party, handlers):
+    class RequestFirst(Connection):
+        def _send_hello(self):
+            send_raw(self, encode_frame(FrameType.REQUEST, Op.PING, FLAG_END, 1))
+            self._hello_sent = True
+
+    pair = connect(node, handlers[0], client_party, handlers[1], client_class=RequestFirst)
+    assert pair.server_ready.failure(RemoteError).code == ErrorCode.PROTOCOL
+    assert handlers[0].requests == []
+
+
+def test_garbage_instead_of_tls_closes(node, handlers):
+    clock = task.Clock()
+    conn = Connection(node, handlers[0], clock, tls_client=False)
+    ready = Outcome(conn.ready)
+    transport = StringTransport()
+    conn.makeConnection(transport)
+    conn.dataReceived(b"SSH-2.0-OpenSSH_9.6\r\n" + b"\x00" * 100)
+    ready.failure()
+    assert transport.disconnecting and conn.closed
+    assert transport.value() == b""
+
+
+# ---- timeouts ------------------------------------------------------------------
+
+def test_handshake_timeout_closes_a_silent_connection(node, handlers):
+    clock = task.Clock()
+    conn = Connection(node, handlers[0], clock, tls_client=False)
+    ready = Outcome(conn.ready)
+    transport = StringTransport()
+    conn.makeConnection(transport)
+    clock.advance(HANDSHAKE_TIMEOUT - 0.1)
+    assert not transport.disconnecting and not ready.fired
+    clock.advance(0.1)
+    assert transport.disconnecting
+    ready.failure(AuthenticationFailed)
+    conn.connectionLost(None)
+    assert handlers[0].lost == [conn]
+    assert clock.getDelayedCalls() == []
+
+
+def test_handshake_timeout_closes_a_peer_that_never_sends_hello(node, client_party, handlers):
+    class Mute(Connection):
+        def _send_hello(self):
+            self._hello_sent = True  # TLS completes, HELLO never comes
+
+    clock = task.Clock()
+    pair = connect(node, handlers[0], client_party, handlers[1], clock=clock, client_class=Mute)
+    assert pair.client_ready.fired  # the node's HELLO was fine
+    assert not pair.server_ready.fired and not pair.server.closed
+    clock.advance(HANDSHAKE_TIMEOUT)
+    pair.flush()
+    pair.server_ready.failure(AuthenticationFailed)
+    assert pair.server.closed and pair.client.closed
+    assert handlers[0].ready == []
+
+
+def test_an_authenticated_connection_outlives_the_handshake_timeout(pair):
+    pair.clock.advance(HANDSHAKE_TIMEOUT * 2)
+    pair.flush()
+    assert not pair.client.closed and not pair.server.closed
+    outcome = Outcome(pair.client.request(Op.PING, messages.Empty()))
+    pair.flush()
+    outcome.result()
+
+
+def test_idle_timeout_closes_an_idle_connection(pair):
+    pair.clock.advance(IDLE_TIMEOUT - 1)
+    pair.flush()
+    assert not pair.server.closed
+    pair.clock.advance(1)
+    pair.clock.advance(1)
+    pair.flush()
+    assert pair.server.closed and pair.client.closed
+
+
+def test_idle_timeout_spares_a_connection_with_an_open_request(node, client_party, handlers):
+    server_handler, client_handler = handlers
+    server_handler.answer_ping = False
+    pair = connect(node, server_handler, client_party, client_handler)
+    outcome = Outcome(pair.client.request(Op.PING, messages.Empty()))
+    pair.flush()
+    for _ in range(5):
+        pair.clock.advance(IDLE_TIMEOUT)
+    pair.flush()
+    assert not pair.client.closed and not pair.server.closed
+    conn, rid = server_handler.requests[0][:2]
+    conn.respond(rid, messages.Empty())
+    pair.flush()
+    outcome.result()
+    pair.clock.advance(IDLE_TIMEOUT + 1)
+    pair.clock.advance(IDLE_TIMEOUT + 1)
+    pair.flush()
+    assert pair.client.closed and pair.server.closed
+
+
+# ---- requests both ways ----------------------------------------------------------
+
+def test_requests_both_ways(node, client_party):
+    server_handler = RecordingHandler()
+    pair = connect(node, server_handler, client_party, ClientOnlyHandler())
+    ping = Outcome(pair.client.request(Op.PING, messages.Empty()))
+    back = Outcome(pair.server.request(Op.PING, messages.Empty()))
+    peers = Outcome(pair.server.request(Op.PEERS, messages.PeerList([])))
+    store = Outcome(PeerClient(pair.server).store(key_of(b"x"), b"x"))
+    pair.flush()
+    assert ping.result() == messages.Empty() and back.result() == messages.Empty()
+    assert peers.result() == messages.PeerList([])
+    assert store.failure(RemoteError).code == ErrorCode.UNKNOWN_OP
+
+
+def test_cancel_a_request(pair, handlers):
+    server_handler, _ = handlers
+    server_handler.answer_ping = False
+    d = pair.client.request(Op.PING, messages.Empty())
+    outcome = Outcome(d)
+    pair.flush()
+    [(conn, rid, *_)] = server_handler.requests
+    pair.client.cancel(d)
+    assert outcome.failure(RemoteError).code == ErrorCode.CANCELLED
+    pair.flush()
+    assert server_handler.cancelled == [(pair.server, rid)]
+    out_before = pair.server.bytes_out
+    conn.respond(rid, messages.Empty())  # too late: nothing is sent for it
+    assert pair.server.bytes_out == out_before
+    assert not pair.client.closed and not pair.server.closed
+    server_handler.answer_ping = True
+    again = Outcome(PeerClient(pair.client).ping())
+    pair.flush()
+    again.result()
+
+
+def test_cancel_while_a_response_streams_in(pair, handlers):
+    server_handler, _ = handlers
+    chunks = []
+    d = pair.client.request(Op.RETRIEVE, messages.RetrieveRequest(key_of(b"k")), sink=chunks.append)
+    outcome = Outcome(d)
+    pair.flush()
+    [(conn, rid, *_)] = server_handler.requests
+    conn.pauseProducing()  # a slow network: the stream is queued, not sent
+    data = b"z" * (3 * DATA_CHUNK)
+    closed = []
+    source = BytesSource(data)
+    source.close = lambda: closed.append(True)
+    conn.respond_stream(rid, messages.RetrieveResponse(len(data)), source)
+    pair.flush()
+    pair.client.cancel(d)
+    pair.flush()
+    conn.resumeProducing()
+    pair.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.CANCELLED
+    assert chunks == [] and closed == [True]
+    assert server_handler.cancelled == [(pair.server, rid)]
+    assert not pair.client.closed
+
+
+def test_connection_lost_fails_pending_requests(pair, handlers):
+    handlers[0].answer_ping = False
+    outcome = Outcome(pair.client.request(Op.PING, messages.Empty()))
+    pair.flush()
+    pair.server.close()
+    pair.flush()
+    outcome.failure(ConnectionLost)
+    assert Outcome(pair.client.request(Op.PING, messages.Empty())).failure(ConnectionLost)
+    assert handlers[1].lost == [pair.client] and handlers[0].lost == [pair.server]
+
+
+def test_a_request_that_cannot_be_encoded_fails_its_deferred(pair):
+    outcome = Outcome(PeerClient(pair.client).retrieve(b"short key"))
+    assert outcome.failure(RemoteError).code == ErrorCode.BAD_KEY
+    assert pair.client.session.open_outbound == 0
+
+
+def test_a_malformed_response_fails_only_its_request(pair, handlers):
+    server_handler, _ = handlers
+    outcome = Outcome(PeerClient(pair.client).verify(key_of(b"k"), b"nonce"))
+    pair.flush()
+    conn, rid = server_handler.requests[-1][:2]
+    conn.respond(rid, messages.Digest(b"not 32 bytes"))
+    pair.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.MALFORMED
+    assert not pair.client.closed
+    ping = Outcome(PeerClient(pair.client).ping())
+    pair.flush()
+    ping.result()
+
+
+def test_a_handler_exception_answers_internal(pair, handlers):
+    server_handler, _ = handlers
+
+    def explode(conn, rid, op, message, end):
+        raise ValueError("/etc/secret path in a stack")
+
+    server_handler.request_received = explode
+    outcome = Outcome(pair.client.request(Op.PING, messages.Empty()))
+    pair.flush()
+    error = outcome.failure(RemoteError)
+    assert error.code == ErrorCode.INTERNAL and "secret" not in error.message
+    assert not pair.server.closed
+
+
+# ---- streaming and backpressure -------------------------------------------------------
+
+def test_paused_transport_holds_the_upload_until_resumed(pair, handlers):
+    server_handler, _ = handlers
+    data = bytes(range(256)) * (3 * DATA_CHUNK // 256 + 7)
+    pair.client.pauseProducing()
+    source = BytesSource(data)
+    head = bytes(source.read(DATA_CHUNK))
+    outcome = Outcome(pair.client.request(
+        Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head), source=source))
+    pair.flush()
+    [(_, rid, op, message, end)] = server_handler.requests
+    assert (op, end, message.data) == (Op.STORE, False, head)
+    assert server_handler.data == []
+    pair.client.resumeProducing()
+    pair.flush()
+    sizes = [len(d) for (_, r, d, _) in server_handler.data]
+    assert sizes == [DATA_CHUNK, DATA_CHUNK, len(data) - 3 * DATA_CHUNK]
+    assert [end for *_, end in server_handler.data] == [False, False, True]
+    assert head + b"".join(d for (_, _, d, _) in server_handler.data) == data
+    assert not outcome.fired
+    server_handler.requests[0][0].respond(rid, messages.Empty())
+    pair.flush()
+    assert outcome.result() == messages.Empty()
+
+
+def test_two_uploads_share_the_connection_round_robin(pair, handlers):
+    server_handler, _ = handlers
+    pair.client.pauseProducing()
+    rids = []
+    for fill in (b"a", b"b"):
+        data = fill * (4 * DATA_CHUNK)
+        source = BytesSource(data)
+        head = bytes(source.read(DATA_CHUNK))
+        pair.client.request(Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head),
+                            source=source)
+    pair.flush()
+    rids = [r[1] for r in server_handler.requests]
+    pair.client.resumeProducing()
+    pair.flush()
+    order = [rid for (_, rid, _, _) in server_handler.data]
+    assert order == [rids[0], rids[1]] * 3
+
+
+def test_an_early_error_stops_the_upload(pair, handlers):
+    server_handler, _ = handlers
+    data = b"q" * (4 * DATA_CHUNK)
+    pair.client.pauseProducing()
+    outcome = Outcome(PeerClient(pair.client).store(key_of(data), data))
+    pair.flush()
+    conn, rid = server_handler.requests[0][:2]
+    conn.respond_error(rid, RemoteError(ErrorCode.NO_SPACE, "full"))
+    pair.flush()
+    pair.client.resumeProducing()
+    pair.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.NO_SPACE
+    assert server_handler.data == []  # nothing more was sent
+    assert not pair.server.closed
+
+
+# ---- raw frames over a live connection -------------------------------------------
+
+def test_a_bad_frame_closes_the_connection(pair, handlers):
+    send_raw(pair.client, b"\x00\x00\x00\x00\x09\x00\x00\x00\x00\x00\x00\x01")
+    pair.flush()
+    assert pair.server.closed and pair.client.closed
+    assert handlers[0].lost == [pair.server]
+
+
+def test_data_for_an_unknown_request_closes_the_connection(pair):
+    send_raw(pair.client, encode_frame(FrameType.DATA, 0, FLAG_END, 77, b"x"))
+    pair.flush()
+    assert pair.server.closed
+
+
+def test_a_corrupted_tls_record_closes_the_connection(pair):
+    ciphertext = bytearray(pair.client._tls.send(encode_frame(FrameType.REQUEST, Op.PING,
+                                                              FLAG_END, 1)))
+    ciphertext[-3] ^= 0xFF
+    pair.client.transport.write(bytes(ciphertext))
+    pair.flush()
+    assert pair.server.closed and pair.client.closed
+
