@@ -59,6 +59,7 @@ STORAGE_CODES = {
     "bad_range": ErrorCode.BAD_RANGE,
     "too_large": ErrorCode.TOO_LARGE,
     "bad_archive": ErrorCode.BAD_ARCHIVE,
+    "store_closed": ErrorCode.UNAVAILABLE,  # the node is shutting down
 }
 
 

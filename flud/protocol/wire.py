@@ -196,7 +196,7 @@ class Connection(protocol.Protocol):
             return defer.fail(ConnectionLost(f"connection to {self.describe()} is closed"))
         try:
             body = message.encode()
-        except RemoteError as err:  # e.g. a key that is not 32 bytes
+        except Exception as err:  # e.g. a key that is not 32 bytes
             return defer.fail(err)
         end = source is None or source.remaining == 0
         rid = self.session.send_request(op, body, end=end)

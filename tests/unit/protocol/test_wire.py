@@ -343,6 +343,12 @@ def test_a_request_that_cannot_be_encoded_fails_its_deferred(pair):
     assert pair.client.session.open_outbound == 0
 
 
+def test_a_request_with_an_impossible_field_fails_its_deferred(pair):
+    outcome = Outcome(PeerClient(pair.client).retrieve(key_of(b"k"), 0, -1))
+    outcome.failure()
+    assert pair.client.session.open_outbound == 0
+
+
 def test_a_malformed_response_fails_only_its_request(pair, handlers):
     server_handler, _ = handlers
     outcome = Outcome(PeerClient(pair.client).verify(key_of(b"k"), b"nonce"))

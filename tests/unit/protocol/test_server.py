@@ -1,0 +1,685 @@
+"""NodeHandler over a real share store, driven through PeerClient and wire
+Connections joined in memory (iosim): no sockets, no threads, no sleeps."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+import blake3
+import pytest
+from twisted.internet import defer, task
+
+from aggregator.tarball import TarWriter
+from flud.protocol import messages
+from flud.protocol.client import ClientOnlyHandler, PeerClient
+from flud.protocol.codec import DATA_CHUNK, FrameType, Op
+from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
+from flud.protocol.messages import KIND_ARCHIVE, TO_END
+from flud.protocol.server import NodeHandler
+from flud.protocol.wire import BytesSource
+from storage.disk import ShareStore
+from storage.errors import NotFound
+from storage.memory import MemoryShareStore
+from tests.unit.protocol.helpers import Outcome, connect, key_of, make_party, send_raw
+
+MIB = 1024 * 1024
+CAPACITY = 64 * MIB
+
+
+def run_inline(fn, *args):
+    return defer.maybeDeferred(fn, *args)
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    block = bytes((i * 7 + seed) % 251 for i in range(4096))
+    return (block * (size // len(block) + 1))[:size]
+
+
+class RecordingNodeHandler(NodeHandler):
+    """NodeHandler that also records the upload chunks it was handed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.chunks = []
+
+    def request_data(self, conn, rid, data, end):
+        self.chunks.append((rid, len(data), end))
+        super().request_data(conn, rid, data, end)
+
+
+class Raw:
+    """A request body given as bytes (to send what PeerClient never would)."""
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def encode(self) -> bytes:
+        return self.body
+
+
+class Node:
+    def __init__(self, tmp_path, store, run_blocking=run_inline, **kwargs):
+        self.tmp_path = tmp_path
+        self.party = make_party(tmp_path, "node")
+        self.store = store
+        self.handler = RecordingNodeHandler(store, run_blocking, **kwargs)
+        self.clock = task.Clock()
+        self._clients = 0
+
+    def connect(self, identity=None):
+        self._clients += 1
+        party = make_party(self.tmp_path, f"client{self._clients}",
+                           role=messages.ROLE_CLIENT, identity=identity)
+        pair = connect(self.party, self.handler, party, ClientOnlyHandler(), clock=self.clock)
+        pair.client_ready.result()
+        pair.peer = PeerClient(pair.client)
+        pair.identity = party.identity
+        return pair
+
+
+def call(pair, d) -> Outcome:
+    outcome = Outcome(d)
+    pair.flush()
+    assert outcome.fired, "no answer"
+    return outcome
+
+
+def ok(pair, d):
+    return call(pair, d).result()
+
+
+def error_code(pair, d):
+    return call(pair, d).failure(RemoteError).code
+
+
+@pytest.fixture
+def memory_store():
+    return MemoryShareStore(CAPACITY)
+
+
+@pytest.fixture
+def disk_store(tmp_path):
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["memory", "disk"])
+def any_store(request, tmp_path):
+    if request.param == "memory":
+        yield MemoryShareStore(CAPACITY)
+    else:
+        store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+        yield store
+        store.close()
+
+
+@pytest.fixture
+def node(tmp_path, memory_store):
+    return Node(tmp_path, memory_store)
+
+
+@pytest.fixture
+def alice(node):
+    return node.connect()
+
+
+def nothing_held(store) -> None:
+    stats = store.stats()
+    assert (stats["shares"], stats["members"], stats["bytes_stored"], stats["reserved"]) == (0, 0, 0, 0)
+
+
+def incoming_is_empty(store) -> None:
+    if isinstance(store, ShareStore):
+        assert os.listdir(os.path.join(store.root, "incoming")) == []
+
+
+# ---- simple ops --------------------------------------------------------------
+
+def test_ping_stats_peers(node, alice):
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+    stats = ok(alice, alice.peer.stats())
+    assert stats["server"]["requests"] == 2
+    assert ok(alice, alice.peer.peers([messages.PeerInfo(b"\x01" * 32, "h", 1)])) == []
+
+
+def test_root_records_without_a_root_store(alice):
+    assert error_code(alice, alice.peer.root_put(b"record")) == ErrorCode.UNKNOWN_OP
+    assert error_code(alice, alice.peer.root_get()) == ErrorCode.NOT_FOUND
+
+
+def test_root_records_are_per_owner(tmp_path, memory_store):
+    class Roots:
+        def __init__(self):
+            self.records = {}
+
+        def put(self, owner, record):
+            self.records[owner] = record
+
+        def get(self, owner):
+            if owner not in self.records:
+                raise NotFound.for_key()
+            return self.records[owner]
+
+    node = Node(tmp_path, memory_store, roots=Roots())
+    alice, bob = node.connect(), node.connect()
+    ok(alice, alice.peer.root_put(b"alice's pointer"))
+    assert ok(alice, alice.peer.root_get()) == b"alice's pointer"
+    assert error_code(bob, bob.peer.root_get()) == ErrorCode.NOT_FOUND
+    assert error_code(alice, alice.peer.root_put(b"r" * (messages.MAX_ROOT_RECORD + 1))) == \
+        ErrorCode.TOO_LARGE
+
+
+# ---- STORE / RETRIEVE / VERIFY / DELETE ----------------------------------------------
+
+def test_round_trip_small_share(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = b"a small share"
+    key = key_of(data)
+    assert ok(alice, alice.peer.store(key, data)) == messages.Empty()
+    assert ok(alice, alice.peer.retrieve(key)) == data
+    nonce = b"fresh nonce"
+    assert ok(alice, alice.peer.verify(key, nonce)) == blake3.blake3(nonce + data).digest()
+    assert ok(alice, alice.peer.verify(key, nonce, 2, 5)) == blake3.blake3(nonce + data[2:7]).digest()
+    assert any_store.owners(key) == {alice.identity.node_id}
+    assert ok(alice, alice.peer.delete(key)) == messages.Empty()
+    assert error_code(alice, alice.peer.retrieve(key)) == ErrorCode.NOT_FOUND
+    assert error_code(alice, alice.peer.delete(key)) == ErrorCode.NOT_FOUND
+    nothing_held(any_store)
+
+
+def test_empty_share(alice):
+    key = key_of(b"")
+    ok(alice, alice.peer.store(key, b""))
+    assert ok(alice, alice.peer.retrieve(key)) == b""
+
+
+def test_five_mib_share_streams_both_ways(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(5 * MIB + 123)
+    key = key_of(data)
+    ok(alice, alice.peer.store(key, data))
+    # Uploaded as 1 MiB inline + DATA frames of 1 MiB, the last one with END.
+    assert [size for _, size, _ in node.handler.chunks] == [DATA_CHUNK] * 5 + [123]
+    assert [end for *_, end in node.handler.chunks] == [False] * 5 + [True]
+    assert any_store.size(key, alice.identity.node_id) == len(data)
+
+    chunks = []
+    assert ok(alice, alice.peer.retrieve(key, sink=chunks.append)) == len(data)
+    assert [len(c) for c in chunks] == [DATA_CHUNK] * 5 + [123]
+    assert b"".join(bytes(c) for c in chunks) == data
+    assert ok(alice, alice.peer.retrieve(key)) == data
+    nonce = b"n" * messages.MAX_NONCE
+    assert ok(alice, alice.peer.verify(key, nonce)) == blake3.blake3(nonce + data).digest()
+    assert any_store.stats()["reserved"] == 0
+
+
+@pytest.mark.parametrize("offset,length", [
+    (0, TO_END), (1, 10), (DATA_CHUNK - 1, 2), (DATA_CHUNK + 5, 2 * DATA_CHUNK - 10),
+    (3 * MIB - 1, TO_END), (3 * MIB, TO_END), (0, 3 * MIB), (17, 0),
+])
+def test_ranges(node, alice, offset, length):
+    data = pattern(3 * MIB)
+    key = key_of(data)
+    ok(alice, alice.peer.store(key, data))
+    end = None if length == TO_END else offset + length
+    assert ok(alice, alice.peer.retrieve(key, offset, length)) == data[offset:end]
+    nonce = b"nonce"
+    assert ok(alice, alice.peer.verify(key, nonce, offset, length)) == \
+        blake3.blake3(nonce + data[offset:end]).digest()
+
+
+@pytest.mark.parametrize("offset,length", [
+    (3 * MIB + 1, TO_END), (0, 3 * MIB + 1), (3 * MIB, 1), (TO_END, TO_END), (1, TO_END - 1),
+])
+def test_bad_ranges(node, alice, offset, length):
+    data = pattern(3 * MIB)
+    key = key_of(data)
+    ok(alice, alice.peer.store(key, data))
+    assert error_code(alice, alice.peer.retrieve(key, offset, length)) == ErrorCode.BAD_RANGE
+    assert error_code(alice, alice.peer.verify(key, b"n", offset, length)) == ErrorCode.BAD_RANGE
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_owner_isolation(node, alice):
+    bob = node.connect()
+    data = b"alice's share"
+    key = key_of(data)
+    ok(alice, alice.peer.store(key, data))
+    unknown = key_of(b"nobody stored this")
+
+    def not_found_message(pair, d):
+        error = call(pair, d).failure(RemoteError)
+        assert error.code == ErrorCode.NOT_FOUND
+        return error.message
+
+    for op in (lambda k: bob.peer.retrieve(k), lambda k: bob.peer.verify(k, b"n"),
+               lambda k: bob.peer.delete(k), lambda k: bob.peer.retrieve(k, 1, 2)):
+        assert not_found_message(bob, op(key)) == not_found_message(bob, op(unknown))
+    assert ok(alice, alice.peer.retrieve(key)) == data  # bob's DELETE did nothing
+
+    # Bob storing the same bytes makes him an owner too; alice's DELETE leaves his.
+    ok(bob, bob.peer.store(key, data))
+    ok(alice, alice.peer.delete(key))
+    assert ok(bob, bob.peer.retrieve(key)) == data
+    assert error_code(alice, alice.peer.retrieve(key)) == ErrorCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("size", [10, 3 * MIB])
+def test_data_not_matching_its_key(any_store, tmp_path, size):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(size)
+    wrong_key = key_of(data + b"!")
+    assert error_code(alice, alice.peer.store(wrong_key, data)) == ErrorCode.HASH_MISMATCH
+    assert error_code(alice, alice.peer.retrieve(wrong_key)) == ErrorCode.NOT_FOUND
+    assert error_code(alice, alice.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+
+
+def test_fewer_bytes_than_declared(node, alice):
+    data = b"abc"
+    store = messages.StoreRequest(key_of(data), messages.KIND_SHARE, 10, data)
+    assert error_code(alice, alice.client.request(Op.STORE, store)) == ErrorCode.HASH_MISMATCH
+    nothing_held(node.store)
+
+
+def test_more_bytes_than_declared(node, alice):
+    data = pattern(2 * MIB)
+    source = BytesSource(data)
+    head = bytes(source.read(DATA_CHUNK))
+    store = messages.StoreRequest(key_of(data), messages.KIND_SHARE, DATA_CHUNK + 10, head)
+    assert error_code(alice, alice.client.request(Op.STORE, store, source=source)) == \
+        ErrorCode.TOO_LARGE
+    nothing_held(node.store)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+@pytest.mark.parametrize("kind,size", [(messages.KIND_SHARE, 2 ** 30 + 1),
+                                       (KIND_ARCHIVE, 256 * MIB + 1),
+                                       (messages.KIND_SHARE, 2 ** 64 - 1)])
+def test_declared_size_over_the_limit(node, alice, kind, size):
+    store = messages.StoreRequest(key_of(b"x"), kind, size, b"x")
+    assert error_code(alice, alice.client.request(Op.STORE, store)) == ErrorCode.TOO_LARGE
+    nothing_held(node.store)
+
+
+# ---- keys that are not 32 bytes, path-like keys ----------------------------------------
+
+def tree(root) -> set:
+    found = set()
+    for directory, _, files in os.walk(root):
+        found |= {os.path.join(directory, f) for f in files}
+    return found
+
+
+@pytest.mark.parametrize("op,body", [
+    (Op.RETRIEVE, b"k" * 31 + b"\x00" * 16),
+    (Op.RETRIEVE, b"k" * 33 + b"\x00" * 16),
+    (Op.VERIFY, b"k" * 31 + b"\x00" * 16 + b"\x01n"),
+    (Op.DELETE, b"k" * 31),
+    (Op.DELETE, b"k" * 33),
+    (Op.DELETE, b"../x"),
+    (Op.STORE, b"../x" + b"\x00" * 9),
+    (Op.STORE, b"k" * 31 + b"\x00" * 9),
+])
+def test_keys_that_are_not_32_bytes_are_refused(tmp_path, disk_store, op, body):
+    node = Node(tmp_path, disk_store)
+    alice = node.connect()
+    before = tree(tmp_path.parent)
+    code = error_code(alice, alice.client.request(op, Raw(body)))
+    assert code in (ErrorCode.MALFORMED, ErrorCode.BAD_KEY)
+    assert tree(tmp_path.parent) == before
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_a_path_like_32_byte_key_never_becomes_a_path(tmp_path, disk_store):
+    node = Node(tmp_path, disk_store)
+    alice = node.connect()
+    before = tree(tmp_path.parent)
+    for raw_key in (b"../../../../../../tmp/flud-evil".ljust(32, b"/"),
+                    b"/" * 32, b"..".ljust(32, b"\x00")):
+        assert len(raw_key) == 32
+        assert error_code(alice, alice.peer.store(raw_key, b"data")) == ErrorCode.HASH_MISMATCH
+        assert error_code(alice, alice.peer.retrieve(raw_key)) == ErrorCode.NOT_FOUND
+        assert error_code(alice, alice.peer.delete(raw_key)) == ErrorCode.NOT_FOUND
+    assert tree(tmp_path.parent) == before
+    assert not os.path.exists("/tmp/flud-evil")
+    incoming_is_empty(disk_store)
+
+
+def test_a_client_refuses_to_send_a_short_key(alice):
+    outcome = Outcome(alice.peer.store(b"k" * 31, b"data"))
+    assert outcome.failure(RemoteError).code == ErrorCode.BAD_KEY
+
+
+# ---- interrupted uploads ---------------------------------------------------------------
+
+class PauseAfterFirstRead(BytesSource):
+    """Sends one DATA frame, then the connection's transport 'fills up'."""
+
+    def __init__(self, data, conn):
+        super().__init__(data)
+        self.conn = conn
+
+    def read(self, n):
+        piece = super().read(n)
+        self.conn.pauseProducing()
+        return piece
+
+
+def start_upload(pair, data):
+    """A STORE with its inline part and one DATA frame sent, the rest held back."""
+    source = PauseAfterFirstRead(data, pair.client)
+    head = bytes(source.read(DATA_CHUNK))
+    pair.client.resumeProducing()
+    d = pair.client.request(Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head),
+                            source=source)
+    outcome = Outcome(d)
+    pair.flush()
+    return d, outcome
+
+
+def test_peer_disconnecting_mid_store_leaves_nothing(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(4 * MIB)
+    _, outcome = start_upload(alice, data)
+    assert [size for _, size, _ in node.handler.chunks] == [DATA_CHUNK, DATA_CHUNK]
+    assert any_store.stats()["reserved"] == len(data)  # the upload is under way
+    alice.client.transport.loseConnection()
+    alice.flush()
+    outcome.failure(ConnectionLost)
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    bob = node.connect(identity=alice.identity)  # same owner, new connection
+    assert error_code(bob, bob.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
+    ok(bob, bob.peer.store(key_of(data), data))  # and the space is there again
+    assert ok(bob, bob.peer.retrieve(key_of(data))) == data
+
+
+def test_cancel_mid_store_leaves_nothing_and_the_connection_works(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(4 * MIB)
+    d, outcome = start_upload(alice, data)
+    assert any_store.stats()["reserved"] == len(data)
+    alice.client.cancel(d)
+    alice.flush()
+    alice.client.resumeProducing()
+    alice.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.CANCELLED
+    assert len(node.handler.chunks) == 2  # nothing more was sent after the cancel
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    small = b"after the cancel"
+    ok(alice, alice.peer.store(key_of(small), small))
+    assert ok(alice, alice.peer.retrieve(key_of(small))) == small
+
+
+def test_a_commit_in_progress_survives_a_lost_connection(tmp_path, memory_store):
+    held = []
+
+    def run_later(fn, *args):
+        d = defer.Deferred()
+        held.append((d, fn, args))
+        return d
+
+    node = Node(tmp_path, memory_store, run_blocking=run_later)
+    alice = node.connect()
+    data = b"committed while the peer left"
+    outcome = Outcome(alice.peer.store(key_of(data), data))
+    alice.flush()
+    assert len(held) == 1 and not outcome.fired
+    alice.client.transport.loseConnection()
+    alice.flush()
+    outcome.failure(ConnectionLost)
+    d, fn, args = held.pop()
+    d.callback(fn(*args))  # the worker finishes after the connection is gone
+    assert memory_store.owners(key_of(data)) == {alice.identity.node_id}
+    assert memory_store.stats()["reserved"] == 0
+
+
+# ---- capacity ---------------------------------------------------------------------------
+
+def test_full_store_then_a_smaller_store_works(tmp_path):
+    store = MemoryShareStore(1000)
+    node = Node(tmp_path, store)
+    alice = node.connect()
+    first, too_big, smaller = pattern(700, 1), pattern(400, 2), pattern(300, 3)
+    ok(alice, alice.peer.store(key_of(first), first))
+    assert error_code(alice, alice.peer.store(key_of(too_big), too_big)) == ErrorCode.NO_SPACE
+    assert store.stats()["reserved"] == 0
+    ok(alice, alice.peer.store(key_of(smaller), smaller))
+    assert ok(alice, alice.peer.retrieve(key_of(smaller))) == smaller
+    assert store.stats()["free"] == 0
+
+
+def test_no_space_for_a_streamed_upload_drops_its_data(tmp_path):
+    store = MemoryShareStore(3 * MIB)
+    node = Node(tmp_path, store)
+    alice = node.connect()
+    big = pattern(4 * MIB)
+    assert error_code(alice, alice.peer.store(key_of(big), big)) == ErrorCode.NO_SPACE
+    assert [size for _, size, _ in node.handler.chunks] == []  # refused at its head
+    assert not alice.server.closed
+    fits = pattern(2 * MIB, 5)
+    ok(alice, alice.peer.store(key_of(fits), fits))
+    assert ok(alice, alice.peer.retrieve(key_of(fits))) == fits
+
+
+# ---- one bad connection does not hurt the others ---------------------------------------------
+
+def test_a_malformed_frame_closes_only_that_connection(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    mallory, alice = node.connect(), node.connect()
+    mallory_data, alice_data = pattern(3 * MIB, 1), pattern(3 * MIB, 2)
+    _, mallory_upload = start_upload(mallory, mallory_data)
+    _, alice_upload = start_upload(alice, alice_data)
+    assert any_store.stats()["reserved"] == 6 * MIB
+
+    send_raw(mallory.client, b"\x00\x00\x00\x00\x01\x01\x01\x07\x00\x00\x00\x09")  # reserved bits
+    mallory.flush()
+    assert mallory.server.closed and mallory.client.closed
+    mallory_upload.failure(ConnectionLost)
+    assert any_store.stats()["reserved"] == 3 * MIB  # only mallory's upload was dropped
+
+    assert not alice.server.closed
+    alice.client.resumeProducing()
+    alice.flush()
+    assert alice_upload.result() == messages.Empty()
+    assert ok(alice, alice.peer.retrieve(key_of(alice_data))) == alice_data
+    assert any_store.owners(key_of(mallory_data)) == set()
+    assert any_store.stats()["reserved"] == 0
+
+
+def test_an_oversized_frame_closes_only_that_connection(node):
+    mallory, alice = node.connect(), node.connect()
+    send_raw(mallory.client, struct.pack(">IBBBBI", 0xFFFFFFFF, FrameType.DATA, 0, 0, 0, 1))
+    mallory.flush()
+    assert mallory.server.closed
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+# ---- handler failures -------------------------------------------------------------------------
+
+class FaultyStore:
+    """Delegates to a MemoryShareStore; the listed methods raise a bug."""
+
+    def __init__(self, inner, broken):
+        self.inner = inner
+        self.broken = broken
+
+    def __getattr__(self, name):
+        if name in self.broken:
+            def fail(*args, **kwargs):
+                raise RuntimeError("Traceback: secret detail at /srv/flud/store/internal.py:42")
+            return fail
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("broken,op", [
+    ("open_reader", lambda p, k, d: p.retrieve(k)),
+    ("verify", lambda p, k, d: p.verify(k, b"n", 0, 3)),   # inline path
+    ("verify", lambda p, k, d: p.verify(k, b"n")),         # worker path
+    ("delete", lambda p, k, d: p.delete(k)),
+    ("open_upload", lambda p, k, d: p.store(k, d)),
+])
+def test_an_exception_in_an_op_is_internal_without_details(tmp_path, memory_store, caplog,
+                                                           broken, op):
+    data = b"some data"
+    key = key_of(data)
+    faulty = FaultyStore(memory_store, {broken})
+    node = Node(tmp_path, faulty)
+    alice = node.connect()
+    memory_store.put(key, alice.identity.node_id, data)
+    with caplog.at_level(logging.ERROR, logger="flud.wire"):
+        error = call(alice, op(alice.peer, key, data)).failure(RemoteError)
+    assert error.code == ErrorCode.INTERNAL
+    for leak in ("secret", "Traceback", "RuntimeError", "/srv", ".py"):
+        assert leak not in error.message
+    assert "secret detail" in caplog.text  # the node's log has it
+    assert node.handler.counters["errors"] == 1
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_an_exception_while_receiving_upload_data_is_internal(tmp_path, memory_store):
+    class BrokenUpload:
+        def __init__(self, upload):
+            self.upload = upload
+            self.aborted = False
+
+        def write(self, chunk):
+            if self.upload.received:
+                raise OSError("disk controller on fire")
+            self.upload.write(chunk)
+
+        def abort(self):
+            self.aborted = True
+            self.upload.abort()
+
+        def commit(self):
+            return self.upload.commit()
+
+    uploads = []
+
+    class Store(FaultyStore):
+        def open_upload(self, *args):
+            uploads.append(BrokenUpload(self.inner.open_upload(*args)))
+            return uploads[-1]
+
+    node = Node(tmp_path, Store(memory_store, set()))
+    alice = node.connect()
+    data = pattern(3 * MIB)
+    error = call(alice, alice.peer.store(key_of(data), data)).failure(RemoteError)
+    assert error.code == ErrorCode.INTERNAL and "fire" not in error.message
+    assert uploads[0].aborted
+    nothing_held(memory_store)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_a_closed_store_answers_unavailable(node, alice):
+    node.store.close()
+    assert error_code(alice, alice.peer.retrieve(key_of(b"x"))) == ErrorCode.UNAVAILABLE
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+# ---- BUSY over the whole stack ------------------------------------------------------------------
+
+def test_busy_after_max_inflight_requests(tmp_path, memory_store):
+    from flud.protocol.session import MAX_INFLIGHT
+    held = []
+
+    def run_later(fn, *args):
+        d = defer.Deferred()
+        held.append((d, fn, args))
+        return d
+
+    node = Node(tmp_path, memory_store, run_blocking=run_later)
+    alice = node.connect()
+    key = key_of(b"none")
+    outcomes = [Outcome(alice.peer.delete(key)) for _ in range(MAX_INFLIGHT + 1)]
+    alice.flush()
+    assert len(held) == MAX_INFLIGHT
+    assert [o.fired for o in outcomes] == [False] * MAX_INFLIGHT + [True]
+    assert outcomes[-1].failure(RemoteError).code == ErrorCode.BUSY
+    for d, fn, args in held:
+        defer.maybeDeferred(fn, *args).chainDeferred(d)
+    alice.flush()
+    assert {o.failure(RemoteError).code for o in outcomes[:-1]} == {ErrorCode.NOT_FOUND}
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+# ---- archives --------------------------------------------------------------------------------------
+
+def make_archive(datas):
+    writer = TarWriter()
+    for data in datas:
+        writer.add(key_of(data).hex(), data)
+    return writer.seal()
+
+
+@pytest.mark.parametrize("member_sizes", [[10, 600, 5000], [3, 2 * MIB + 17, 1]])
+def test_archive_store_then_members_by_key(any_store, tmp_path, member_sizes):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    members = [pattern(size, seed) for seed, size in enumerate(member_sizes)]
+    tar = make_archive(members)
+    ok(alice, alice.peer.store(key_of(tar), tar, kind=KIND_ARCHIVE))
+    assert any_store.stats()["members"] == len(members)
+    nonce = b"challenge"
+    for data in members:
+        key = key_of(data)
+        assert ok(alice, alice.peer.retrieve(key)) == data
+        for offset, length in ((0, TO_END), (1, max(len(data) - 2, 0)), (len(data) // 2, 1),
+                               (len(data), TO_END)):
+            end = None if length == TO_END else offset + length
+            assert ok(alice, alice.peer.retrieve(key, offset, length)) == data[offset:end]
+            assert ok(alice, alice.peer.verify(key, nonce, offset, length)) == \
+                blake3.blake3(nonce + data[offset:end]).digest()
+        assert error_code(alice, alice.peer.retrieve(key, len(data) + 1)) == ErrorCode.BAD_RANGE
+    bob = node.connect()
+    assert error_code(bob, bob.peer.retrieve(key_of(members[0]))) == ErrorCode.NOT_FOUND
+    ok(alice, alice.peer.delete(key_of(members[0])))
+    assert error_code(alice, alice.peer.retrieve(key_of(members[0]))) == ErrorCode.NOT_FOUND
+    assert ok(alice, alice.peer.retrieve(key_of(members[1]))) == members[1]
+    assert any_store.stats()["reserved"] == 0
+
+
+@pytest.mark.parametrize("size", [1000, 3 * MIB])
+def test_archive_with_a_misnamed_member_is_bad_archive(any_store, tmp_path, size):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    good, bad = pattern(size, 1), pattern(700, 2)
+    writer = TarWriter()
+    writer.add(key_of(good).hex(), good)
+    writer.add(key_of(b"something else").hex(), bad)
+    writer.add(key_of(good + b"x").hex(), good + b"x")
+    tar = writer.seal()
+    code = error_code(alice, alice.peer.store(key_of(tar), tar, kind=KIND_ARCHIVE))
+    assert code == ErrorCode.BAD_ARCHIVE
+    for data in (good, bad, good + b"x"):
+        assert error_code(alice, alice.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_archive_that_is_not_a_tar(alice, node):
+    junk = b"not a tar at all" * 100
+    assert error_code(alice, alice.peer.store(key_of(junk), junk, kind=KIND_ARCHIVE)) == \
+        ErrorCode.BAD_ARCHIVE
+    nothing_held(node.store)
+
+
+def test_archive_with_the_wrong_tar_key(alice, node):
+    tar = make_archive([b"member"])
+    assert error_code(alice, alice.peer.store(key_of(tar + b"x"), tar, kind=KIND_ARCHIVE)) == \
+        ErrorCode.HASH_MISMATCH
+    assert error_code(alice, alice.peer.retrieve(key_of(b"member"))) == ErrorCode.NOT_FOUND
+    nothing_held(node.store)
