@@ -36,6 +36,8 @@ def _add_testnet(sub) -> None:
     up.add_argument("--capacity", default="10G")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     up.add_argument("--memory-log", action="store_true", help="each node writes memory.csv in its home")
+    up.add_argument("--spawn", choices=("fork", "exec"), default="fork",
+                    help="fork nodes from the launcher (fast) or exec a fresh interpreter each")
     for name, text in (("status", "one row per node"), ("down", "stop the testnet's processes")):
         p = testnet.add_parser(name, help=text)
         p.add_argument("--dir", required=True)

@@ -6,6 +6,7 @@ reached over the connection it opened. Dials to the same peer are shared.
 import logging
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from flud.protocol.wire import dial
 
@@ -55,11 +56,11 @@ class ConnectionPool:
 
     def _dialled(self, result, node_id):
         waiters = self._dialing.pop(node_id, []) if node_id is not None else []
-        if not isinstance(result, defer.failure.Failure):
+        if not isinstance(result, Failure):
             self.add(result)
             result = self._by_peer.get(result.peer_id, result)
         for waiter in waiters:
-            if isinstance(result, defer.failure.Failure):
+            if isinstance(result, Failure):
                 waiter.errback(result)
             else:
                 waiter.callback(result)

@@ -25,7 +25,42 @@ def parse_address(text: str):
     return host or "127.0.0.1", int(port)
 
 
+def preload() -> None:
+    """Import what a node needs, without installing a reactor: a launcher
+    calls this once and then forks many nodes that share these pages."""
+    from flud.lean import defer_unused_imports
+    defer_unused_imports()
+    import twisted.internet.epollreactor  # noqa: F401
+    import flud.node.service  # noqa: F401
+    import storage.disk  # noqa: F401
+    import flud.memory  # noqa: F401
+    import flud.workers  # noqa: F401
+
+
+def run_forked(args, stderr_path: str) -> int:
+    """Fork a node process; returns its pid (the child never returns)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(err, 2)
+        code = run(args)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 def run(args) -> int:
+    from flud.lean import defer_unused_imports, release_free_memory
+    defer_unused_imports()
     from twisted.internet import reactor
     from twisted.internet.error import CannotListenError
 
@@ -44,6 +79,7 @@ def run(args) -> int:
     log.info("node %s listening on %s:%d (pid %d)", node.node_id.hex()[:16], args.host,
              node.local.listen_port, os.getpid())
     reactor.addSystemEventTrigger("before", "shutdown", node.stopService)
+    reactor.callLater(1.0, release_free_memory)
     reactor.run()
     log.info("node stopped")
     return 0

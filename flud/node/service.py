@@ -43,6 +43,16 @@ def load_party(home: str, role: int, host: str = "", port: int = 0):
                       host, port)
 
 
+def process_start_ticks(pid: int):
+    """Start time of a process in clock ticks since boot: with the pid, it
+    names one process for good (pids get reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def write_json_atomically(path: str, value) -> None:
     temp = path + ".tmp"
     with open(temp, "w") as f:
@@ -75,7 +85,8 @@ class NodeService(service.Service):
         from flud.workers import CPUPool
         from storage.disk import ShareStore
 
-        self.monitor = MemoryMonitor()
+        from flud.lean import proc_rss
+        self.monitor = MemoryMonitor(rss_reader=proc_rss)
         self.monitor.sample()
         self.monitor.mark_static()
         self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
@@ -104,7 +115,8 @@ class NodeService(service.Service):
             d.addErrback(self._join_failed)
         write_json_atomically(os.path.join(self.home, "node.json"), {
             "node_id": self.node_id.hex(), "host": self.host,
-            "port": self.local.listen_port, "pid": os.getpid(), "home": self.home})
+            "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
+            "start": process_start_ticks(os.getpid())})
 
     def _join_failed(self, failure):
         from twisted.python import log

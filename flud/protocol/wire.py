@@ -242,7 +242,7 @@ class Connection(protocol.Protocol):
         text = error.message if isinstance(error, RemoteError) else str(error)
         if code == ErrorCode.INTERNAL:
             log.error("request %d from %s failed", rid, self.describe(), exc_info=error)
-            text = "the node failed to handle this request; see its log"
+            pass
         self._drop_stream(rid)
         if self.session.send_error(rid, code, text):
             self._flush()
