@@ -242,7 +242,7 @@ class Connection(protocol.Protocol):
         text = error.message if isinstance(error, RemoteError) else str(error)
         if code == ErrorCode.INTERNAL:
             log.error("request %d from %s failed", rid, self.describe(), exc_info=error)
-            pass
+            text = "the node failed to handle this request; see its log"
         self._drop_stream(rid)
         if self.session.send_error(rid, code, text):
             self._flush()
@@ -275,7 +275,7 @@ class Connection(protocol.Protocol):
         if not identity_type.verify(hello.public_key, transcript, hello.signature):
             raise AuthenticationFailed("the peer's HELLO signature does not match its key")
         peer_id = identity_type.node_id_of(hello.public_key)
-        if False:
+        if self.expected_peer is not None and peer_id != self.expected_peer:
             raise AuthenticationFailed(
                 f"expected node {self.expected_peer.hex()[:12]}, "
                 f"but the peer proved to be {peer_id.hex()[:12]}")
