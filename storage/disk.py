@@ -91,6 +91,7 @@ class ShareStore:
         check_or_claim_format(self._layout, fsync)
         for directory in (self._layout.incoming, self._layout.shares, self._layout.archives):
             os.makedirs(directory, exist_ok=True)
+        self._layout.make_fan_out(fsync)
         self._fault = fault_hook or _no_fault
         self._index = Index(self._layout.index_file, fsync)
         self._files = ArchiveFiles(self._layout, fsync, self._fault)

@@ -3,12 +3,17 @@
     root/FORMAT                  "flud-store 1": refuse to open what we do not know
     root/index.sqlite            the index (+ -wal, -shm)
     root/incoming/               uploads in progress; emptied at every open
-    root/shares/ab/cd/<hex>      one file per standalone share, named by its key
+    root/shares/ab/<hex>         one file per standalone share, named by its key
     root/archives/<owner>.tar    one append-only tar per sender
     root/archives/<owner>.tar.compact   a compaction in progress
 
-Two levels of 256-way fan-out keep every directory small: at most 256
-subdirectories each, and 10 million shares leave ~150 files per leaf.
+One level of 256-way fan-out, all 256 directories made when the store is
+created: no parent ever holds more than 256 subdirectories (ext3 refused more
+than 32000), and no STORE pays for a mkdir and the fsync of its parent (with
+two on-demand levels nearly every share of a young node did: 2.3 ms per
+commit against 1.35 ms measured here). Files per directory are not limited
+by ext3/ext4 or xfs: 10 million shares leave ~39,000 files in each, which
+hashed directory indexes look up in one step.
 Only the hex of a key or owner id ever becomes part of a path.
 """
 
@@ -30,7 +35,7 @@ ARCHIVES_DIR = "archives"
 ARCHIVE_SUFFIX = ".tar"
 COMPACT_SUFFIX = ".tar.compact"
 FAN_OUT_CHARS = 2  # hex chars per level: 256 entries
-FAN_OUT_LEVELS = 2
+FAN_OUT_LEVELS = 1
 
 
 class Layout:
@@ -46,6 +51,17 @@ class Layout:
         name = key.hex()
         levels = [name[i * FAN_OUT_CHARS : (i + 1) * FAN_OUT_CHARS] for i in range(FAN_OUT_LEVELS)]
         return os.path.join(self.shares, *levels)
+
+    def make_fan_out(self, durable: bool) -> None:
+        """Create the 256 share directories once, so no STORE ever makes one."""
+        made = False
+        for i in range(16 ** (FAN_OUT_CHARS * FAN_OUT_LEVELS)):
+            path = os.path.join(self.shares, f"{i:0{FAN_OUT_CHARS}x}")
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                made = True
+        if made and durable:
+            fsync_dir(self.shares)
 
     def share_path(self, key: bytes) -> str:
         return os.path.join(self.share_dir(key), key.hex())

@@ -126,10 +126,13 @@ def test_fan_out_layout(store):
     key = key_of(data)
     store.put(key, ALICE, data)
     name = key.hex()
-    path = os.path.join(store.root, "shares", name[:2], name[2:4], name)
+    path = os.path.join(store.root, "shares", name[:2], name)
     assert open(path, "rb").read() == data
     assert Layout(store.root).share_path(key) == path
-    assert os.listdir(os.path.join(store.root, "shares")) == [name[:2]]
+    # all 256 fan-out directories exist from the start; only this one holds a file
+    fan_out = sorted(os.listdir(os.path.join(store.root, "shares")))
+    assert fan_out == [f"{i:02x}" for i in range(256)]
+    assert [d for d in fan_out if os.listdir(os.path.join(store.root, "shares", d))] == [name[:2]]
     put_tar(store, BOB, [b"member"])
     assert os.listdir(os.path.join(store.root, "archives")) == [BOB.hex() + ".tar"]
 
