@@ -117,6 +117,9 @@ class Connection(protocol.Protocol):
     # ---- Twisted protocol --------------------------------------------------
 
     def connectionMade(self):
+        # Frames are already batched by the session: Nagle would only hold
+        # back the tail of each message until the peer's delayed ACK.
+        self.transport.setTcpNoDelay(True)
         self.transport.bufferSize = READ_BUFFER
         self.transport.registerProducer(self, True)
         context = self.local.client_context if self.tls_client else self.local.server_context
@@ -354,7 +357,12 @@ class Connection(protocol.Protocol):
         session = self.session
         while self._streams and not self._paused and not self.closed:
             stream = self._streams.popleft()
-            chunk = stream.source.read(DATA_CHUNK)
+            try:
+                chunk = stream.source.read(DATA_CHUNK)
+            except Exception as err:  # e.g. a share cut short on disk
+                stream.source.close()
+                self._stream_failed(stream, err)
+                continue
             end = stream.source.remaining == 0
             if stream.is_response:
                 session.send_response_data(stream.rid, chunk, end)
@@ -367,6 +375,17 @@ class Connection(protocol.Protocol):
             else:
                 self._streams.append(stream)
             self._flush()
+
+    def _stream_failed(self, stream, err):
+        """A source failed mid-stream: fail that one request, keep the connection."""
+        if stream.is_response:
+            self.respond_error(stream.rid, err)
+            return
+        item = self._pending.pop(stream.rid, None)
+        self.session.cancel(stream.rid)
+        self._flush()
+        if item is not None:
+            item.deferred.errback(err)
 
     def _flush(self):
         if self.closed or not self._tls.handshake_done:

@@ -683,3 +683,80 @@ def test_archive_with_the_wrong_tar_key(alice, node):
         ErrorCode.HASH_MISMATCH
     assert error_code(alice, alice.peer.retrieve(key_of(b"member"))) == ErrorCode.NOT_FOUND
     nothing_held(node.store)
+
+
+# ---- a stream that fails half-way ---------------------------------------------------------
+
+class ShortReader:
+    """A reader whose share ends early (a file cut short on disk)."""
+
+    def __init__(self, reader, give):
+        self.reader = reader
+        self.remaining = reader.remaining
+        self.give = give
+        self.closed = False
+
+    def read(self, n):
+        if self.give <= 0:
+            return b""
+        chunk = self.reader.read(min(n, self.give))
+        self.give -= len(chunk)
+        return chunk
+
+    def close(self):
+        self.closed = True
+        self.reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["flowing", "after-resume"])
+def test_a_share_that_ends_early_fails_its_retrieve_only(tmp_path, memory_store, paused):
+    readers = []
+
+    class Store(FaultyStore):
+        def open_reader(self, *args):
+            readers.append(ShortReader(self.inner.open_reader(*args), give=DATA_CHUNK + 10))
+            return readers[-1]
+
+    node = Node(tmp_path, Store(memory_store, set()))
+    alice = node.connect()
+    data = pattern(3 * MIB)
+    memory_store.put(key_of(data), alice.identity.node_id, data)
+    if paused:
+        alice.server.pauseProducing()  # the reader is drained from resumeProducing
+    chunks = []
+    outcome = Outcome(alice.peer.retrieve(key_of(data), sink=chunks.append))
+    alice.flush()
+    if paused:
+        assert not outcome.fired
+        alice.server.resumeProducing()
+        alice.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.INTERNAL
+    assert b"".join(bytes(c) for c in chunks) == data[:DATA_CHUNK + 10]
+    assert readers[0].closed
+    assert not alice.server.closed
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_an_upload_source_that_fails_cancels_only_that_store(node, alice):
+    class FailingSource(BytesSource):
+        def read(self, n):
+            if self.remaining <= DATA_CHUNK:
+                raise OSError("the local file vanished")
+            return super().read(n)
+
+    data = pattern(3 * MIB)
+    source = FailingSource(data)
+    head = bytes(source.read(DATA_CHUNK))
+    request = messages.StoreRequest(key_of(data), 0, len(data), head)
+    outcome = call(alice, alice.client.request(Op.STORE, request, source=source))
+    assert isinstance(outcome.failure(OSError), OSError)
+    assert len(node.handler.chunks) == 2  # the head and one DATA frame, then a CANCEL
+    nothing_held(node.store)
+    assert not alice.client.closed
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
