@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import blake3
 from twisted.internet import defer, task
+from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.test import iosim
 
@@ -141,3 +142,15 @@ def connect(server_party: LocalParty, server_handler, client_party: LocalParty,
 def send_raw(conn: Connection, plaintext: bytes) -> None:
     """Write bytes through conn's TLS layer, bypassing its Session (crafted frames)."""
     conn.transport.write(conn._tls.send(plaintext))
+
+
+class TCPStringTransport(StringTransport):
+    """StringTransport with the ITCPTransport options a Connection sets."""
+
+    no_delay = False
+
+    def setTcpNoDelay(self, enabled):
+        self.no_delay = enabled
+
+    def getTcpNoDelay(self):
+        return self.no_delay

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from twisted.internet import task
-from twisted.internet.testing import StringTransport
 
 from flud.keys import Identity
 from flud.protocol import messages
@@ -14,8 +13,8 @@ from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCod
                                   RemoteError)
 from flud.protocol.tls import hello_transcript
 from flud.protocol.wire import (HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, BytesSource, Connection)
-from tests.unit.protocol.helpers import (Outcome, RecordingHandler, connect, key_of,
-                                         make_party, send_raw)
+from tests.unit.protocol.helpers import (Outcome, RecordingHandler, TCPStringTransport,
+                                         connect, key_of, make_party, send_raw)
 
 
 @pytest.fixture
@@ -185,7 +184,7 @@ def test_garbage_instead_of_tls_closes(node, handlers):
     clock = task.Clock()
     conn = Connection(node, handlers[0], clock, tls_client=False)
     ready = Outcome(conn.ready)
-    transport = StringTransport()
+    transport = TCPStringTransport()
     conn.makeConnection(transport)
     conn.dataReceived(b"SSH-2.0-OpenSSH_9.6\r\n" + b"\x00" * 100)
     ready.failure()
@@ -199,7 +198,7 @@ def test_handshake_timeout_closes_a_silent_connection(node, handlers):
     clock = task.Clock()
     conn = Connection(node, handlers[0], clock, tls_client=False)
     ready = Outcome(conn.ready)
-    transport = StringTransport()
+    transport = TCPStringTransport()
     conn.makeConnection(transport)
     clock.advance(HANDSHAKE_TIMEOUT - 0.1)
     assert not transport.disconnecting and not ready.fired
