@@ -91,7 +91,8 @@ class NodeService(service.Service):
         self.monitor.mark_static()
         self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
         self.node_id = self.local.identity.node_id
-        self.store = ShareStore(os.path.join(self.home, "store"), self.capacity)
+        self.store = ShareStore(os.path.join(self.home, "store"), self.capacity,
+                                fsync=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1")
         self.roots = RootStore(os.path.join(self.home, "roots"))
         self.workers = CPUPool(self.reactor, size=STORE_WORKERS)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
