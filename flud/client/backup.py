@@ -7,6 +7,7 @@ the pool meanwhile (a window of two: measured in tools/bench). Everything that
 lands is written to the local index as it lands, so an interrupted run can
 be run again and sends only what is missing.
 """
+import hashlib
 import logging
 import os
 import time
@@ -27,6 +28,10 @@ from flud.protocol.messages import KIND_ARCHIVE
 log = logging.getLogger("flud.client")
 
 SMALL_BATCH = 256            # small files prepared per pool call
+# Segments of one file held at once (prepared or in flight): 2 keeps the CPU
+# busy while the previous segment's STOREs are answered, and at 4-of-8 with
+# 1 MiB segments holds 2 x 2 MiB (tools/bench/bench_backup.py measures it).
+SEGMENT_WINDOW = 2
 MAX_TARS_IN_FLIGHT = 16
 EMPTY = {"t": "E", "size": 0}
 
@@ -77,10 +82,10 @@ class Backup:
         self.clock = clock
         cfg = home.config
         self.k, self.n = cfg["k"], cfg["n"]
-        self.extra = cfg["extra_shares"]
         self.segment_size = cfg["segment_size"]
         self.policy = FlushPolicy(small_file_limit=cfg["small_file_limit"])
-        self.coder = SegmentCoder(self.k, self.n + self.extra)
+        self.coder = SegmentCoder(self.k, self.n)
+        self.window = cfg.get("segment_window", SEGMENT_WINDOW)
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
@@ -246,37 +251,64 @@ class Backup:
 
     @defer.inlineCallbacks
     def _large(self, entry, known):
+        """Segments go out through a window of SEGMENT_WINDOW: while one is in
+        flight the next is prepared (and sent), so the CPU and the nodes'
+        round trips overlap. Each landed segment is recorded at once."""
         transfer = self.monitor.transfer("upload", entry.path)
-        segments = []
+        segments = {}
+        digests = []
+        window = defer.DeferredSemaphore(self.window)
+        sending = []
         try:
             with open(entry.path, "rb") as f:
-                digest = yield self.pool.run(_hash_file, f)
-                content_id = digest.hex()
-                if content_id in known or content_id in self._new_contents:
-                    self.summary["dedup"] += 1
-                    self.progress.file_done(entry.size)
-                    return content_id
-                f.seek(0)
-                ahead = self.pool.run(self._read_prepare, f)
                 while True:
-                    prep = yield ahead
+                    yield window.acquire()
+                    prep = yield self.pool.run(self._read_prepare, f)
                     if prep is None:
+                        window.release()
                         break
-                    transfer.hold(prep.buffered, "segment")
-                    ahead = self.pool.run(self._read_prepare, f)
-                    shares = yield store_segment(self.network, prep, self.n, self.counters)
-                    self._challenges.update(prep.challenges)
-                    segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
-                    transfer.release(prep.buffered, "segment")
+                    index = len(digests)
+                    digests.append(prep.digest)
                     self.counters["bytes_read"] += prep.length
-                    self.progress.bytes_done(prep.length)
+                    landed = self.index.segment(prep.key.hex())
+                    if landed is not None:  # sent by an earlier (interrupted) run
+                        segments[index] = landed
+                        window.release()
+                        self.progress.bytes_done(prep.length)
+                        continue
+                    transfer.hold(prep.buffered, "segment")
+                    d = store_segment(self.network, prep, self.n, self.counters, self.reactor)
+                    d.addCallback(self._segment_landed, prep, index, segments)
+                    d.addBoth(self._segment_done, prep, window, transfer)
+                    sending.append(d)
+                yield defer.gatherResults(sending, consumeErrors=True)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
+        except defer.FirstError as err:
+            raise err.subFailure.value
         finally:
             transfer.close()
+        content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
         self.progress.file_done(0)
-        return self._remember(content_id, {"t": "L", "size": entry.size, "segs": segments})
+        if content_id in known or content_id in self._new_contents:
+            self.summary["dedup"] += 1
+            return content_id
+        return self._remember(content_id, {"t": "L", "size": entry.size,
+                                           "segs": [segments[i] for i in range(len(digests))]})
+
+    def _segment_landed(self, shares, prep, index, segments):
+        record = [prep.key.hex(), prep.length, prep.block_length, shares]
+        segments[index] = record
+        self._challenges.update(prep.challenges)
+        self.index.add_segment(prep.key.hex(), record)
+        self.progress.bytes_done(prep.length)
+
+    @staticmethod
+    def _segment_done(result, prep, window, transfer):
+        transfer.release(prep.buffered, "segment")
+        window.release()
+        return result
 
     def _read_prepare(self, f):
         data = f.read(self.segment_size)
@@ -300,16 +332,6 @@ class Backup:
         self.summary["skipped"] += 1
         self.skipped.append((path, why))
         self.progress.warn(f"skipped {path}: {why}")
-
-
-def _hash_file(f, chunk=4 * 1024 * 1024):
-    import hashlib
-    h = hashlib.sha256()
-    while True:
-        data = f.read(chunk)
-        if not data:
-            return h.digest()
-        h.update(data)
 
 
 def _tar_challenges(secret, tar):

@@ -16,7 +16,6 @@ DEFAULTS = {
     "version": 1,
     "k": 4,
     "n": 8,
-    "extra_shares": 1,            # long-tail cut: start n+1 STOREs, keep the first n
     "segment_size": 1024 * 1024,
     "small_file_limit": 1024 * 1024,
     "bootstrap": [],              # [[host, port], ...]

@@ -21,6 +21,9 @@ _MIGRATIONS = {
         """CREATE TABLE snapshots (
                id INTEGER PRIMARY KEY, created REAL, summary TEXT, manifest BLOB)""",
         """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)""",
+        # Segments that landed, by convergent key: a re-run after an
+        # interruption (or a duplicate file) does not send them again.
+        """CREATE TABLE segments (seg_key TEXT PRIMARY KEY, record BLOB)""",
     ],
 }
 
@@ -91,6 +94,14 @@ class ClientIndex:
             self.db.execute("BEGIN")
             self.db.executemany("INSERT OR REPLACE INTO contents VALUES (?,?)",
                                 ((cid, _pack(rec)) for cid, rec in items))
+
+    def segment(self, seg_key: str):
+        row = self.db.execute("SELECT record FROM segments WHERE seg_key=?",
+                              (seg_key,)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def add_segment(self, seg_key: str, record) -> None:
+        self.db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)", (seg_key, _pack(record)))
 
     def bundle(self, bundle_id: str):
         row = self.db.execute("SELECT record FROM bundles WHERE bundle_id=?",

@@ -83,7 +83,7 @@ def publish(backup, entries, roots, started):
     manifest = {
         "version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": time.time(),
         "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n,
-        "extra": backup.extra, "entries": entries, "contents": contents, "bundles": bundles,
+        "entries": entries, "contents": contents, "bundles": bundles,
         "challenges": {k: v for k, v in challenges.items() if k in _share_keys(contents, bundles)},
         "history": [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
                     for s in previous],

@@ -69,6 +69,12 @@ class Network:
         d.addCallback(lambda p: getattr(p, method)(*args, **kwargs))
         return d
 
+    def cancel(self, node_id: bytes, d) -> None:
+        """Abandon a request made with call() (its Deferred fails CANCELLED)."""
+        conn = self.net.pool.connection(node_id)
+        if conn is not None:
+            conn.cancel(d)
+
     def mark_failed(self, node_id: bytes) -> None:
         if node_id not in self.failed:
             log.warning("node %s failed; using others", node_id.hex()[:12])

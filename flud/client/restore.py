@@ -19,6 +19,7 @@ from flud.crypto import content_digest, convergent_key, decrypt_ctr
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
+SEGMENT_WINDOW = 3          # segments of one file fetched ahead of the writer
 BESIDE_SUFFIX = ".flud-restored"
 
 
@@ -44,8 +45,8 @@ class Restore:
         self.monitor = monitor
         self.progress = progress
         self.manifest = manifest
-        k, n, extra = manifest["k"], manifest["n"], manifest.get("extra", 0)
-        self.segment_coder = SegmentCoder(k, n + extra)
+        k, n = manifest["k"], manifest["n"]
+        self.segment_coder = SegmentCoder(k, n)
         self.bundle_coder = SegmentCoder(k, n)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "bad_shares": 0, "retrieves": 0}
@@ -109,24 +110,38 @@ class Restore:
 
     @defer.inlineCallbacks
     def _large(self, dest, entry):
+        """Fetch up to SEGMENT_WINDOW segments ahead; write them in order."""
         record = self.manifest["contents"][entry[5]]
         transfer = self.monitor.transfer("download", entry[0])
         path, temp = self._paths(dest, entry)
+        segs = record["segs"]
+        ahead = {}
+
+        def fetch(i):
+            key_hex, length, block_length, shares = segs[i]
+            transfer.hold(length * 2, "segment")  # shares, then plaintext
+            seg = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
+            return fetch_segment(self.network, self.pool, self.segment_coder,
+                                 self.home.secret, seg, self.report_bad)
+
         try:
             with open(temp, "wb") as out:
-                for key_hex, length, block_length, shares in record["segs"]:
-                    seg = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-                    transfer.hold(length * 2, "segment")
-                    data = yield fetch_segment(self.network, self.pool, self.segment_coder,
-                                               self.home.secret, seg, self.report_bad)
-                    self.summary["retrieves"] += self.segment_coder.k
+                for i in range(min(SEGMENT_WINDOW, len(segs))):
+                    ahead[i] = fetch(i)
+                for i in range(len(segs)):
+                    data = yield ahead.pop(i)
+                    if i + SEGMENT_WINDOW < len(segs):
+                        ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
                     out.write(data)
-                    transfer.release(length * 2, "segment")
-                    self.progress.bytes_done(length)
+                    transfer.release(len(data) * 2, "segment")
+                    self.summary["retrieves"] += self.segment_coder.k
+                    self.progress.bytes_done(len(data))
                 out.flush()
                 os.fsync(out.fileno())
             self._finish(path, temp, entry)
         except BaseException:
+            for d in ahead.values():
+                d.addErrback(lambda _: None)
             _unlink(temp)
             raise
         finally:

@@ -1,10 +1,9 @@
 """One segment's way to the nodes and back.
 
 prepare (CPU, in the pool): digest -> convergent key -> AES-CTR -> zfec into
-n+extra shares -> BLAKE3 share keys -> VERIFY challenges.
-store: n+extra STOREs to distinct nodes by rendezvous rank; a failed STORE
-moves to the next candidate; once n have landed the rest are cancelled
-(the long-tail cut).
+n shares -> BLAKE3 share keys -> VERIFY challenges.
+store: n STOREs to distinct nodes by rendezvous rank, with replacement and
+hedging (see _SegmentUpload).
 fetch: ask the k cheapest holders (primaries first: no decode), add holders
 as shares fail their hash check or their node fails; decode; decrypt; check
 the plaintext against the convergent key.
@@ -18,13 +17,14 @@ import blake3
 from twisted.internet import defer
 
 from flud.crypto import content_digest, convergent_key, decrypt_ctr, encrypt_ctr
-from flud.protocol.errors import RemoteError
+from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
 
 CHALLENGES_PER_SHARE = 2
 CHALLENGE_SPAN = 64 * 1024
 MAX_ATTEMPTS_PER_SHARE = 4
+HEDGE_AFTER = 2.0  # seconds a last share may lag before it is hedged
 
 
 class StoreFailed(Exception):
@@ -60,9 +60,10 @@ def challenge_nonce(secret: bytes, key: bytes, index: int) -> bytes:
 @dataclass
 class PreparedSegment:
     key: bytes            # convergent AES key
+    digest: bytes         # SHA-256 of the plaintext
     length: int           # plaintext bytes
     block_length: int
-    shares: list          # n+extra share bytes
+    shares: list          # n share buffers (the first k are views of the ciphertext)
     share_keys: list
     challenges: dict      # share key hex -> challenges
 
@@ -72,73 +73,121 @@ class PreparedSegment:
 
 
 def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
-    key = convergent_key(secret, content_digest(data))
+    digest = content_digest(data)
+    key = convergent_key(secret, digest)
     block_length, shares = coder.encode(encrypt_ctr(key, data))
     keys = [blake3.blake3(s).digest() for s in shares]
     challenges = {k.hex(): challenges_for(secret, k, s) for k, s in zip(keys, shares)}
-    return PreparedSegment(key, len(data), block_length, shares, keys, challenges)
+    return PreparedSegment(key, digest, len(data), block_length, shares, keys, challenges)
 
 
-@defer.inlineCallbacks
-def store_segment(network, prep: PreparedSegment, keep: int, counters=None):
+class _SegmentUpload:
+    """The STOREs of one segment: n shares to n distinct nodes, with replacement.
+
+    A STORE that fails moves its share to the next node in rendezvous order.
+    One that is still running HEDGE_AFTER seconds after the others finished
+    is hedged: the same share also goes to the next node, the first answer
+    wins and the other is cancelled. That is the long-tail cut ("start n+d,
+    keep the first n") paying for the d extra STOREs only when a node is
+    failing or slow, instead of on every segment.
+    """
+
+    def __init__(self, network, prep, keep, counters, clock):
+        self.network = network
+        self.prep = prep
+        self.keep = keep
+        self.counters = counters
+        self.clock = clock
+        total = len(prep.shares)
+        ranked = network.place(prep.share_keys[0], total * 3)
+        if len(ranked) < keep:
+            raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
+                              f"for one segment. Start more nodes or lower n.")
+        self.spare = iter(ranked[total:])
+        self.first = ranked[:total]
+        self.landed = {}        # share index -> node hex
+        self.running = {}       # share index -> {node id: Deferred}
+        self.attempts = {}
+        self.done = defer.Deferred()
+        self._hedge_call = None
+
+    def start(self):
+        for index in range(len(self.prep.shares)):
+            self._launch(index, self.first[index])
+        return self.done
+
+    def _launch(self, index, node_id):
+        self.attempts[index] = self.attempts.get(index, 0) + 1
+        d = self.network.call(node_id, "store", self.prep.share_keys[index], self.prep.shares[index])
+        self.running.setdefault(index, {})[node_id] = d
+        d.addCallbacks(self._stored, self._failed, callbackArgs=(index, node_id),
+                       errbackArgs=(index, node_id))
+
+    def _stored(self, _, index, node_id):
+        self.running.get(index, {}).pop(node_id, None)
+        if self.counters is not None:
+            self.counters["bytes_sent"] += len(self.prep.shares[index])
+            self.counters["stores"] += 1
+        if index in self.landed:
+            return  # a hedge that also finished: the share has two holders now
+        self.landed[index] = node_id.hex()
+        for other_node, other in list(self.running.pop(index, {}).items()):
+            self.network.cancel(other_node, other)
+        if len(self.landed) >= self.keep:
+            self._finish()
+        elif len(self.landed) >= self.keep - 1 and self._hedge_call is None:
+            self._hedge_call = self.clock.callLater(HEDGE_AFTER, self._hedge)
+
+    def _failed(self, failure, index, node_id):
+        self.running.get(index, {}).pop(node_id, None)
+        if self.done.called or index in self.landed:
+            return
+        if failure.check(RemoteError) and failure.value.code == ErrorCode.CANCELLED:
+            return self._check_stuck()
+        log.warning("share %d of a segment failed on %s: %s", index, node_id.hex()[:12],
+                    failure.getErrorMessage())
+        self.network.mark_failed(node_id)
+        replacement = next(self.spare, None)
+        if replacement is not None and self.attempts[index] < MAX_ATTEMPTS_PER_SHARE:
+            return self._launch(index, replacement)
+        self._check_stuck()
+
+    def _hedge(self):
+        self._hedge_call = None
+        if self.done.called:
+            return
+        for index, attempts in list(self.running.items()):
+            if attempts and index not in self.landed:
+                replacement = next(self.spare, None)
+                if replacement is not None:
+                    log.info("share %d is slow; hedging on another node", index)
+                    self._launch(index, replacement)
+
+    def _check_stuck(self):
+        if not any(self.running.values()) and not self.done.called:
+            self._finish_failed()
+
+    def _finish(self):
+        if self._hedge_call is not None and self._hedge_call.active():
+            self._hedge_call.cancel()
+        for index, attempts in self.running.items():
+            for node_id, d in attempts.items():
+                self.network.cancel(node_id, d)
+        self.running.clear()
+        self.done.callback(sorted([i, self.prep.share_keys[i].hex(), n]
+                                  for i, n in self.landed.items()))
+
+    def _finish_failed(self):
+        self.done.errback(StoreFailed(
+            f"only {len(self.landed)} of {self.keep} shares of a segment could be stored; "
+            f"too few nodes are answering"))
+
+
+def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None):
     """Store the shares on distinct nodes; fires with [[index, key hex, node hex]]."""
-    total = len(prep.shares)
-    ranked = network.place(prep.share_keys[0], total + total)
-    if len(ranked) < keep:
-        raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
-                          f"for one segment. Start more nodes or lower n.")
-    spare = iter(ranked[total:])
-    landed = []
-    attempts = {}
-    in_flight = {}
-    done = defer.Deferred()
-
-    def launch(index, node_id):
-        attempts[index] = attempts.get(index, 0) + 1
-        d = network.call(node_id, "store", prep.share_keys[index], prep.shares[index])
-        in_flight[index] = (node_id, d)
-        d.addCallbacks(succeeded, failed, callbackArgs=(index, node_id), errbackArgs=(index, node_id))
-
-    def succeeded(_, index, node_id):
-        in_flight.pop(index, None)
-        landed.append([index, prep.share_keys[index].hex(), node_id.hex()])
-        if counters is not None:
-            counters["bytes_sent"] += len(prep.shares[index])
-            counters["stores"] += 1
-        if len(landed) == keep and not done.called:
-            for other, (other_node, other_d) in list(in_flight.items()):
-                cancel_store(network, other_node, other_d)
-            done.callback(None)
-        check_end()
-
-    def failed(failure, index, node_id):
-        in_flight.pop(index, None)
-        if failure.check(RemoteError) and getattr(failure.value, "code", None) == 11:
-            return check_end()  # cancelled by us
-        if not done.called:
-            log.warning("share %d of a segment failed on %s: %s", index,
-                        node_id.hex()[:12], failure.getErrorMessage())
-            network.mark_failed(node_id)
-            replacement = next(spare, None)
-            if replacement is not None and attempts[index] < MAX_ATTEMPTS_PER_SHARE:
-                return launch(index, replacement)
-        check_end()
-
-    def check_end():
-        if not in_flight and not done.called:
-            done.errback(StoreFailed(f"only {len(landed)} of {keep} shares of a segment "
-                                     f"could be stored; too few nodes are answering"))
-
-    for index in range(total):
-        launch(index, ranked[index])
-    yield done
-    return sorted(landed)
-
-
-def cancel_store(network, node_id, d) -> None:
-    node = network.net.pool._by_peer.get(node_id)
-    if node is not None:
-        node.cancel(d)
+    if clock is None:
+        from twisted.internet import reactor as clock
+    return _SegmentUpload(network, prep, keep, counters, clock).start()
 
 
 def _fits(share: bytes, key_hex: str) -> bool:
@@ -179,10 +228,11 @@ def fetch_segment(network, pool, coder, secret, record, report=None):
     if len(got) < k:
         raise FetchFailed(f"only {len(got)} of the {k} shares needed for a segment could "
                           f"be fetched: " + "; ".join(f"{n[:12]}: {w}" for n, _, w in failures))
-    key = bytes.fromhex(record["key"])
-    plaintext = yield pool.run(_decode_and_decrypt, coder, got, record, key)
-    if convergent_key(secret, content_digest(plaintext)) != key:
-        raise FetchFailed("a segment decoded to the wrong bytes; its shares are inconsistent")
+    # Every share matched its BLAKE3 key, and the keys come from the
+    # authenticated manifest: the ciphertext is exactly what was stored, so
+    # no second hash of the plaintext is needed here.
+    plaintext = yield pool.run(_decode_and_decrypt, coder, got, record,
+                               bytes.fromhex(record["key"]))
     return plaintext
 
 

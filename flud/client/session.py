@@ -114,7 +114,7 @@ def _manifest_for(home, network, pool, snapshot):
         root = yield find_root(network, home.secret)
     except ManifestMissing as err:
         raise UserError(str(err))
-    coder = SegmentCoder(home.config["k"], home.config["n"] + home.config["extra_shares"])
+    coder = SegmentCoder(home.config["k"], home.config["n"])
     manifest = yield fetch_manifest(network, pool, coder, home.secret, root["manifest"])
     if snapshot is not None and snapshot != manifest["snapshot"]:
         older = {h["id"]: h["manifest"] for h in manifest["history"]}

@@ -34,6 +34,11 @@ class ConnectionPool:
         if self._by_peer.get(conn.peer_id) is conn:
             del self._by_peer[conn.peer_id]
 
+    def connection(self, node_id):
+        """The open connection to a peer, if there is one."""
+        conn = self._by_peer.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
     connection_ready = add
     connection_lost = discard
 
