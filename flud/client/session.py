@@ -40,7 +40,8 @@ def _job(reactor, home, args, job):
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
 
-    monitor = MemoryMonitor()
+    from flud.lean import proc_rss
+    monitor = MemoryMonitor(rss_reader=proc_rss)
     monitor.sample()
     monitor.mark_static()
     if getattr(args, "memory_log", None):

@@ -27,7 +27,9 @@ log = logging.getLogger("flud.wire")
 
 HANDSHAKE_TIMEOUT = 10.0
 IDLE_TIMEOUT = 120.0
-READ_BUFFER = 256 * 1024
+# Bytes read from the socket at a time; also what the TLS incoming BIO grows
+# to (it never shrinks), per connection.
+READ_BUFFER = 64 * 1024
 
 
 class LocalParty:
@@ -391,9 +393,9 @@ class Connection(protocol.Protocol):
         if self.closed or not self._tls.handshake_done:
             return
         for chunk in self.session.take_outbound():
-            ciphertext = self._tls.send(chunk)
-            self.bytes_out += len(ciphertext)
-            self.transport.write(ciphertext)
+            pieces = self._tls.send(chunk)
+            self.bytes_out += sum(map(len, pieces))
+            self.transport.writeSequence(pieces)
 
     def _check_timeout(self):
         self._timer = None

@@ -141,7 +141,7 @@ def connect(server_party: LocalParty, server_handler, client_party: LocalParty,
 
 def send_raw(conn: Connection, plaintext: bytes) -> None:
     """Write bytes through conn's TLS layer, bypassing its Session (crafted frames)."""
-    conn.transport.write(conn._tls.send(plaintext))
+    conn.transport.write(b"".join(conn._tls.send(plaintext)))
 
 
 class TCPStringTransport(StringTransport):

@@ -81,10 +81,10 @@ def test_client_sees_the_servers_certificate(contexts, identities):
 def test_data_both_ways(contexts):
     server, client = endpoints(contexts)
     handshake(server, client)
-    assert b"".join(server.receive(client.send(b"hello server"))) == b"hello server"
-    assert b"".join(client.receive(server.send(b"hello client"))) == b"hello client"
+    assert b"".join(server.receive(b"".join(client.send(b"hello server")))) == b"hello server"
+    assert b"".join(client.receive(b"".join(server.send(b"hello client")))) == b"hello client"
     big = bytes(range(256)) * 8192  # 2 MiB: many 16 KiB records
-    ciphertext = client.send(big)
+    ciphertext = b"".join(client.send(big))
     assert big not in ciphertext and len(ciphertext) > len(big)
     assert b"".join(server.receive(ciphertext)) == big
 
@@ -92,7 +92,7 @@ def test_data_both_ways(contexts):
 def test_data_split_at_odd_boundaries(contexts):
     server, client = endpoints(contexts)
     handshake(server, client)
-    ciphertext = client.send(b"a" * 40000) + client.send(b"b" * 3)
+    ciphertext = b"".join(client.send(b"a" * 40000)) + b"".join(client.send(b"b" * 3))
     got = []
     for i in range(0, len(ciphertext), 997):
         got += server.receive(ciphertext[i:i + 997])
@@ -107,7 +107,7 @@ def test_application_data_right_after_the_handshake(contexts):
     client.receive(server.pending())
     server.receive(client.pending())
     assert server.handshake_done and not client.handshake_done
-    flight = server.pending() + server.send(b"first frame")
+    flight = server.pending() + b"".join(server.send(b"first frame"))
     assert b"".join(client.receive(flight)) == b"first frame"
     assert client.handshake_done
 
@@ -116,14 +116,14 @@ def test_sending_before_the_handshake_is_refused(contexts):
     server, client = endpoints(contexts)
     client.start()
     with pytest.raises(TLSFailed):
-        client.send(b"too early")
+        b"".join(client.send(b"too early"))
 
 
 @pytest.mark.parametrize("where", [5 + 8 + 3, -1, -16])
 def test_a_corrupted_record_fails(contexts, where):
     server, client = endpoints(contexts)
     handshake(server, client)
-    record = bytearray(client.send(b"some application data"))
+    record = bytearray(b"".join(client.send(b"some application data")))
     record[where] ^= 0x01
     with pytest.raises(TLSFailed):
         server.receive(bytes(record))

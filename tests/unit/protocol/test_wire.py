@@ -452,8 +452,8 @@ def test_data_for_an_unknown_request_closes_the_connection(pair):
 
 
 def test_a_corrupted_tls_record_closes_the_connection(pair):
-    ciphertext = bytearray(pair.client._tls.send(encode_frame(FrameType.REQUEST, Op.PING,
-                                                              FLAG_END, 1)))
+    ciphertext = bytearray(b"".join(pair.client._tls.send(encode_frame(FrameType.REQUEST, Op.PING,
+                                                              FLAG_END, 1))))
     ciphertext[-3] ^= 0xFF
     pair.client.transport.write(bytes(ciphertext))
     pair.flush()
