@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from flud.lean import defer_unused_imports, tune_malloc
+    defer_unused_imports()
+    tune_malloc()
     args = build_parser().parse_args(argv)
     try:
         if args.command == "node":

