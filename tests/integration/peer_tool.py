@@ -4,6 +4,8 @@ Twisted's reactor cannot be restarted, so every exchange with a node runs in
 its own short-lived process. Each command prints JSON on stdout.
 
     peer_tool.py stats DIR                        stats of every node of a testnet
+    peer_tool.py stats-one HOST:PORT HOME         one node's stats
+    peer_tool.py store HOST:PORT HOME SIZE SEED   STORE SIZE random bytes
     peer_tool.py peers HOST:PORT HOME             the node's peer list
     peer_tool.py roundtrip HOST:PORT HOME         STORE/RETRIEVE/VERIFY/DELETE of a share
     peer_tool.py abort-store HOST:PORT HOME SIZE CUT
@@ -73,6 +75,26 @@ def cmd_stats(directory):
     nodes = load(directory)["nodes"]
     out([{"node_id": n["node_id"], "pid": n["pid"], "stats": s}
          for n, s in collect_stats(directory, nodes)])
+
+
+def cmd_stats_one(addr, home):
+    out(with_peer(addr, home, lambda peer, reactor: peer.stats()))
+
+
+def cmd_store(addr, home, size, seed):
+    """STORE SIZE random bytes as one share; prints the outcome."""
+    data = random.Random(int(seed)).randbytes(int(size))
+    key = key_of(data)
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        try:
+            yield peer.store(key, data)
+        except RemoteError as err:
+            return {"key": key.hex(), "result": error_name(err), "message": err.message}
+        return {"key": key.hex(), "result": "ok"}
+
+    out(with_peer(addr, home, job))
 
 
 def cmd_peers(addr, home):
@@ -222,6 +244,8 @@ def cmd_archive_writer(addr, home, seed, members, member_size, max_tars):
 
 COMMANDS = {
     "stats": cmd_stats,
+    "stats-one": cmd_stats_one,
+    "store": cmd_store,
     "peers": cmd_peers,
     "roundtrip": cmd_roundtrip,
     "abort-store": cmd_abort_store,
