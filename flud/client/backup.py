@@ -86,6 +86,9 @@ class Backup:
         self.policy = FlushPolicy(small_file_limit=cfg["small_file_limit"])
         self.coder = SegmentCoder(self.k, self.n)
         self.window = cfg.get("segment_window", SEGMENT_WINDOW)
+        # ciphertext (the k primary shares are views of it) + n-k parity shares
+        self.segment_footprint = self.segment_size + self.coder.block_length(
+            self.segment_size) * (self.n - self.k)
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
@@ -263,8 +266,12 @@ class Backup:
             with open(entry.path, "rb") as f:
                 while True:
                     yield window.acquire()
+                    # The process budget, shared by every transfer: when it is
+                    # spent this waits instead of growing memory.
+                    yield transfer.reserve(self.segment_footprint, "segment")
                     prep = yield self.pool.run(self._read_prepare, f)
                     if prep is None:
+                        transfer.unreserve(self.segment_footprint, "segment")
                         window.release()
                         break
                     index = len(digests)
@@ -273,10 +280,10 @@ class Backup:
                     landed = self.index.segment(prep.key.hex())
                     if landed is not None:  # sent by an earlier (interrupted) run
                         segments[index] = landed
+                        transfer.unreserve(self.segment_footprint, "segment")
                         window.release()
                         self.progress.bytes_done(prep.length)
                         continue
-                    transfer.hold(prep.buffered, "segment")
                     d = store_segment(self.network, prep, self.n, self.counters, self.reactor)
                     d.addCallback(self._segment_landed, prep, index, segments)
                     d.addBoth(self._segment_done, prep, window, transfer)
@@ -304,9 +311,8 @@ class Backup:
         self.index.add_segment(prep.key.hex(), record)
         self.progress.bytes_done(prep.length)
 
-    @staticmethod
-    def _segment_done(result, prep, window, transfer):
-        transfer.release(prep.buffered, "segment")
+    def _segment_done(self, result, prep, window, transfer):
+        transfer.unreserve(self.segment_footprint, "segment")
         window.release()
         return result
 

@@ -19,7 +19,9 @@ from flud.crypto import content_digest, convergent_key, decrypt_ctr
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
-SEGMENT_WINDOW = 3          # segments of one file fetched ahead of the writer
+# Segments of one file fetched ahead of the writer: k shares + the plaintext,
+# 2 MiB each at the defaults, so 2 of them stay within the 4 MiB per transfer.
+SEGMENT_WINDOW = 2
 BESIDE_SUFFIX = ".flud-restored"
 
 
@@ -117,12 +119,14 @@ class Restore:
         segs = record["segs"]
         ahead = {}
 
+        @defer.inlineCallbacks
         def fetch(i):
             key_hex, length, block_length, shares = segs[i]
-            transfer.hold(length * 2, "segment")  # shares, then plaintext
+            yield transfer.reserve(length * 2, "segment")  # shares, then plaintext
             seg = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-            return fetch_segment(self.network, self.pool, self.segment_coder,
-                                 self.home.secret, seg, self.report_bad)
+            data = yield fetch_segment(self.network, self.pool, self.segment_coder,
+                                       self.home.secret, seg, self.report_bad)
+            return data
 
         try:
             with open(temp, "wb") as out:
@@ -130,10 +134,10 @@ class Restore:
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
                     data = yield ahead.pop(i)
+                    out.write(data)
+                    transfer.unreserve(len(data) * 2, "segment")
                     if i + SEGMENT_WINDOW < len(segs):
                         ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
-                    out.write(data)
-                    transfer.release(len(data) * 2, "segment")
                     self.summary["retrieves"] += self.segment_coder.k
                     self.progress.bytes_done(len(data))
                 out.flush()
