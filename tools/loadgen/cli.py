@@ -92,7 +92,7 @@ def parse_args(argv=None):
         args.mix_weights = parse_mix(args.mix)
         args.max_size_bytes = parse_size(args.max_size) if args.max_size else None
         args.size_dist = parse_size_dist(args.size, args.max_size_bytes)
-        args.mem_cap_bytes = parse_size(args.mem_cap) if args.sweep else None
+        args.mem_cap_bytes = parse_size(args.mem_cap, limit=1 << 40) if args.sweep else None
         if args.sweep:
             args.sweep_session_list = _int_list(args.sweep_sessions, "--sweep-sessions")
             args.sweep_size_list = [parse_size(s) for s in args.sweep_sizes.split(",") if s.strip()]

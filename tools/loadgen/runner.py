@@ -336,7 +336,13 @@ class LoadRun:
 
     def _node_series(self) -> list:
         out = []
-        for (t0, a), (t1, b) in zip(self.node_series, self.node_series[1:]):
+        shortest = 0.5 * self.plan.interval
+        kept = []
+        for t, stats in self.node_series:
+            if kept and t - kept[-1][0] < shortest:
+                continue  # a sliver of a window gives a noisy CPU %
+            kept.append((t, stats))
+        for (t0, a), (t1, b) in zip(kept, kept[1:]):
             cpu, rss = nodes_mod.cpu_between(a, b, t1 - t0)
             out.append({"t": round(t1, 3), "cpu_percent": cpu, "rss": rss})
         return out

@@ -26,7 +26,7 @@ class SpecError(ValueError):
     """A command-line value that cannot be understood (a usage error)."""
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, limit: int = MAX_OBJECT) -> int:
     """'100', '100B', '10k', '1KB', '1.5M', '128MB', '4MiB' -> bytes."""
     raw = text.strip()
     i = len(raw)
@@ -39,8 +39,8 @@ def parse_size(text: str) -> int:
         value = float(number) * _UNITS[unit]
     except ValueError:
         raise SpecError(f"cannot read the size {text!r}") from None
-    if value < 1 or value > MAX_OBJECT:
-        raise SpecError(f"size {text!r} is outside 1 B .. 1 GiB")
+    if value < 1 or value > limit:
+        raise SpecError(f"size {text!r} is outside 1 B .. {format_size(limit)}")
     return int(value)
 
 
