@@ -3,27 +3,33 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Bytecode is compiled ahead: where PYTHONDONTWRITEBYTECODE is set, every flud
+# command would otherwise compile its modules again (~60 ms per command).
+COMPILE := $(PY) -m compileall -q flud storage aggregator tools
 
 .PHONY: venv demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot]'
+	$(PY) -m pip install -q -e '.[test,plot]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)
+	@$(COMPILE)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
 test: $(STAMP)
+	@$(COMPILE)
 	$(PY) -m pytest tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest tests/unit tests/contract
 
 bench: $(STAMP)
+	@$(COMPILE)
 	$(PY) tools/bench/run_all.py $(BENCH_ARGS)
 
 clean:
