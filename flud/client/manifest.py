@@ -15,7 +15,6 @@ import zlib
 
 from twisted.internet import defer
 
-from flud.client.placement import rank
 from flud.client.segments import fetch_segment, prepare_segment, store_segment
 from flud.crypto import derive_key, open_sealed, seal
 
@@ -93,7 +92,10 @@ def publish(backup, entries, roots, started):
     for start in range(0, len(blob), backup.segment_size):
         prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
                                      blob[start:start + backup.segment_size])
-        shares = yield store_segment(backup.network, prep, backup.n, backup.counters)
+        # The manifest goes to the nodes that keep the root record: the same
+        # few connections serve both, and a total-loss restore finds both there.
+        shares = yield store_segment(backup.network, prep, backup.n, backup.counters,
+                                     backup.reactor, place_key=root_place_key(backup.network))
         segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
     manifest_ref = {"size": len(blob), "segs": segments}
     yield put_root(backup.network, secret, backup.n,
@@ -117,10 +119,14 @@ def _share_keys(contents, bundles) -> set:
     return keys
 
 
+def root_place_key(network) -> bytes:
+    return network.client_id + b"root"
+
+
 @defer.inlineCallbacks
 def put_root(network, secret, n, root):
     record = _seal_json(secret, "root", root)
-    targets = rank(network.client_id + b"root", network.alive_ids())[:n + ROOT_COPIES_EXTRA]
+    targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
     results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
                                        consumeErrors=True)
     if not any(ok for ok, _ in results):

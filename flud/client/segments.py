@@ -92,14 +92,14 @@ class _SegmentUpload:
     failing or slow, instead of on every segment.
     """
 
-    def __init__(self, network, prep, keep, counters, clock):
+    def __init__(self, network, prep, keep, counters, clock, place_key=None):
         self.network = network
         self.prep = prep
         self.keep = keep
         self.counters = counters
         self.clock = clock
         total = len(prep.shares)
-        ranked = network.place(prep.share_keys[0], total * 3)
+        ranked = network.place(place_key or prep.share_keys[0], total * 3)
         if len(ranked) < keep:
             raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
                               f"for one segment. Start more nodes or lower n.")
@@ -183,11 +183,14 @@ class _SegmentUpload:
             f"too few nodes are answering"))
 
 
-def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None):
-    """Store the shares on distinct nodes; fires with [[index, key hex, node hex]]."""
+def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None,
+                  place_key=None):
+    """Store the shares on distinct nodes; fires with [[index, key hex, node hex]].
+
+    place_key: rank nodes by this instead of the first share's key."""
     if clock is None:
         from twisted.internet import reactor as clock
-    return _SegmentUpload(network, prep, keep, counters, clock).start()
+    return _SegmentUpload(network, prep, keep, counters, clock, place_key).start()
 
 
 def _fits(share: bytes, key_hex: str) -> bool:
