@@ -269,15 +269,30 @@ class Testnet:
             left = wait_gone([(node["pid"], node.get("start"))])
             assert not left, f"node {index} (pid {node['pid']}) did not stop after {sig!r}"
 
-    def restart(self, index: int) -> NodeProcess:
-        """Bring a stopped node back: same home, same port, so the same identity."""
+    def restart(self, index: int, join=True) -> NodeProcess:
+        """Bring a stopped node back: same home and port, so the same identity.
+        It joins through the first other node that runs (as a restarted node
+        of a real network would), so the others see it alive again."""
         node = self.nodes[index]
         assert not self.node_alive(index), f"node {index} is still running"
-        proc = NodeProcess(node["home"], port=node["port"])
+        via = None
+        if join:
+            via = next((self.addr(i) for i in range(len(self.nodes))
+                        if i != index and self.node_alive(i)), None)
+        proc = NodeProcess(node["home"], port=node["port"], join=via)
         self.started.append(proc)
         proc.wait_ready()
         self.restarted[index] = proc
         return proc
+
+    def index_of(self, node_id_hex: str) -> int:
+        for i, node in enumerate(self.nodes):
+            if node["node_id"] == node_id_hex:
+                return i
+        raise KeyError(node_id_hex)
+
+    def share_path(self, index: int, key_hex: str) -> str:
+        return share_path(self.nodes[index]["home"], key_hex)
 
     def own_processes(self) -> list:
         procs = {(n["pid"], n.get("start")) for n in self.nodes if n.get("pid")}
@@ -304,6 +319,12 @@ class Testnet:
                 pass
             proc.close()
         assert not left, f"could not stop {left}"
+
+
+def share_path(node_home, key_hex: str) -> str:
+    """Where a node keeps a standalone share (the store's own layout)."""
+    from storage.layout import Layout
+    return Layout(os.path.join(node_home, "store")).share_path(bytes.fromhex(key_hex))
 
 
 def start_testnet(directory, nodes: int) -> Testnet:

@@ -12,7 +12,7 @@ import pytest
 
 from flud.keys import Identity
 from flud.protocol import messages
-from tests.integration.helpers import NodeProcess, tool, wait_until
+from tests.integration.helpers import NodeProcess, share_path, tool, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -145,8 +145,7 @@ def test_peer_vanishing_mid_store_leaves_nothing(node):
     # ... and none of it is visible
     assert after["store"]["shares"] == before["store"]["shares"]
     assert after["store"]["bytes_stored"] == before["store"]["bytes_stored"]
-    path = os.path.join(node.home, "store", "shares", key[:2], key[2:4], key)
-    assert not os.path.exists(path)
+    assert not os.path.exists(share_path(node.home, key))
     keyfile = os.path.join(home, "keys.txt")
     with open(keyfile, "w") as f:
         f.write(key + "\n")

@@ -1,0 +1,331 @@
+"""Backup and restore durability with real node processes (issue 3).
+
+One 12-node testnet and one backup of a tree with a 64 MiB file are shared by
+the module. Tests that stop nodes bring them back (same home, same port) before
+they end, so the order of the tests does not matter.
+"""
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.integration.helpers import (Testnet, compare_trees, flud, flud_popen, init_client,
+                                       manifest_of, output, wait_gone, wait_until,
+                                       write_random)
+
+pytestmark = pytest.mark.integration
+
+MIB = 1024 * 1024
+NODES = 12
+K, N = 4, 8
+BIG_SIZE = 64 * MIB + 12345          # not a whole number of segments
+PASSPHRASE = "correct horse battery staple"
+
+
+# ---- the shared testnet and backup ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def net(module_testnet_factory) -> Testnet:
+    return module_testnet_factory(NODES, "backup-net")
+
+
+def make_tree(root):
+    """Small files, nested dirs, a symlink, an empty dir, a 0600 file, an
+    empty file, and one file of 64 MiB and a bit."""
+    os.makedirs(root)
+    for i, size in enumerate([1, 17, 300, 999, 4096, 20000, 77777, 300000, 900000]):
+        write_random(os.path.join(root, "docs" if i % 2 else "src/deep/er", f"f{i}.bin"), size, i)
+    write_random(os.path.join(root, "private.key"), 333, 99, mode=0o600)
+    open(os.path.join(root, "empty.txt"), "wb").close()
+    os.makedirs(os.path.join(root, "empty-dir"))
+    os.symlink("docs/f1.bin", os.path.join(root, "link-to-f1"))
+    os.symlink("../nowhere", os.path.join(root, "dangling"))
+    write_random(os.path.join(root, "media", "big.bin"), BIG_SIZE, 64)
+    os.chmod(os.path.join(root, "docs"), 0o750)
+
+
+class Backed:
+    """A client home with one backup of a tree."""
+
+    def __init__(self, src, home, proc):
+        self.src = str(src)
+        self.home = str(home)
+        self.proc = proc
+        self.manifest = manifest_of(home)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.src)
+
+    def big_segments(self) -> list:
+        """[[key, len, block_len, [[share index, share key hex, node hex]]]] of big.bin."""
+        rel = os.path.join(self.name, "media", "big.bin")
+        entry = next(e for e in self.manifest["entries"] if e[0] == rel)
+        record = self.manifest["contents"][entry[5]]
+        assert record["t"] == "L", record
+        return record["segs"]
+
+
+@pytest.fixture(scope="module")
+def backed(net, tmp_path_factory) -> Backed:
+    base = tmp_path_factory.mktemp("backed")
+    src, home = base / "tree", base / "home"
+    make_tree(str(src))
+    init_client(home, net, None, "--k", K, "--n", N)
+    proc = flud("backup", src, "--home", home)
+    assert proc.returncode == 0, output(proc)
+    return Backed(src, home, proc)
+
+
+def restore(backed_or_home, dest, *paths, expect=0):
+    home = backed_or_home.home if isinstance(backed_or_home, Backed) else backed_or_home
+    proc = flud("restore", "--home", home, "--to", dest, *paths)
+    assert proc.returncode == expect, output(proc)
+    return proc
+
+
+def assert_identical(backed: Backed, dest):
+    problems = compare_trees(backed.src, os.path.join(str(dest), backed.name))
+    assert problems == [], problems
+
+
+def retrieves(proc) -> int:
+    m = re.search(r"(\d+) RETRIEVEs", proc.stdout)
+    assert m, output(proc)
+    return int(m.group(1))
+
+
+# ---- tests ------------------------------------------------------------------------
+
+def test_backup_summary_and_restore_identical(backed, tmp_path):
+    out = backed.proc.stdout
+    files = sum(1 for e in backed.manifest["entries"] if e[1] == "file")
+    assert re.search(rf"\b{files} files \({files} new, 0 changed, 0 unchanged, 0 skipped", out), out
+    segments = backed.big_segments()
+    assert len(segments) == -(-BIG_SIZE // MIB)
+    for seg in segments:  # n shares on n distinct nodes
+        assert len(seg[3]) == N and len({node for _, _, node in seg[3]}) == N, seg
+
+    proc = restore(backed, tmp_path / "dest")
+    assert_identical(backed, tmp_path / "dest")
+    assert "already existed" not in proc.stdout
+    dest = tmp_path / "dest" / backed.name
+    assert os.stat(dest / "private.key").st_mode & 0o777 == 0o600
+    assert os.path.islink(dest / "link-to-f1") and os.readlink(dest / "dangling") == "../nowhere"
+    assert os.listdir(dest / "empty-dir") == []
+
+
+def test_second_backup_of_unchanged_tree_sends_no_file_data(backed):
+    proc = flud("backup", backed.src, "--home", backed.home)
+    assert proc.returncode == 0, output(proc)
+    files = sum(1 for e in backed.manifest["entries"] if e[1] == "file")
+    assert f"(0 new, 0 changed, {files} unchanged, 0 skipped" in proc.stdout, output(proc)
+    assert "read 0 B," in proc.stdout, output(proc)
+    m = re.search(r"sent (\S+ \S+) in (\d+) STOREs \((\d+) tars\)", proc.stdout)
+    assert m, output(proc)
+    # only the new manifest goes out: no tar, and no more STOREs than a manifest's
+    # few segments need (n+1 each), against the 65 x 8 of the big file alone
+    assert int(m.group(3)) == 0
+    assert int(m.group(2)) <= 2 * (N + 1), output(proc)
+
+
+def test_corrupt_share_is_detected_named_and_skipped(net, backed, tmp_path):
+    seg = backed.big_segments()[0]
+    index, key_hex, node_hex = min(seg[3])          # a primary share: restore asks for it first
+    assert index < K
+    holder = net.index_of(node_hex)
+    path = net.share_path(holder, key_hex)
+    with open(path, "rb") as f:
+        original = f.read()
+    damaged = bytearray(original)
+    for i in range(0, len(damaged), 1024):          # every 1 KiB: any challenged span sees it
+        damaged[i] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(damaged)
+    try:
+        proc = restore(backed, tmp_path / "dest")
+        assert_identical(backed, tmp_path / "dest")
+        text = proc.stdout + proc.stderr
+        assert re.search(rf"bad share {key_hex[:16]} on node {node_hex[:12]}: .*corrupt", text), \
+            output(proc)
+
+        check = flud("verify", "--home", backed.home)
+        assert check.returncode == 1, output(check)
+        assert f"corrupt: share {key_hex[:16]} on node {node_hex[:12]}" in check.stdout, output(check)
+        rows = {line.split()[0]: line.split()[1:] for line in check.stdout.splitlines()
+                if re.match(r"^[0-9a-f]{12} ", line) or line.startswith("total ")}
+        assert rows[node_hex[:12]][2] == "1", output(check)    # corrupt column
+        assert rows["total"][1:3] == ["0", "1"], output(check)  # 0 missing, 1 corrupt
+    finally:
+        with open(path, "wb") as f:
+            f.write(original)
+
+
+def test_total_loss_restore_from_exported_key(net, backed, tmp_path):
+    keyfile = tmp_path / "flud.key"
+    env = {"FLUD_PASSPHRASE": PASSPHRASE}
+    proc = flud("key", "export", "--home", backed.home, keyfile, env=env)
+    assert proc.returncode == 0, output(proc)
+    assert os.stat(keyfile).st_mode & 0o777 == 0o600
+
+    new_home = tmp_path / "new-home"                # the old home is "lost": not used below
+    proc = flud("init", "--home", new_home, "--import-key", keyfile, "--join", net.addr(5), env=env)
+    assert proc.returncode == 0, output(proc)
+    proc = restore(new_home, tmp_path / "dest")
+    assert_identical(backed, tmp_path / "dest")
+
+    # verify works from what the network's manifest records, too
+    check = flud("verify", "--home", new_home)
+    assert check.returncode == 0, output(check)
+    total = next(line for line in check.stdout.splitlines() if line.startswith("total "))
+    confirmed, missing, corrupt, unreachable = map(int, total.split()[1:])
+    assert confirmed > 65 * N and missing == corrupt == unreachable == 0, check.stdout
+
+
+def test_wrong_passphrase_is_a_clear_error(net, backed, tmp_path):
+    keyfile = tmp_path / "flud.key"
+    proc = flud("key", "export", "--home", backed.home, keyfile, env={"FLUD_PASSPHRASE": PASSPHRASE})
+    assert proc.returncode == 0, output(proc)
+    new_home = tmp_path / "new-home"
+    proc = flud("init", "--home", new_home, "--import-key", keyfile, "--join", net.addr(1),
+                env={"FLUD_PASSPHRASE": "not the passphrase"})
+    assert proc.returncode == 2, output(proc)
+    assert "passphrase" in proc.stderr.lower() and "Traceback" not in proc.stderr, output(proc)
+    assert not os.path.exists(new_home / "config.json")
+
+
+def test_restore_never_overwrites_an_existing_file(backed, tmp_path):
+    rel = os.path.join(backed.name, "docs", "f3.bin")
+    dest = tmp_path / "dest"
+    os.makedirs(dest / backed.name / "docs")
+    with open(dest / rel, "wb") as f:
+        f.write(b"mine, not the backup's")
+    proc = restore(backed, dest, rel)
+    with open(dest / rel, "rb") as f:
+        assert f.read() == b"mine, not the backup's"
+    with open(str(dest / rel) + ".flud-restored", "rb") as f, open(os.path.join(backed.src, "docs", "f3.bin"), "rb") as g:
+        assert f.read() == g.read()
+    assert "flud-restored" in proc.stdout and "already existed" in proc.stdout, output(proc)
+    # only what was asked for, at the cost of a few RETRIEVEs
+    assert sorted(os.listdir(dest / backed.name / "docs")) == ["f3.bin", "f3.bin.flud-restored"]
+    assert retrieves(proc) <= 4, output(proc)
+
+
+def test_fifo_is_skipped_with_a_warning_and_counted(net, tmp_path):
+    src = tmp_path / "tree"
+    write_random(src / "a.txt", 1000, 1)
+    os.mkfifo(src / "pipe")
+    home = tmp_path / "home"
+    init_client(home, net)
+    proc = flud("backup", src, "--home", home, timeout=60)   # a fifo must not block the read
+    assert proc.returncode == 1, output(proc)
+    assert "1 skipped" in proc.stdout, output(proc)
+    assert re.search(r"warning: skipped .*pipe: a fifo", proc.stderr), output(proc)
+    restore(str(home), tmp_path / "dest")
+    assert os.listdir(tmp_path / "dest" / "tree") == ["a.txt"]
+
+
+def test_restore_with_n_minus_k_holders_stopped(net, backed, tmp_path):
+    seg = backed.big_segments()[0]
+    # the holders of the primaries first (so restore must decode), never node 0
+    holders = [net.index_of(node) for _, _, node in sorted(seg[3])]
+    victims = [i for i in holders if i != 0][:N - K]
+    assert len(victims) == N - K
+    try:
+        for i in victims:
+            net.stop(i, signal.SIGTERM, wait=False)
+        left = wait_gone([(net.nodes[i]["pid"], net.nodes[i]["start"]) for i in victims])
+        assert not left, f"nodes did not stop: {left}"
+        proc = restore(backed, tmp_path / "dest")
+        assert_identical(backed, tmp_path / "dest")
+        print(proc.stdout)
+    finally:
+        for i in victims:
+            if not net.node_alive(i):
+                net.restart(i)
+
+
+def _share_files(home) -> int:
+    count = 0
+    for _, _, files in os.walk(os.path.join(home, "store", "shares")):
+        count += len(files)
+    return count
+
+
+def test_node_killed_in_the_middle_of_a_backup(net, tmp_path):
+    src = tmp_path / "tree"
+    write_random(src / "big.bin", 40 * MIB, 40)
+    write_random(src / "small.txt", 5000, 41)
+    home = tmp_path / "home"
+    init_client(home, net)
+    victim = 7
+    node = net.nodes[victim]
+    before = _share_files(node["home"])
+    backup = flud_popen("backup", src, "--home", home)
+    try:
+        # kill it once the backup is storing shares on it: a holder, mid-run
+        wait_until(lambda: _share_files(node["home"]) > before or backup.poll() is not None,
+                   60, "the backup to store a share on the victim", interval=0.01)
+        assert backup.poll() is None, "the backup finished before the node could be killed"
+        net.stop(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        stdout, stderr = backup.communicate(timeout=120)
+    finally:
+        if backup.poll() is None:
+            backup.kill()
+            backup.communicate(timeout=10)
+    assert backup.returncode == 0, f"exit {backup.returncode}\n{stdout}\n{stderr}"
+    assert node["node_id"][:12] in stderr, "the backup never noticed the killed node:\n" + stderr
+    print(f"backup went on {time.monotonic() - killed_at:.1f} s after the kill")
+
+    manifest = manifest_of(home)
+    entry = next(e for e in manifest["entries"] if e[0].endswith("big.bin"))
+    for seg in manifest["contents"][entry[5]]["segs"]:
+        assert len({n for _, _, n in seg[3]}) == N, seg
+    try:
+        restore(str(home), tmp_path / "dest")   # with the victim still down
+        problems = compare_trees(src, tmp_path / "dest" / "tree")
+        assert problems == [], problems
+    finally:
+        net.restart(victim)
+
+
+# ---- too few nodes: a testnet of its own ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def too_few(tmp_path_factory):
+    """Init against 9 nodes (n=8), stop 3, back up: the outcome, net already gone."""
+    base = tmp_path_factory.mktemp("too-few")
+    net = Testnet(base / "net")
+    try:
+        proc = net.up(9)
+        assert proc.returncode == 0, output(proc)
+        init_client(base / "home", net)
+        write_random(base / "tree" / "big.bin", 3 * MIB, 3)
+        write_random(base / "tree" / "small.txt", 100, 4)
+        for i in (6, 7, 8):
+            net.stop(i, signal.SIGTERM)
+        return flud("backup", base / "tree", "--home", base / "home", timeout=120)
+    finally:
+        net.cleanup()
+
+
+def test_too_few_reachable_nodes_is_a_clear_error(too_few):
+    assert too_few.returncode == 2, output(too_few)
+    error = [line for line in too_few.stderr.splitlines() if line.startswith("error:")]
+    assert error, output(too_few)
+    assert re.search(r"nodes? (are|is) (reachable|known)", error[0]), error[0]
+    assert "start more nodes" in error[0].lower(), error[0]
+
+
+@pytest.mark.xfail(strict=True, reason="flud/client/backup.py Backup._large: when one segment's "
+                   "store fails, gatherResults errs at once and `finally: transfer.close()` runs "
+                   "while the other segment of the window is in flight; its _segment_done then "
+                   "calls transfer.unreserve on the closed transfer -> ValueError 'cannot "
+                   "unreserve 2097152 bytes of segment: only 0 counted', printed as "
+                   "'Unhandled error in Deferred' with a traceback after the error message")
+def test_too_few_reachable_nodes_fails_without_a_traceback(too_few):
+    assert "Traceback" not in too_few.stderr and "Unhandled error" not in too_few.stderr, \
+        output(too_few)
