@@ -86,6 +86,14 @@ class ClientIndex:
                               (content_id,)).fetchone()
         return _unpack(row[0]) if row else None
 
+    def all_contents(self) -> dict:
+        return {cid: _unpack(rec) for cid, rec in self.db.execute(
+            "SELECT content_id, record FROM contents")}
+
+    def all_bundles(self) -> dict:
+        return {bid: _unpack(rec) for bid, rec in self.db.execute(
+            "SELECT bundle_id, record FROM bundles")}
+
     def known_contents(self) -> set:
         return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}
 
@@ -117,8 +125,9 @@ class ClientIndex:
     # ---- snapshots ----------------------------------------------------------
 
     def add_snapshot(self, snapshot_id: int, created: float, summary: dict,
-                     manifest: dict) -> None:
-        blob = zlib.compress(_pack(manifest), 6)
+                     compressed_manifest: bytes) -> None:
+        """compressed_manifest: zlib of the manifest's JSON (see manifest.py)."""
+        blob = compressed_manifest
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",

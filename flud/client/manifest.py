@@ -56,9 +56,18 @@ def entries_for(found, content_of, roots) -> list:
     return entries
 
 
+# zlib level 1: the manifest is mostly hex keys; level 6 took 4x longer for
+# 3% less (measured on a 4000-file manifest), and a no-change backup is
+# mostly this.
+COMPRESS_LEVEL = 1
+
+
+def _compress_json(value) -> bytes:
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), COMPRESS_LEVEL)
+
+
 def _seal_json(secret, purpose, value) -> bytes:
-    raw = zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
-    return seal(derive_key(secret, purpose), raw)
+    return seal(derive_key(secret, purpose), _compress_json(value))
 
 
 def _open_json(secret, purpose, blob):
@@ -69,25 +78,29 @@ def _open_json(secret, purpose, blob):
 def publish(backup, entries, roots, started):
     """Build, store and point to the manifest of this run; returns the summary."""
     index, secret = backup.home.index, backup.home.secret
+    known_contents = {**index.all_contents(), **backup._new_contents}
+    known_bundles = {**index.all_bundles(), **backup._bundles}
     contents, bundles = {}, {}
     for entry in entries:
         if entry[1] == "file" and entry[5] not in contents:
-            record = backup._new_contents.get(entry[5]) or index.content(entry[5])
+            record = known_contents[entry[5]]
             contents[entry[5]] = record
             if record["t"] == "S" and record["b"] not in bundles:
-                bundles[record["b"]] = backup._bundles.get(record["b"]) or index.bundle(record["b"])
+                bundles[record["b"]] = known_bundles[record["b"]]
     previous = index.snapshots()
     snapshot_id = (previous[-1]["id"] + 1) if previous else 1
     challenges = index.get_meta("challenges", {})
+    used = _share_keys(contents, bundles)
     manifest = {
         "version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": time.time(),
         "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n,
         "entries": entries, "contents": contents, "bundles": bundles,
-        "challenges": {k: v for k, v in challenges.items() if k in _share_keys(contents, bundles)},
+        "challenges": {k: v for k, v in challenges.items() if k in used},
         "history": [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
                     for s in previous],
     }
-    blob = _seal_json(secret, "manifest", manifest)
+    compressed = _compress_json(manifest)
+    blob = seal(derive_key(secret, "manifest"), compressed)
     segments = []
     for start in range(0, len(blob), backup.segment_size):
         prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
@@ -105,7 +118,7 @@ def publish(backup, entries, roots, started):
     elapsed = backup.clock() - started
     summary = {"files": files, "bytes": size, "elapsed": elapsed, "manifest_ref": manifest_ref,
                **backup.summary, **backup.counters}
-    index.add_snapshot(snapshot_id, manifest["created"], summary, manifest)
+    index.add_snapshot(snapshot_id, manifest["created"], summary, compressed)
     return {"snapshot": snapshot_id, **summary}
 
 
