@@ -10,6 +10,7 @@ be run again and sends only what is missing.
 import hashlib
 import logging
 import os
+import threading
 import time
 
 import blake3
@@ -27,7 +28,9 @@ from flud.protocol.messages import KIND_ARCHIVE
 
 log = logging.getLogger("flud.client")
 
-SMALL_BATCH = 256            # small files prepared per pool call
+SMALL_BATCH = 256            # small files prepared per pool call...
+SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
+LARGE_FILES_AT_ONCE = 3      # large files uploading at once (each with its window)
 # Segments of one file held at once (prepared or in flight): 2 keeps the CPU
 # busy while the previous segment's STOREs are answered, and at 4-of-8 with
 # 1 MiB segments holds 2 x 2 MiB (tools/bench/bench_backup.py measures it).
@@ -64,6 +67,23 @@ def _prepare_small_batch(secret, batch):
     return out
 
 
+def _batches(entries):
+    batch, size = [], 0
+    for entry in entries:
+        batch.append(entry)
+        size += entry.size
+        if len(batch) >= SMALL_BATCH or size >= SMALL_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _first_error(failure):
+    failure.trap(defer.FirstError)
+    return failure.value.subFailure
+
+
 def _why(err) -> str:
     if isinstance(err, OSError):
         return f"cannot read: {err.strerror or err}"
@@ -98,6 +118,9 @@ class Backup:
         self._challenges = {}
         self._tars_in_flight = []
         self._tar_slots = defer.DeferredSemaphore(MAX_TARS_IN_FLIGHT)
+        # The aggregator is filled in a worker and drained on the reactor.
+        self._aggregator_lock = threading.Lock()
+        self._sealed = []
 
     # ---- the run --------------------------------------------------------------
 
@@ -128,17 +151,14 @@ class Backup:
             if entry.size == 0:
                 content_of[entry.path] = self._remember("empty", EMPTY)
                 self.progress.file_done(0)
-        for start in range(0, len(small), SMALL_BATCH):
-            prepared = yield self.pool.run(_prepare_small_batch, self.home.secret,
-                                           small[start:start + SMALL_BATCH])
-            yield self._add_small(prepared, content_of, known)
-        for entry in large:
-            try:
-                content_of[entry.path] = yield self._large(entry, known)
-            except (OSError, FileChanged) as err:
-                self._skip(entry.path, _why(err))
-        self.aggregator.flush()
-        yield self._send_sealed()
+        # Small files and large files go at once: their CPU work shares the
+        # pool, and the nodes' round trips of one overlap the other's CPU.
+        yield defer.gatherResults([self._all_small(small, content_of, known),
+                                   self._all_large(large, content_of, known)],
+                                  consumeErrors=True).addErrback(_first_error)
+        with self._aggregator_lock:
+            self.aggregator.flush()
+        self._send_sealed()
         yield defer.gatherResults(self._tars_in_flight, consumeErrors=True)
         self._finish_bundles()
         self._save_contents()
@@ -168,33 +188,64 @@ class Backup:
                           clock=self.clock, spares=2)
 
     @defer.inlineCallbacks
-    def _add_small(self, prepared, content_of, known):
-        for entry, content_id, key, ciphertext, error in prepared:
-            if error is not None:
-                self._skip(entry.path, error)
-                continue
-            content_of[entry.path] = content_id
-            self.counters["bytes_read"] += entry.size
-            self.progress.file_done(entry.size)
-            if content_id in known or content_id in self._new_contents \
-                    or content_id in self._pending_small:
-                self.summary["dedup"] += 1
-                continue
-            self._pending_small[content_id] = (key.hex(), entry.size)
-            self.aggregator.add(content_id, ciphertext)
-            while self.aggregator.must_drain():
-                yield self._send_sealed()
+    def _all_small(self, small, content_of, known):
+        for batch in _batches(small):
+            leftover = yield self.pool.run(self._aggregate, batch, None, content_of, known)
+            self._send_sealed()
+            while leftover:
+                if not self._tars_in_flight:  # nothing will drain: seal what is open
+                    with self._aggregator_lock:
+                        self.aggregator.flush()
+                    self._send_sealed()
+                yield self._wait_one_tar()
+                leftover = yield self.pool.run(self._aggregate, None, leftover, content_of, known)
+                self._send_sealed()
+
+    def _aggregate(self, batch, prepared, content_of, known):
+        """In a worker: read, encrypt and aggregate small files; what does not
+        fit under the aggregator's memory bound comes back to wait for tars."""
+        if prepared is None:
+            prepared = _prepare_small_batch(self.home.secret, batch)
+        with self._aggregator_lock:
+            for i, (entry, content_id, key, ciphertext, error) in enumerate(prepared):
+                if error is not None:
+                    self.reactor.callFromThread(self._skip, entry.path, error)
+                    continue
                 if self.aggregator.must_drain():
-                    yield self._wait_one_tar()
-        yield self._send_sealed()
+                    return prepared[i:]
+                content_of[entry.path] = content_id
+                self.counters["bytes_read"] += entry.size
+                self.reactor.callFromThread(self.progress.file_done, entry.size)
+                if content_id in known or content_id in self._new_contents \
+                        or content_id in self._pending_small:
+                    self.summary["dedup"] += 1
+                    continue
+                self._pending_small[content_id] = (key.hex(), entry.size)
+                self.aggregator.add(content_id, ciphertext)
+            self._sealed.extend(self.aggregator.take_sealed())
+        return None
+
+    @defer.inlineCallbacks
+    def _all_large(self, large, content_of, known):
+        slots = defer.DeferredSemaphore(LARGE_FILES_AT_ONCE)
+
+        @defer.inlineCallbacks
+        def one(entry):
+            try:
+                content_of[entry.path] = yield self._large(entry, known)
+            except (OSError, FileChanged) as err:
+                self._skip(entry.path, _why(err))
+
+        yield defer.gatherResults([slots.run(one, e) for e in large], consumeErrors=True)
 
     def _send_sealed(self):
-        for tar in self.aggregator.take_sealed():
-            self._challenges.update(_tar_challenges(self.home.secret, tar))
+        with self._aggregator_lock:
+            self._sealed.extend(self.aggregator.take_sealed())
+        sealed, self._sealed = self._sealed, []
+        for tar in sealed:
             d = self._tar_slots.run(self._store_tar, tar)
             self._tars_in_flight.append(d)
             d.addBoth(self._tar_finished, d)
-        return defer.succeed(None)
 
     def _tar_finished(self, result, d):
         if d in self._tars_in_flight:
@@ -210,23 +261,29 @@ class Backup:
     @defer.inlineCallbacks
     def _store_tar(self, tar):
         node_id = bytes.fromhex(tar.node)
+        challenges = yield self.pool.run(_tar_challenges, self.home.secret, tar)
+        self._challenges.update(challenges)
         try:
             yield self.network.call(node_id, "store", tar.key, tar.data, KIND_ARCHIVE)
         except Exception as err:
             log.warning("a tar for node %s failed (%s); moving its shares", tar.node[:12], err)
             self.network.mark_failed(node_id)
-            moves = self.aggregator.replace(tar)
+            with self._aggregator_lock:
+                moves = self.aggregator.replace(tar)
             self._apply_moves(moves)
-            yield self._send_sealed()
+            self._send_sealed()
             return
-        self.aggregator.confirm(tar)
+        with self._aggregator_lock:
+            self.aggregator.confirm(tar)
         self.counters["bytes_sent"] += len(tar.data)
         self.counters["stores"] += 1
         self.counters["tars"] += 1
         self._collect_bundles()
 
     def _collect_bundles(self):
-        for record in self.aggregator.take_bundles():
+        with self._aggregator_lock:
+            records = self.aggregator.take_bundles()
+        for record in records:
             self._bundles[record.bundle_id.hex()] = {
                 "len": record.length, "k": record.k, "n": record.n, "bl": record.block_length,
                 "shares": [[s.index, s.key.hex(), s.node] for s in record.shares],
