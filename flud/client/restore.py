@@ -53,10 +53,14 @@ class Restore:
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "bad_shares": 0, "retrieves": 0}
         self.bad_shares = []
+        self._reported = set()
         self.failed = []
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
 
     def report_bad(self, node_hex, key_hex, why):
+        if (node_hex, key_hex) in self._reported:
+            return  # one warning per share, however many files it serves
+        self._reported.add((node_hex, key_hex))
         self.summary["bad_shares"] += 1
         self.bad_shares.append((node_hex, key_hex, why))
         self.progress.warn(f"share {key_hex[:16]} on node {node_hex[:12]}: {why}; using others")

@@ -1,0 +1,110 @@
+"""An in-memory network of storage nodes for client pipeline tests.
+
+Each node is a MemoryShareStore; every call answers after a delay on an
+injected task.Clock, so many transfers overlap without sockets or sleeps.
+"""
+from twisted.internet import task
+from twisted.python.failure import Failure
+
+from flud.protocol.errors import ErrorCode, RemoteError
+from flud.protocol.messages import TO_END
+from flud.client.placement import rank
+from storage.errors import StorageError
+from storage.memory import MemoryShareStore
+
+KIND_NAMES = {0: "share", 1: "archive"}
+
+
+class FakeReactor(task.Clock):
+    def callFromThread(self, fn, *args, **kwargs):
+        fn(*args, **kwargs)
+
+
+class FakeNode:
+    def __init__(self, node_id: bytes, capacity: int = 1 << 34):
+        self.node_id = node_id
+        self.store = MemoryShareStore(capacity)
+        self.roots = {}
+        self.up = True
+        self.corrupt = set()   # keys whose bytes this node flips on read
+
+    def store_(self, owner, key, data, kind=0):
+        self.store.put(key, owner, bytes(data), KIND_NAMES[kind])
+
+    def retrieve(self, owner, key, offset=0, length=TO_END):
+        with self.store.open_reader(key, owner, offset, None if length == TO_END else length) as r:
+            data = r.read(r.remaining)
+        if key in self.corrupt and data:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        return data
+
+    def verify(self, owner, key, nonce, offset, length):
+        return self.store.verify(key, owner, nonce, offset, length)
+
+    def delete(self, owner, key):
+        self.store.delete(key, owner)
+
+    def root_put(self, owner, record):
+        self.roots[owner] = record
+
+    def root_get(self, owner):
+        if owner not in self.roots:
+            raise RemoteError(ErrorCode.NOT_FOUND, "no root record")
+        return self.roots[owner]
+
+
+class FakeNetwork:
+    """The client.network.Network interface, over FakeNodes."""
+
+    def __init__(self, clock, nodes: int, client_id: bytes = b"c" * 32, delay: float = 0.01):
+        self.clock = clock
+        self.client_id = client_id
+        self.delay = delay
+        self.nodes = {bytes([i]) * 32: FakeNode(bytes([i]) * 32) for i in range(1, nodes + 1)}
+        self.failed = set()
+        self.calls = {}
+
+    def alive_ids(self):
+        return [n for n in self.nodes if n not in self.failed]
+
+    def place(self, object_id, count):
+        return rank(object_id, self.alive_ids())[:count]
+
+    def call(self, node_id, method, *args):
+        self.calls[method] = self.calls.get(method, 0) + 1
+        node = self.nodes[node_id]
+        name = "store_" if method == "store" else method
+
+        def answer():
+            if not node.up:
+                raise ConnectionError(f"node {node_id.hex()[:8]} is down")
+            try:
+                return getattr(node, name)(self.client_id, *args)
+            except StorageError as err:
+                raise RemoteError(ErrorCode.NOT_FOUND if err.code == "not_found"
+                                  else ErrorCode.INTERNAL, str(err)) from None
+
+        return task.deferLater(self.clock, self.delay, answer)
+
+    def cancel(self, node_id, d):
+        d.cancel()
+
+    def mark_failed(self, node_id):
+        self.failed.add(node_id)
+
+    def close(self):
+        pass
+
+
+def run_until(clock, d, step=0.005, limit=200000):
+    """Advance the fake clock until d fires; return its result (or raise)."""
+    for _ in range(limit):
+        if d.called:
+            break
+        clock.advance(step)
+    assert d.called, "the operation did not finish in simulated time"
+    out = []
+    d.addBoth(out.append)
+    if isinstance(out[0], Failure):
+        out[0].raiseException()
+    return out[0]
