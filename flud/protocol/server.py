@@ -174,12 +174,23 @@ class NodeHandler:
                 data = reader.read(total)
             conn.respond(rid, messages.RetrieveResponse(total, data))
             return
-        transfer = None
-        if self.monitor is not None:
-            transfer = self.monitor.transfer("retrieve", message.key.hex()[:16])
-            transfer.hold(DATA_CHUNK, "read-ahead")
-        source = ReaderSource(reader, total, transfer.close if transfer else None)
-        conn.respond_stream(rid, messages.RetrieveResponse(total), source)
+        if self.monitor is None:
+            conn.respond_stream(rid, messages.RetrieveResponse(total), ReaderSource(reader, total))
+            return None
+        # A stream holds one chunk read ahead; under the node's memory budget
+        # a new stream waits for room instead of growing the footprint.
+        transfer = self.monitor.transfer("retrieve", message.key.hex()[:16])
+
+        def granted(_):
+            source = ReaderSource(reader, total, transfer.close)
+            conn.respond_stream(rid, messages.RetrieveResponse(total), source)
+
+        def refused(failure):
+            reader.close()
+            transfer.close()
+            return failure
+
+        return transfer.reserve(DATA_CHUNK, "read-ahead").addCallbacks(granted, refused)
 
     def _verify(self, conn, rid, message, end):
         length = None if message.length == messages.TO_END else message.length
