@@ -114,7 +114,7 @@ def errors_table(result: dict) -> str:
             rows.append([op, kind, n])
     if not rows:
         return "errors: none"
-    return "errors by kind\n" + table(["op", "kind", "count"], rows)
+    return "errors by kind\n" + table(["op", "kind", "count"], rows, right={2})
 
 
 def nodes_table(result: dict, limit: int = 0) -> str:
@@ -178,6 +178,11 @@ def run_text(result: dict, header: str, node_limit: int = 0) -> str:
         parts.append(f"clean-up: {c['ops']} deletes ({errs} errors), {c['left']} objects left")
     parts.append(nodes_table(result, node_limit))
     parts.append(clients_table(result))
+    load = result.get("loadavg_1min") or {}
+    if load.get("start") is not None:
+        parts.append(f"machine: load average {load['start']:.1f} at the start, "
+                     f"{load['end']:.1f} at the end, {load['cpus']} CPUs "
+                     f"(other work on the machine shows up here)")
     if result.get("interrupted"):
         parts.append("(interrupted: figures cover the part that ran)")
     return "\n\n".join(parts)

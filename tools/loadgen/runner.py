@@ -118,6 +118,7 @@ class LoadRun:
         self.node_series = []   # (t, [stats])
         self._printed = 0
         self._go_at = None
+        self.load_start = self.load_end = None   # the machine's 1-minute load average
 
     # ---- processes ------------------------------------------------------------
 
@@ -205,6 +206,7 @@ class LoadRun:
                 reasons = sorted({c.fatal or "did not start" for c in self.children})
                 raise nodes_mod.NoReachableNode("no client process could start: " + "; ".join(reasons))
             first = yield self.probe.sample(plan.nodes)
+            self.load_start = os.getloadavg()[0]
             started = time.monotonic()
             self.node_series.append((0.0, first))
             self._go_at = started
@@ -219,6 +221,7 @@ class LoadRun:
                 sampler.stop()
             elapsed_wall = time.monotonic() - started
             last = yield self.probe.sample(plan.nodes)
+            self.load_end = os.getloadavg()[0]
             self.node_series.append((elapsed_wall, last))
             self._print_ready_intervals(final=True)
             if plan.cleanup:
@@ -331,6 +334,8 @@ class LoadRun:
             "node_series": self._node_series(),
             "nodes_missing_fields": nodes_mod.missing_fields(last),
             "clients": clients,
+            "loadavg_1min": {"start": self.load_start, "end": self.load_end,
+                             "cpus": os.cpu_count()},
         }
 
 

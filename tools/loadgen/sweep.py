@@ -59,6 +59,7 @@ def summarize(result: dict, size: int, sessions: int, processes: int, warm_objec
         "errors": sum(errors.values()), "errors_by_kind": errors,
         "nodes_cpu_percent": sum(nodes_cpu) if nodes_cpu else None,
         "clients_cpu_percent": sum(clients_cpu) if clients_cpu else None,
+        "loadavg_1min": result.get("loadavg_1min"),
     }
 
 
