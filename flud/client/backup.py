@@ -21,6 +21,7 @@ from aggregator.aggregator import Aggregator
 from aggregator.policy import FlushPolicy
 from flud.client import manifest as manifests
 from flud.client.scan import scan
+from flud.client.gather import settle_all
 from flud.client.segments import challenges_for, prepare_segment, store_segment
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, encrypt_ctr
@@ -77,11 +78,6 @@ def _batches(entries):
             batch, size = [], 0
     if batch:
         yield batch
-
-
-def _first_error(failure):
-    failure.trap(defer.FirstError)
-    return failure.value.subFailure
 
 
 def _why(err) -> str:
@@ -153,13 +149,12 @@ class Backup:
                 self.progress.file_done(0)
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
-        yield defer.gatherResults([self._all_small(small, content_of, known),
-                                   self._all_large(large, content_of, known)],
-                                  consumeErrors=True).addErrback(_first_error)
+        yield settle_all([self._all_small(small, content_of, known),
+                          self._all_large(large, content_of, known)])
         with self._aggregator_lock:
             self.aggregator.flush()
         self._send_sealed()
-        yield defer.gatherResults(self._tars_in_flight, consumeErrors=True)
+        yield settle_all(self._tars_in_flight)
         self._finish_bundles()
         self._save_contents()
         self.index.record_files(
@@ -236,7 +231,7 @@ class Backup:
             except (OSError, FileChanged) as err:
                 self._skip(entry.path, _why(err))
 
-        yield defer.gatherResults([slots.run(one, e) for e in large], consumeErrors=True)
+        yield settle_all([slots.run(one, e) for e in large])
 
     def _send_sealed(self):
         with self._aggregator_lock:
@@ -345,12 +340,10 @@ class Backup:
                     d.addCallback(self._segment_landed, prep, index, segments)
                     d.addBoth(self._segment_done, prep, window, transfer)
                     sending.append(d)
-                yield defer.gatherResults(sending, consumeErrors=True)
+                yield settle_all(sending)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
-        except defer.FirstError as err:
-            raise err.subFailure.value
         finally:
             transfer.close()
         content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()

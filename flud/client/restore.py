@@ -12,6 +12,7 @@ import os
 
 from twisted.internet import defer
 
+from flud.client.gather import settle_all
 from flud.client.segments import FetchFailed, fetch_segment
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
@@ -87,7 +88,7 @@ class Restore:
                 self._write(dest, entry, [b""])
             elif record["t"] == "L":
                 yield self._guarded(self._large, dest, entry)
-        yield defer.gatherResults(work, consumeErrors=True)
+        yield settle_all(work)
         for rel, kind, mode, mtime_ns, size, target in entries:
             if kind == "symlink":
                 self._symlink(dest, rel, target, mtime_ns)

@@ -168,6 +168,9 @@ class Connection(protocol.Protocol):
         self._streams.clear()
         if not self.ready.called:
             self.ready.errback(lost)
+            # Whoever waited has seen it; an accepted connection that hung up
+            # before HELLO has nobody waiting, and that is not an error.
+            self.ready.addErrback(lambda _: None)
         self.handler.connection_lost(self)
 
     # ---- push producer (the transport pauses us) ---------------------------
