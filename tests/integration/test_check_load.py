@@ -95,7 +95,7 @@ def test_reservoir_is_bounded_and_percentiles_weighted():
     for i in range(10000):
         r.add(i / 1e3, i / 1e3)
     assert len(r.lat) == 100 and r.seen == 10000
-    assert weighted_percentiles([(x, 1) for x in range(1, 101)], (0.5, 0.99)) == [50, 99]
+    assert weighted_percentiles([(range(100, 0, -1), 1)], (0.5, 0.99)) == [50, 99]
     m = Merged()
     m.add_samples(1000, [1.0] * 10, [1.0] * 10)   # 10 samples standing for 1000 ops
     m.add_samples(30, [9.0] * 30, [9.0] * 30)     # 30 samples standing for 30 ops

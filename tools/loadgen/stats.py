@@ -5,6 +5,7 @@ algorithm R) of at most RESERVOIR (latency, TTFB) pairs, plus a smaller one
 per reporting interval. Merging reservoirs from several processes weights each
 sample by seen/kept, so a process that did more ops counts for more.
 """
+import heapq
 from array import array
 
 RESERVOIR = 100_000
@@ -112,7 +113,12 @@ class OpRecorder:
 
 
 class Merged:
-    """One op type merged over processes: counters plus weighted samples."""
+    """One op type merged over processes: counters plus weighted sample groups.
+
+    Samples stay grouped by where they came from, each group with one weight
+    (seen / kept), so merging 100k samples from each process costs one sorted
+    list of floats per group rather than a tuple per sample.
+    """
 
     def __init__(self):
         self.ops = 0
@@ -121,7 +127,7 @@ class Merged:
         self.lat_sum = 0.0
         self.ttfb_sum = 0.0
         self.errors = {}
-        self.lat = []    # (seconds, weight)
+        self.lat = []    # [(values in seconds, weight)]
         self.ttfb = []
 
     def add_counts(self, d: dict) -> None:
@@ -138,8 +144,8 @@ class Merged:
         if not len(lat):
             return
         weight = seen / len(lat)
-        self.lat.extend((x, weight) for x in lat)
-        self.ttfb.extend((x, weight) for x in ttfb)
+        self.lat.append((lat, weight))
+        self.ttfb.append((ttfb, weight))
 
     def add_interval(self, d: dict) -> None:
         self.add_counts(d)
@@ -169,41 +175,38 @@ class Merged:
         }
 
 
-def _dist(total: float, n: int, weighted: list) -> dict:
+def _dist(total: float, n: int, groups: list) -> dict:
     if not n:
         return {"avg": None, "p50": None, "p99": None, "max": None}
-    p50, p99 = weighted_percentiles(weighted, (0.50, 0.99))
-    return {"avg": total / n, "p50": p50, "p99": p99,
-            "max": max(x for x, _ in weighted) if weighted else None}
+    p50, p99 = weighted_percentiles(groups, (0.50, 0.99))
+    top = [max(values) for values, _ in groups if len(values)]
+    return {"avg": total / n, "p50": p50, "p99": p99, "max": max(top) if top else None}
 
 
-def weighted_percentiles(samples: list, quantiles) -> list:
-    """Nearest-rank percentiles of (value, weight) pairs."""
-    if not samples:
+def weighted_percentiles(groups: list, quantiles) -> list:
+    """Nearest-rank percentiles over groups of (values, weight per value)."""
+    groups = [(sorted(values), w) for values, w in groups if len(values)]
+    if not groups:
         return [None for _ in quantiles]
-    ordered = sorted(samples)
-    total = sum(w for _, w in ordered)
-    out = []
-    for q in quantiles:
-        target = q * total
-        acc = 0.0
-        value = ordered[-1][0]
-        for x, w in ordered:
-            acc += w
-            if acc >= target - 1e-9:
-                value = x
-                break
-        out.append(value)
+    total = sum(len(values) * w for values, w in groups)
+    targets = sorted((q * total - 1e-9, i) for i, q in enumerate(quantiles))
+    out = [groups[0][0][-1]] * len(quantiles)
+    merged = heapq.merge(*[_weighted(values, w) for values, w in groups])
+    acc = 0.0
+    t = 0
+    for x, w in merged:
+        acc += w
+        while t < len(targets) and acc >= targets[t][0]:
+            out[targets[t][1]] = x
+            t += 1
+        if t == len(targets):
+            break
     return out
 
 
-def merge_ops(ops, parts) -> dict:
-    """parts: iterable of {op: interval/total dict with samples} -> {op: Merged}."""
-    merged = {op: Merged() for op in ops}
-    for part in parts:
-        for op, d in part.items():
-            merged.setdefault(op, Merged()).add_interval(d)
-    return merged
+def _weighted(values, weight):
+    for x in values:
+        yield x, weight
 
 
 # ---- the final samples travel through a file, not the pipe ------------------------

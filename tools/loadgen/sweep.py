@@ -111,7 +111,7 @@ def sweep_text(cells: list, sizes: list) -> str:
         upto = max(ran) if ran else 0
         lines.append([format_size(size),
                       f"{n} sessions" if n else (f"none up to {upto} sessions" if ran else "no cell ran")])
-    parts.append("errors begin at\n" + report.table(["size", "errors begin at"], lines))
+    parts.append("errors begin at\n" + report.table(["size", "errors begin at"], lines, right=()))
     return "\n\n".join(parts)
 
 
