@@ -1,0 +1,397 @@
+"""Memory figures (issue 5): static footprints, import costs, concurrent uploads.
+
+    .venv/bin/python tools/bench/bench_memory.py [--quick] [--repeat N]
+
+- Static footprint of an idle node: a small testnet started with
+  `--spawn exec` (each node its own fresh interpreter, so its RSS is its own:
+  bench_node reports the forked 50-node testnet), STATS memory.rss after it
+  settles; static_rss, USS in notes.
+- Static footprint of the client: a fresh interpreter that imports what
+  `flud backup` imports (RSS after gc and malloc_trim), and the static figure
+  flud's own backup summary prints.
+- What each import adds to a node: one fresh interpreter per cumulative step
+  (twisted reactor, sqlite3, pycryptodome, blake3, zfec, psutil, ssl, storage,
+  flud protocol, the node service), median of --repeat; out/imports.txt.
+- Concurrent uploads of 1 GiB files (1, 4 and 16 at once): one random file,
+  one `flud backup` per upload, each with its own client home (its own secret,
+  so convergent encryption cannot deduplicate: every upload is real), on a
+  fresh 50-node testnet whose nodes log memory. Each client writes
+  --memory-log; its peak RSS comes from the kernel (wait4). Uploads still
+  running after --mem-seconds are stopped (SIGTERM) and the share of bytes
+  sent is noted: memory must not grow with the file, so the steady state is
+  what counts. Targets: <= 4 MiB per transfer; RSS <= static + c x 4 MiB
+  + 10% (c = concurrent transfers; for c client processes, the sum of their
+  RSS against the sum of their statics); the busiest node is held to the same
+  rule with its own largest number of concurrent transfers.
+- out/memory.png: tools/plot_memory.py on the single upload's CSV.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import signal
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import MB, MiB, GiB, Row, Testnet, log  # noqa: E402
+
+NAME = "bench_memory"
+PER_TRANSFER = 4 * MiB
+TAHOE = "Tahoe rule N/K x segment: 2 MiB at 4-of-8, 4.3 MiB at 3-of-10"
+
+RSS_SNIPPET = """
+import gc, ctypes, json, os
+gc.collect()
+try:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except OSError:
+    pass
+with open("/proc/self/statm") as f:
+    rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+import sys
+print(json.dumps({"rss": rss, "psutil": "psutil" in sys.modules, "zfec": "zfec" in sys.modules,
+                  "sqlite3": "sqlite3" in sys.modules}))
+"""
+
+IMPORT_STEPS = [
+    ("python 3.11 (bare interpreter)", ""),
+    ("+ flud.lean (http.cookiejar made lazy)",
+     "from flud.lean import defer_unused_imports; defer_unused_imports()"),
+    ("+ twisted: zope.interface", "import zope.interface"),
+    ("+ twisted: attrs, incremental", "import attr, incremental"),
+    ("+ twisted: twisted.python.failure, logger", "import twisted.python.failure, twisted.logger"),
+    ("+ twisted: twisted.internet.defer (asyncio)", "import twisted.internet.defer"),
+    ("+ twisted: reactor (epoll, tcp, protocol)",
+     "from twisted.internet import epollreactor; epollreactor.install(); "
+     "from twisted.internet import reactor, defer, protocol"),
+    ("+ sqlite3", "import sqlite3"),
+    ("+ pycryptodome (AES, ECC, DSS)",
+     "from Crypto.Cipher import AES; from Crypto.PublicKey import ECC; "
+     "from Crypto.Signature import DSS; from Crypto.Hash import SHA256"),
+    ("+ blake3", "import blake3"),
+    ("+ zfec", "import zfec"),
+    ("+ psutil", "import psutil"),
+    ("+ ssl", "import ssl"),
+    ("+ storage (share store, archives, index)", "import storage.disk"),
+    ("+ flud protocol",
+     "import flud.protocol.wire, flud.protocol.client, flud.protocol.codec, "
+     "flud.protocol.session, flud.protocol.messages"),
+    ("+ flud node service (memory, workers, peers)",
+     "import flud.node.service, flud.memory, flud.workers, flud.node.run"),
+]
+NODE_ONLY = ("from flud.node.run import preload; preload(); "
+             "from twisted.internet import epollreactor; epollreactor.install()")
+CLIENT_IMPORTS = ("from flud.lean import defer_unused_imports, tune_malloc; "
+                  "defer_unused_imports(); tune_malloc(); "
+                  "from twisted.internet import reactor; "
+                  "import flud.cli, flud.client.commands, flud.client.session, "
+                  "flud.client.backup, flud.client.restore, flud.client.network, "
+                  "flud.client.home, flud.memory, flud.workers, flud.testnet_query")
+
+
+def add_arguments(parser) -> None:
+    g = parser.add_argument_group("bench_memory")
+    g.add_argument("--mem-size", default=None, help="upload file size (default 1GiB)")
+    g.add_argument("--mem-concurrency", default=None, help="comma list (default 1,4,16)")
+    g.add_argument("--mem-seconds", type=float, default=None,
+                   help="stop uploads still running after this (default 60; 20 quick)")
+
+
+def run(args) -> list:
+    from bench_backup import parse_size
+    rows = []
+    rows += _idle_node(args)
+    rows += _client_static(args)
+    rows += _imports(args)
+    size = parse_size(args.mem_size) if args.mem_size else (64 * MiB if args.quick else GiB)
+    conc = [int(c) for c in (args.mem_concurrency or ("1,4" if args.quick else "1,4,16"))
+            .split(",")]
+    cap = args.mem_seconds or (20.0 if args.quick else 60.0)
+    rows += _concurrent(args, size, conc, cap)
+    return rows
+
+
+# ----------------------------------------------------------------- static parts
+
+def _rss_of(code: str) -> dict:
+    r = common.run([common.PY, "-c", code + "\n" + RSS_SNIPPET], timeout=120)
+    if r.rc != 0:
+        raise common.BenchError(f"import step failed: {r.stderr[-600:]}")
+    import json
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _idle_node(args) -> list:
+    count = 4
+    tn = Testnet(os.path.join(common.RUN_DIR, "memory", "idle"), count, spawn="exec",
+                 noise=getattr(args, "noise", None))
+    rss, static, uss = [], [], []
+    try:
+        log(f"bench_memory: idle nodes ({count}, --spawn exec)")
+        tn.up()
+        time.sleep(2.0 if args.quick else 5.0)
+        for _ in range(args.repeat):
+            stats = [s for s in tn.stats() if s]
+            rss.append(statistics.median(s["memory"]["rss"] for s in stats) / MB)
+            static.append(statistics.median(s["memory"]["static_rss"] for s in stats) / MB)
+            time.sleep(1.0)
+        import psutil
+        for pid in tn.pids():
+            try:
+                uss.append(psutil.Process(pid).memory_full_info().uss / MB)
+            except Exception:
+                pass
+    finally:
+        tn.down()
+        tn.remove()
+    node_imports = _rss_of(NODE_ONLY)
+    return [Row("static footprint, idle node (own interpreter)", rss, "MB", 32, "<=",
+                "Tahoe-LAFS: 96 MB per node",
+                f"STATS memory.rss of {count} exec-spawned nodes; static_rss "
+                f"{common.fmt(common.median(static))} MB, USS "
+                f"{common.fmt(common.median(uss))} MB; the node's imports alone (preload) "
+                f"{node_imports['rss'] / MB:.1f} MB (psutil imported: "
+                f"{node_imports['psutil']})")]
+
+
+def _client_static(args) -> list:
+    vals = [_rss_of(CLIENT_IMPORTS)["rss"] / MB for _ in range(args.repeat)]
+    return [Row("static footprint, client (imports of `flud backup`)", vals, "MB", None, None,
+                "Tahoe client: 115 MB peak for 100 MiB",
+                "fresh interpreter, RSS after gc + malloc_trim; the backup summary's static "
+                "figure is in the concurrent-upload rows")]
+
+
+def _imports(args) -> list:
+    log("bench_memory: import costs")
+    code, table = [], []
+    prev = None
+    for label, stmt in IMPORT_STEPS:
+        if stmt:
+            code.append(stmt)
+        vals = [_rss_of("\n".join(code))["rss"] for _ in range(args.repeat)]
+        rss = statistics.median(vals)
+        table.append((label, rss, None if prev is None else rss - prev))
+        prev = rss
+    node = statistics.median(_rss_of(NODE_ONLY)["rss"] for _ in range(args.repeat))
+    lines = ["what each import adds (cumulative, fresh interpreter per step, RSS after gc + "
+             "malloc_trim, median)",
+             f"{'step':48} {'RSS MB':>8} {'adds MB':>8}"]
+    for label, rss, delta in table:
+        lines.append(f"{label:48} {rss / MB:8.1f} {'' if delta is None else f'{delta / MB:+8.1f}'}")
+    lines.append(f"{'a node process imports (flud.node.run.preload)':48} {node / MB:8.1f}")
+    text = "\n".join(lines)
+    print(text)
+    os.makedirs(common.OUT_DIR, exist_ok=True)
+    with open(os.path.join(common.OUT_DIR, "imports.txt"), "w") as f:
+        f.write(text + "\n")
+    biggest = sorted(table[1:], key=lambda t: -(t[2] or 0))[:3]
+    return [Row("node imports, all steps (table: out/imports.txt)", [table[-1][1] / MB], "MB",
+                None, None, "seed: sqlite +6 MB, twisted.web +3 MB, pycryptopp +6 MB",
+                "largest: " + ", ".join(f"{l.lstrip('+ ')} {d / MB:+.1f} MB"
+                                        for l, _, d in biggest))]
+
+
+# ------------------------------------------------------------ concurrent uploads
+
+def _read_csv(path: str) -> list:
+    try:
+        with open(path, newline="") as f:
+            return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)
+                    if row.get("rss")]
+    except (OSError, ValueError):
+        return []
+
+
+_PROGRESS = re.compile(r"backup: \d+/\d+ files, ([\d.]+) (B|kB|MB|GB)/([\d.]+) (B|kB|MB|GB)")
+_UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _progress(stderr: str, stdout: str, size: int) -> float:
+    if common.parse_backup(stdout).get("elapsed") is not None:
+        return 1.0
+    found = _PROGRESS.findall(stderr)
+    if not found:
+        return 0.0
+    done, unit = found[-1][0], found[-1][1]
+    return min(1.0, float(done) * _UNIT[unit] / size)
+
+
+def _run_capped(argv, cap: float, results: list, index: int) -> None:
+    """common.run with SIGTERM at the cap (then SIGKILL): the rusage stays valid."""
+    holder = {}
+
+    def started(proc):
+        holder["proc"] = proc
+
+        def stop():
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    return
+                time.sleep(5)
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+        t = threading.Timer(cap, stop)
+        t.daemon = True
+        t.start()
+        holder["timer"] = t
+
+    try:
+        results[index] = common.run(argv, timeout=cap + 60, on_start=started)
+    finally:
+        if "timer" in holder:
+            holder["timer"].cancel()
+
+
+def _concurrent(args, size: int, conc: list, cap: float) -> list:
+    data = os.path.join(common.RUN_DIR, "data")
+    big_dir = os.path.join(data, f"big-{size}")
+    log(f"bench_memory: {size / MiB:g} MiB random file")
+    common.random_file(os.path.join(big_dir, "big.bin"), size)
+    base = os.path.join(common.RUN_DIR, "memory")
+    size_txt = f"{size / GiB:g} GiB" if size >= GiB else f"{size / MiB:g} MiB"
+    rows = []
+    for c in conc:
+        tn = Testnet(os.path.join(base, f"tn-c{c}"), args.nodes, memory_log=True,
+                     noise=getattr(args, "noise", None))
+        try:
+            tn.up()
+            before = tn.stats()
+            homes = [common.new_home(os.path.join(base, f"cl-c{c}-{j}"), tn.dir)
+                     for j in range(c)]
+            logs = [os.path.join(base, f"client-c{c}-{j}.csv") for j in range(c)]
+            results = [None] * c
+            log(f"bench_memory: {c} concurrent upload(s) of {size_txt}, cap {cap:.0f} s")
+            threads = []
+            t0 = time.monotonic()
+            for j in range(c):
+                argv = [common.PY, "-m", "flud", "backup", big_dir, "--home", homes[j],
+                        "--memory-log", logs[j]]
+                th = threading.Thread(target=_run_capped, args=(argv, cap, results, j))
+                th.start()
+                threads.append(th)
+            for th in threads:
+                th.join()
+            took = time.monotonic() - t0
+            node_stats = tn.stats()
+            rows += _concurrent_rows(c, size_txt, size, results, logs, tn, before, node_stats,
+                                     took, cap)
+            if c == 1:
+                _plot(logs[0], results[0], size_txt)
+            if c == max(conc):
+                _plot_node(tn, node_stats, c, size_txt)
+        finally:
+            tn.down()
+            tn.remove()
+            for j in range(c):
+                shutil.rmtree(os.path.join(base, f"cl-c{c}-{j}"), ignore_errors=True)
+    return rows
+
+
+def _concurrent_rows(c, size_txt, size, results, logs, tn, before, node_stats, took,
+                     cap) -> list:
+    per_transfer, peak, static, grow, done, summary_pt = [], [], [], [], [], []
+    for r, path in zip(results, logs):
+        samples = _read_csv(path)
+        s = common.parse_backup(r.stdout) if r else {}
+        st = s.get("static_rss") or (samples[0]["rss"] if samples else 0)
+        pb = max((x["peak_buffered"] for x in samples), default=0)
+        per_transfer.append(pb)
+        if s.get("peak_transfer"):
+            summary_pt.append(s["peak_transfer"])
+        peak.append(r.maxrss if r else 0)
+        static.append(st)
+        grow.append((r.maxrss if r else 0) - st)
+        done.append(_progress(r.stderr, r.stdout, size) if r else 0.0)
+    finished = sum(1 for d in done if d >= 1.0)
+    bound = 1.1 * (sum(static) + c * PER_TRANSFER)
+    status = (f"all {c} finished in {took:.0f} s" if finished == c else
+              f"{finished} of {c} finished; the rest stopped at {cap:.0f} s, "
+              f"{100 * statistics.mean(done):.0f}% of the bytes read on average")
+    rows = [
+        Row(f"{c} concurrent {size_txt} upload(s): per-transfer peak (client)",
+            [max(per_transfer) / MiB], "MiB", PER_TRANSFER / MiB, "<=", TAHOE,
+            f"largest buffered bytes in any client's --memory-log; summary 'peak per "
+            f"transfer' {common.fmt(max(summary_pt) / MB) + ' MB' if summary_pt else 'n/a'}; "
+            f"{status}"),
+        Row(f"{c} concurrent {size_txt} upload(s): client RSS (sum of {c})", [sum(peak) / MB],
+            "MB", bound / MB, "<=", "static + c x 4 MiB + 10%",
+            f"kernel peak RSS per client, max {max(peak) / MB:.1f} MB; static (summary) "
+            f"median {statistics.median(static) / MB:.1f} MB; largest growth above static "
+            f"{max(grow) / MiB:.1f} MiB"),
+    ]
+    # nodes: each against its idle RSS just before the uploads (connected to
+    # every peer; STATS static_rss is taken before the node joins) plus its
+    # busiest moment's transfers
+    worst = None
+    for node, st, idle in zip(tn.nodes, node_stats, before):
+        if not st or not idle:
+            continue
+        samples = _read_csv(os.path.join(node["home"], "memory.csv"))
+        active = max((x["active_transfers"] for x in samples), default=0)
+        npeak = max([x["rss"] for x in samples] + [st["memory"]["peak_rss"]])
+        nstatic = idle["memory"]["rss"]
+        nbound = 1.1 * (nstatic + active * PER_TRANSFER)
+        ratio = npeak / nbound if nbound else 0
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, npeak, nbound, active, nstatic)
+    if worst:
+        peaks = [max(s["memory"]["peak_rss"], 0) for s in node_stats if s]
+        rows.append(Row(f"{c} concurrent upload(s): busiest node's RSS",
+                        [worst[1] / MB], "MB", worst[2] / MB, "<=", "static + c x 4 MiB + 10%",
+                        f"the node nearest its bound: idle RSS before the uploads "
+                        f"{worst[4] / MB:.1f} MB, up to {worst[3]:.0f} concurrent transfers "
+                        f"(memory.csv, sampled every 0.25 s); node peak RSS median "
+                        f"{statistics.median(peaks) / MB:.1f} MB, max {max(peaks) / MB:.1f} MB"))
+    return rows
+
+
+def _plot(csv_path, result, size_txt) -> None:
+    s = common.parse_backup(result.stdout) if result else {}
+    static = int(s["static_rss"]) if s.get("static_rss") else None
+    out = os.path.join(common.OUT_DIR, "memory.png")
+    os.makedirs(common.OUT_DIR, exist_ok=True)
+    shutil.copy(csv_path, os.path.join(common.OUT_DIR, "memory.csv"))
+    argv = [common.PY, os.path.join(common.ROOT, "tools", "plot_memory.py"), csv_path, out,
+            f"flud backup of one {size_txt} file (client)"] + ([str(static)] if static else [])
+    r = common.run(argv, timeout=120)
+    if r.rc != 0:
+        log(f"bench_memory: plot failed: {r.stderr[-400:]}")
+    else:
+        log(f"bench_memory: {out}")
+
+
+def _plot_node(tn, node_stats, c, size_txt) -> None:
+    best = None
+    for node, st in zip(tn.nodes, node_stats):
+        samples = _read_csv(os.path.join(node["home"], "memory.csv"))
+        active = max((x["active_transfers"] for x in samples), default=0)
+        if st and (best is None or active > best[0]):
+            best = (active, node, st)
+    if not best:
+        return
+    path = os.path.join(best[1]["home"], "memory.csv")
+    out = os.path.join(common.OUT_DIR, "memory_node.png")
+    shutil.copy(path, os.path.join(common.OUT_DIR, "memory_node.csv"))
+    argv = [common.PY, os.path.join(common.ROOT, "tools", "plot_memory.py"), path, out,
+            f"busiest node during {c} concurrent {size_txt} uploads",
+            str(best[2]["memory"]["static_rss"])]
+    common.run(argv, timeout=120)
+
+
+def main() -> int:
+    return common.bench_main(NAME, add_arguments, run, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
