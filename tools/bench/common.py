@@ -122,12 +122,18 @@ def ok_str(ok) -> str:
     return {True: "ok", False: "MISS", None: "-"}[ok]
 
 
-def print_table(rows: list, title: str = "", out=None, notes: bool = True) -> str:
-    """One aligned table: figure | measured | target | anchor | ok, then notes."""
+def print_table(rows: list, title: str = "", out=None, notes: bool = True,
+                heading_rows: bool = False) -> str:
+    """One aligned table: figure | measured | target | anchor | ok, then notes.
+    With heading_rows, rows marked _heading print only their figure."""
     out = out or sys.stdout
     head = ("figure", "measured (median of N)", "target", "anchor", "ok")
-    body = [(r.figure, r.measured_str(), r.target_str(), r.anchor or "-", ok_str(r.ok))
-            for r in rows]
+
+    def cells(r):
+        if heading_rows and getattr(r, "_heading", False):
+            return (r.figure, "", "", "", "")
+        return (r.figure, r.measured_str(), r.target_str(), r.anchor or "-", ok_str(r.ok))
+    body = [cells(r) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(head)]
     lines = []
