@@ -218,6 +218,8 @@ def _run(reactor, args, workdir):
                     print(f"check_load: {err}", file=sys.stderr)
                     return 2
                 nodes = yield probe.resolve(addresses)
+                if not nodes:
+                    raise NoReachableNode(f"no node answered at {args.nodes}")
             stats = yield probe.sample(nodes)
             alive = [n for n, s in zip(nodes, stats) if s is not None]
             if not alive:
