@@ -14,20 +14,28 @@ from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.server")
 
-# Reads and verifies up to this size are done on the reactor thread; larger
-# ones go to the worker pool.
+# Verifies up to this size are done on the reactor thread; larger ones go to
+# the worker pool.
 INLINE_IO = 1024 * 1024
+# A RETRIEVE answer up to this size goes in one frame; larger ones stream,
+# starting with a small piece so the first byte is not held behind a 1 MiB
+# frame (time to first byte), then in DATA_CHUNK pieces.
+INLINE_RETRIEVE = 64 * 1024
+FIRST_PIECE = 64 * 1024
 
 
 class ReaderSource:
     """Adapts a storage Reader to the wire's pull source."""
 
-    def __init__(self, reader, total: int, on_close=None):
+    def __init__(self, reader, total: int, on_close=None, first_piece: int = FIRST_PIECE):
         self._reader = reader
         self.remaining = total
         self._on_close = on_close
+        self._first_piece = first_piece
 
     def read(self, n: int) -> bytes:
+        if self._first_piece:
+            n, self._first_piece = min(n, self._first_piece), 0
         chunk = self._reader.read(min(n, self.remaining))
         if not chunk and self.remaining:
             raise RemoteError(ErrorCode.INTERNAL, "share ended before its recorded size")
@@ -56,7 +64,10 @@ class NodeHandler:
         self.listeners = []  # told of every connection made ready or lost
         self._uploads = {}  # (connection, rid) -> (upload, transfer)
         self.counters = {"requests": 0, "errors": 0, "stores": 0, "retrieves": 0,
+                         "verifies": 0, "deletes": 0,
                          "bytes_stored_in": 0, "bytes_retrieved_out": 0}
+        self._live = set()           # open connections, for byte totals
+        self._closed_bytes = [0, 0]  # bytes in/out of connections now closed
         self._ops = {
             Op.PING: self._ping,
             Op.PEERS: self._peers,
@@ -72,10 +83,15 @@ class NodeHandler:
     # ---- connection events -------------------------------------------------
 
     def connection_ready(self, conn):
+        self._live.add(conn)
         for listener in self.listeners:
             listener.connection_ready(conn)
 
     def connection_lost(self, conn):
+        if conn in self._live:
+            self._live.discard(conn)
+            self._closed_bytes[0] += conn.bytes_in
+            self._closed_bytes[1] += conn.bytes_out
         for (owner_conn, rid) in [k for k in self._uploads if k[0] is conn]:
             self._abort_upload(owner_conn, rid)
         for listener in self.listeners:
@@ -122,6 +138,10 @@ class NodeHandler:
     def _stats(self, conn, rid, message, end):
         values = dict(self.stats())
         values["server"] = dict(self.counters)
+        values["net"] = {  # transport bytes, TLS included, since the node started
+            "bytes_in": self._closed_bytes[0] + sum(c.bytes_in for c in self._live),
+            "bytes_out": self._closed_bytes[1] + sum(c.bytes_out for c in self._live),
+            "connections": len(self._live)}
         conn.respond(rid, messages.Stats(values))
 
     def _store(self, conn, rid, message, end):
@@ -169,7 +189,7 @@ class NodeHandler:
         total = reader.remaining
         self.counters["retrieves"] += 1
         self.counters["bytes_retrieved_out"] += total
-        if total <= DATA_CHUNK:
+        if total <= INLINE_RETRIEVE:
             with reader:
                 data = reader.read(total)
             conn.respond(rid, messages.RetrieveResponse(total, data))
@@ -193,6 +213,7 @@ class NodeHandler:
         return transfer.reserve(DATA_CHUNK, "read-ahead").addCallbacks(granted, refused)
 
     def _verify(self, conn, rid, message, end):
+        self.counters["verifies"] += 1
         length = None if message.length == messages.TO_END else message.length
         owner = conn.peer_id
         if length is not None and length <= INLINE_IO:
@@ -205,6 +226,7 @@ class NodeHandler:
         return d
 
     def _delete(self, conn, rid, message, end):
+        self.counters["deletes"] += 1
         d = self.run_blocking(self.store.delete, message.key, conn.peer_id)
         d.addCallback(lambda _: conn.respond(rid, messages.Empty()))
         return d

@@ -17,7 +17,7 @@ from flud.protocol.client import ClientOnlyHandler, PeerClient
 from flud.protocol.codec import DATA_CHUNK, FrameType, Op
 from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
 from flud.protocol.messages import KIND_ARCHIVE, TO_END
-from flud.protocol.server import NodeHandler
+from flud.protocol.server import NodeHandler, FIRST_PIECE
 from flud.protocol.wire import BytesSource
 from storage.disk import ShareStore
 from storage.errors import NotFound
@@ -210,7 +210,9 @@ def test_five_mib_share_streams_both_ways(any_store, tmp_path):
 
     chunks = []
     assert ok(alice, alice.peer.retrieve(key, sink=chunks.append)) == len(data)
-    assert [len(c) for c in chunks] == [DATA_CHUNK] * 5 + [123]
+    # Streamed back: a small first piece (time to first byte), then 1 MiB pieces.
+    assert [len(c) for c in chunks] == ([FIRST_PIECE] + [DATA_CHUNK] * 4
+                                        + [len(data) - FIRST_PIECE - 4 * DATA_CHUNK])
     assert b"".join(bytes(c) for c in chunks) == data
     assert ok(alice, alice.peer.retrieve(key)) == data
     nonce = b"n" * messages.MAX_NONCE
