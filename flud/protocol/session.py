@@ -84,7 +84,7 @@ class Session:
         self._peer_parity = 0 if tls_client else 1
         self._inbound = {}            # rid -> op, requests the peer opened
         self._inbound_streaming = set()
-        self._rejected_streams = set()  # refused mid-stream: drop their DATA
+        self._rejected_streams = collections.OrderedDict()  # refused mid-stream: drop their DATA
         self._outbound_requests = {}  # rid -> op, requests we opened
         self._outbound_streaming = set()
         self._streaming_responses = set()  # our requests answered in DATA
@@ -118,7 +118,7 @@ class Session:
         if end:
             if rid in self._inbound_streaming:
                 # Answered before its END: drop the DATA still on its way.
-                self._rejected_streams.add(rid)
+                self._reject_stream(rid)
             self._finish_inbound(rid)
         self._emit(FrameType.RESPONSE, op, FLAG_END if end else 0, rid, body)
         return True
@@ -136,7 +136,7 @@ class Session:
             return False
         if rid in self._inbound_streaming:
             # The peer may still be sending DATA for it: drop that quietly.
-            self._rejected_streams.add(rid)
+            self._reject_stream(rid)
         self._finish_inbound(rid)
         self._emit(FrameType.ERROR, 0, FLAG_END, rid,
                    messages.ErrorBody(code, message).encode())
@@ -251,7 +251,7 @@ class Session:
             return RequestData(rid, frame.payload, frame.end)
         if rid in self._rejected_streams:
             if frame.end:
-                self._rejected_streams.discard(rid)
+                self._rejected_streams.pop(rid, None)
             return None
         if rid in self._streaming_responses:
             if frame.end:
@@ -304,11 +304,19 @@ class Session:
         if rid not in self._inbound:
             return None  # already answered: the cancel crossed our answer
         if rid in self._inbound_streaming:
-            self._rejected_streams.add(rid)
+            self._reject_stream(rid)
         self._finish_inbound(rid)
         return RequestCancelled(rid)
 
     # ---- bookkeeping -------------------------------------------------------
+
+    def _reject_stream(self, rid: int) -> None:
+        """Drop the rest of a stream we answered early. The set is bounded: a
+        peer that leaves more than MAX_INFLIGHT of them unfinished has its
+        oldest forgotten, and DATA for a forgotten id closes the connection."""
+        self._rejected_streams[rid] = None
+        while len(self._rejected_streams) > self._max_inflight:
+            self._rejected_streams.popitem(last=False)
 
     def _finish_inbound(self, rid: int) -> None:
         self._inbound.pop(rid, None)

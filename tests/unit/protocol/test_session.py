@@ -546,3 +546,25 @@ def test_take_outbound_joins_small_frames_and_keeps_big_ones_apart(pair):
 def test_remote_error_keeps_unknown_codes():
     error = RemoteError(999, "future")
     assert error.code == 999 and "code 999" in str(error)
+
+
+def test_refused_streams_are_remembered_within_a_bound():
+    """A peer that opens many uploads it never finishes cannot grow our state:
+    beyond the bound the oldest is forgotten, and its late DATA closes."""
+    from flud.protocol.codec import FLAG_END, FrameType, Op, encode_frame
+    from flud.protocol.errors import FrameError
+    from flud.protocol.messages import Hello, PROTOCOL_VERSION, ROLE_NODE, StoreRequest
+    server = Session(tls_client=False, max_inflight=4)
+    server.receive(encode_frame(FrameType.HELLO, 0, FLAG_END, 0,
+                                Hello(PROTOCOL_VERSION, ROLE_NODE, 0, b"k", b"s").encode()))
+    rids = list(range(1, 2 * 10, 2))
+    for rid in rids:
+        body = StoreRequest(b"\x00" * 32, 0, 10, b"ab").encode()
+        server.receive(encode_frame(FrameType.REQUEST, Op.STORE, 0, rid, body))
+        server.send_error(rid, 5, "refused")
+    assert len(server._rejected_streams) == 4
+    # the most recent refused stream's DATA is still dropped quietly...
+    assert server.receive(encode_frame(FrameType.DATA, 0, FLAG_END, rids[-1], b"x")) == []
+    # ...the forgotten one's closes the connection
+    with pytest.raises(FrameError):
+        server.receive(encode_frame(FrameType.DATA, 0, 0, rids[0], b"x"))
