@@ -312,11 +312,6 @@ def too_few(tmp_path_factory):
         net.cleanup()
 
 
-@pytest.mark.xfail(strict=True, reason="flud/client/backup.py Backup._all_large (since 4626b1f): "
-                   "gatherResults wraps the StoreFailed of a large file in defer.FirstError, "
-                   "which flud/client/session.py _backup does not catch (it catches StoreFailed): "
-                   "`flud backup` dies with a traceback and exit 1 instead of the clear "
-                   "'only 6 nodes are reachable ... Start more nodes or lower n' and exit 2")
 def test_too_few_reachable_nodes_is_a_clear_error(too_few):
     assert too_few.returncode == 2, output(too_few)
     error = [line for line in too_few.stderr.splitlines() if line.startswith("error:")]

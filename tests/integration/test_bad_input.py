@@ -174,9 +174,6 @@ def test_silent_peer_is_dropped_after_the_handshake_timeout(node):
         "a peer that never completes the handshake is kept forever"
 
 
-@pytest.mark.xfail(strict=True, reason="flud/protocol/wire.py Connection.connectionLost errbacks "
-                   "the server side's `ready` Deferred, which nobody listens to: every peer "
-                   "that hangs up before HELLO logs CRITICAL 'Unhandled error in Deferred'")
 def test_peer_hanging_up_before_hello_is_not_a_critical_error(node_factory):
     quiet = node_factory("quiet")
     for _ in range(3):
