@@ -59,12 +59,15 @@ def run(args) -> list:
     tn = Testnet(os.path.join(base, "tn"), args.nodes, noise=getattr(args, "noise", None))
     up_b, up_wall_b, rss, rss_summary, pt, down_b, down_wall_b = [], [], [], [], [], [], []
     identical = None
+    up_cpu, down_cpu = [], []
     try:
         tn.up()
         for i in range(args.repeat):
             home = common.new_home(os.path.join(base, f"cl{i}"), tn.dir)
             log(f"bench_backup: backup {size_txt} ({i + 1}/{args.repeat})")
+            n0 = _node_cpu(tn)
             r = common.flud("backup", big_dir, "--home", home).check("flud backup")
+            up_cpu.append((r.cpu, _node_cpu(tn) - n0))
             s = common.parse_backup(r.stdout)
             up_b.append(size / s["elapsed"] / MB)
             up_wall_b.append(size / r.wall / MB)
@@ -74,7 +77,9 @@ def run(args) -> list:
             dest = os.path.join(base, f"rs{i}")
             shutil.rmtree(dest, ignore_errors=True)
             log(f"bench_backup: restore {size_txt} ({i + 1}/{args.repeat})")
+            n0 = _node_cpu(tn)
             r = common.flud("restore", "--home", home, "--to", dest).check("flud restore")
+            down_cpu.append((r.cpu, _node_cpu(tn) - n0))
             s = common.parse_restore(r.stdout)
             down_b.append(size / s["elapsed"] / MB)
             down_wall_b.append(size / r.wall / MB)
@@ -98,6 +103,8 @@ def run(args) -> list:
                 f"kernel high-water mark (wait4); flud's summary: peak RSS "
                 f"{common.fmt(common.median(rss_summary))} MB, peak per transfer "
                 f"{common.fmt(common.median(pt))} MB"),
+            _cpu_row("backup", size, up_cpu),
+            _cpu_row("restore", size, down_cpu),
         ]
 
         log(f"bench_backup: no-change backup of a {tree_files}-file tree")
@@ -128,6 +135,26 @@ def run(args) -> list:
         for name in os.listdir(base) if os.path.isdir(base) else []:
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
     return rows
+
+
+def _node_cpu(tn) -> float:
+    """CPU seconds of all nodes together (STATS cpu_seconds)."""
+    return sum(s["cpu_seconds"] for s in tn.stats() if s)
+
+
+def _cpu_row(what: str, size: int, cpu: list) -> Row:
+    """CPU per plaintext MB, client and nodes: what the machine must spend, so
+    the rate it allows when nothing else runs (less sensitive to noise than
+    wall time)."""
+    per_mb = [(c + n) / (size / MB) * 1e3 for c, n in cpu]
+    client = common.median([c / (size / MB) * 1e3 for c, _ in cpu])
+    nodes = common.median([n / (size / MB) * 1e3 for _, n in cpu])
+    cores = os.cpu_count() or 1
+    total = common.median(per_mb)
+    return Row(f"{what} CPU per plaintext MB (client + nodes)", per_mb, "ms/MB", None, None,
+               "-", f"client {common.fmt(client)} ms/MB, nodes {common.fmt(nodes)} ms/MB: "
+                    f"all {cores} cores busy with nothing else running would allow "
+                    f"{common.fmt(cores * 1e3 / total) if total else '-'} MB/s")
 
 
 def _profile(tn, base, big_dir) -> None:

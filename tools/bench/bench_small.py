@@ -231,11 +231,12 @@ def _home(args, tn, base, data) -> list:
     want = args.home_files or (510 if args.quick else 4000)
     log(f"bench_small: generated home of >= {want} files")
     files, nbytes, tree = common.gen_home(os.path.join(data, f"home{want}"), want)
-    back, rest, per_file, problems = [], [], [], None
+    back, rest, per_file, problems, rss = [], [], [], None, []
     for i in range(args.repeat):
         log(f"bench_small: home of {files} files, backup + restore ({i + 1}/{args.repeat})")
         s = _backup_fresh(tn, base, f"home-{i}", tree, None, measure_stored=False)
         back.append(s["wall"])
+        rss.append(s["maxrss"])
         per_file.append(s["wall"] / files * 1e3)
         dest = os.path.join(base, f"home-rs{i}")
         shutil.rmtree(dest, ignore_errors=True)
@@ -251,7 +252,9 @@ def _home(args, tn, base, data) -> list:
         f"{len(problems)} DIFFERENCES, e.g. {problems[:3]}"
     return [
         Row(f"home of {files} files ({nbytes / MB:.0f} MB): backup (whole command)", back, "s",
-            5, "<=", "-", f"{s.get('stores')} STOREs ({s.get('tars')} tars)"),
+            5, "<=", "-", f"{s.get('stores')} STOREs ({s.get('tars')} tars); flud's own clock "
+                          f"{common.fmt(s.get('elapsed'))} s; client peak RSS "
+                          f"{common.fmt(common.median(rss) / MB)} MB"),
         Row(f"home of {files} files: restore (whole command)", rest, "s", 5, "<=", "-",
             f"{rs.get('retrieves')} RETRIEVEs; {same}"),
         Row("per-file cost (backup wall / files)", per_file, "ms", 0.5, "<=",
