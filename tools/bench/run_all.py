@@ -82,6 +82,10 @@ def main() -> int:
     print(f"\n{sum(1 for r in all_rows if r.ok)} ok, {len(misses)} below target, "
           f"{sum(1 for r in all_rows if r.ok is None)} reported without target; "
           f"total {time.time() - started:.0f} s")
+    state = _git_state()
+    print(f"code measured: {state['head']}" + (
+        f" plus uncommitted changes to {', '.join(state['uncommitted_product_files'])}"
+        if state["uncommitted_product_files"] else " (clean)"))
     path = _save(args, all_rows, noise, started, chosen, partial=False)
     print(f"results: {os.path.relpath(path, common.ROOT)}")
     return 1 if failures else 0
@@ -105,6 +109,19 @@ def _print_grouped(rows, title) -> None:
     common.print_table(grouped, title, heading_rows=True)
 
 
+def _git_state() -> dict:
+    """Which product code was measured: HEAD and any uncommitted change to it
+    (other developers edit the same working tree)."""
+    import subprocess
+    def git(*a):
+        r = subprocess.run(["git", *a], cwd=common.ROOT, capture_output=True, text=True)
+        return r.stdout if r.returncode == 0 else ""
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "flud", "storage",
+                                      "aggregator").splitlines() if len(line) > 3]
+    return {"head": git("rev-parse", "--short", "HEAD").strip(),
+            "uncommitted_product_files": dirty}
+
+
 def _save(args, rows, noise, started, chosen, partial) -> str:
     path = os.path.join(common.OUT_DIR, "results.json")
     opts = {k: v for k, v in vars(args).items() if k != "noise"}
@@ -114,7 +131,7 @@ def _save(args, rows, noise, started, chosen, partial) -> str:
         "elapsed_s": round(time.time() - started, 1), "benches": chosen, "options": opts,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
-        "noise": noise, "rows": [r.as_dict() for r in rows]})
+        "code": _git_state(), "noise": noise, "rows": [r.as_dict() for r in rows]})
     return path
 
 
