@@ -16,6 +16,7 @@ import time
 import blake3
 import zfec
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from aggregator.aggregator import Aggregator
 from aggregator.policy import FlushPolicy
@@ -318,6 +319,9 @@ class Backup:
             with open(entry.path, "rb") as f:
                 while True:
                     yield window.acquire()
+                    if any(d.called and isinstance(d.result, Failure) for d in sending):
+                        window.release()
+                        break  # a segment failed: stop reading, report below
                     # The process budget, shared by every transfer: when it is
                     # spent this waits instead of growing memory.
                     yield transfer.reserve(self.segment_footprint, "segment")
@@ -336,7 +340,10 @@ class Backup:
                         window.release()
                         self.progress.bytes_done(prep.length)
                         continue
-                    d = store_segment(self.network, prep, self.n, self.counters, self.reactor)
+                    # maybeDeferred: a refusal at the start (too few nodes) must
+                    # also wait below for the segment already in flight
+                    d = defer.maybeDeferred(store_segment, self.network, prep, self.n,
+                                            self.counters, self.reactor)
                     d.addCallback(self._segment_landed, prep, index, segments)
                     d.addBoth(self._segment_done, prep, window, transfer)
                     sending.append(d)

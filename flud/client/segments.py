@@ -137,6 +137,7 @@ class _SegmentUpload:
             self._finish()
         elif len(self.landed) >= self.keep - 1 and self._hedge_call is None:
             self._hedge_call = self.clock.callLater(HEDGE_AFTER, self._hedge)
+        self._check_stuck()
 
     def _failed(self, failure, index, node_id):
         self.running.get(index, {}).pop(node_id, None)
@@ -164,6 +165,7 @@ class _SegmentUpload:
                     self._launch(index, replacement)
 
     def _check_stuck(self):
+        """Nothing running and too few landed: no answer will come."""
         if not any(self.running.values()) and not self.done.called:
             self._finish_failed()
 
@@ -178,9 +180,12 @@ class _SegmentUpload:
                                   for i, n in self.landed.items()))
 
     def _finish_failed(self):
+        if self._hedge_call is not None and self._hedge_call.active():
+            self._hedge_call.cancel()
         self.done.errback(StoreFailed(
-            f"only {len(self.landed)} of {self.keep} shares of a segment could be stored; "
-            f"too few nodes are answering"))
+            f"only {len(self.landed)} of {self.keep} shares of a segment could be stored: "
+            f"too few nodes are reachable ({len(self.network.alive_ids())} answering). "
+            f"Start more nodes, or make a client home with a lower --n"))
 
 
 def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None,

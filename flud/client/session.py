@@ -85,7 +85,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     try:
         result = yield job.run(args.paths, args.exclude)
     except StoreFailed as err:
-        raise UserError(f"{err}. Nothing that landed is lost: run the backup again.")
+        raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
+                        f"run the backup again.")
     s = result
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "

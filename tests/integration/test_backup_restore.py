@@ -320,13 +320,6 @@ def test_too_few_reachable_nodes_is_a_clear_error(too_few):
     assert "start more nodes" in error[0].lower(), error[0]
 
 
-@pytest.mark.xfail(strict=True, reason="flud/client/backup.py Backup._large: store_segment() "
-                   "raises StoreFailed synchronously (flud/client/segments.py "
-                   "_SegmentUpload.__init__, fewer nodes than n left), so the loop exits before "
-                   "waiting for the segments already in flight and `finally: transfer.close()` "
-                   "runs under them; their _segment_done then calls transfer.unreserve -> "
-                   "ValueError 'cannot unreserve 2097152 bytes of segment: only 0 counted', "
-                   "printed as 'Unhandled error in Deferred' with a traceback after the error")
 def test_too_few_reachable_nodes_fails_without_a_traceback(too_few):
     assert "Traceback" not in too_few.stderr and "Unhandled error" not in too_few.stderr, \
         output(too_few)

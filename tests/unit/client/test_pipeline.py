@@ -145,3 +145,17 @@ def test_a_small_file_costs_one_ranged_retrieve(world, tmp_path):
     assert world[2].calls["retrieve"] - before <= 2  # one, or two if it straddles blocks
     with open(os.path.join(src, "sub", "small-3.txt"), "rb") as f:
         assert (tmp_path / "out" / "src" / "sub" / "small-3.txt").read_bytes() == f.read()
+
+
+def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
+    """With fewer live nodes than n, a large file's segments fail cleanly."""
+    from flud.client.segments import StoreFailed
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "big"), "wb") as f:
+        f.write(random.Random(7).randbytes(3 * MIB))
+    clock, home, network = world
+    for node_id in list(network.nodes)[:6]:   # 12 nodes, 6 down: n=8 cannot be met
+        network.nodes[node_id].up = False
+    with pytest.raises(StoreFailed):
+        run_backup(world, [src])
