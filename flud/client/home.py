@@ -16,7 +16,7 @@ DEFAULTS = {
     "version": 1,
     "k": 4,
     "n": 8,
-    "segment_size": 1024 * 1024,
+    "segment_size": 2 * 1024 * 1024,
     "small_file_limit": 1024 * 1024,
     "bootstrap": [],              # [[host, port], ...]
     "testnet": None,              # a testnet directory to read node addresses from

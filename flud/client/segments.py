@@ -48,7 +48,9 @@ def challenges_for(secret: bytes, key: bytes, share) -> list:
         # later ones a random span (cheap spot checks).
         span = size if i == 0 else min(size, CHALLENGE_SPAN)
         offset = int.from_bytes(nonce[:8], "big") % (size - span + 1) if size else 0
-        expected = blake3.blake3(nonce + bytes(share[offset:offset + span])).digest()
+        hasher = blake3.blake3(nonce)
+        hasher.update(memoryview(share)[offset:offset + span])  # no copy of the share
+        expected = hasher.digest()
         out.append([offset, span, expected[:16].hex()])
     return out
 

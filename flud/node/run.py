@@ -80,6 +80,12 @@ def run(args) -> int:
              node.local.listen_port, os.getpid())
     reactor.addSystemEventTrigger("before", "shutdown", node.stopService)
     reactor.callLater(1.0, release_free_memory)
-    reactor.run()
+    profile_dir = os.environ.get("FLUD_PROFILE_DIR")
+    if profile_dir:  # developers: one cProfile file per node, written at shutdown
+        import cProfile
+        cProfile.runctx("reactor.run()", globals(), {"reactor": reactor},
+                        os.path.join(profile_dir, f"node-{os.getpid()}.prof"))
+    else:
+        reactor.run()
     log.info("node stopped")
     return 0
