@@ -23,6 +23,8 @@ def _add_node(sub) -> None:
     run.add_argument("--join", metavar="HOST:PORT", help="any running node to join through")
     run.add_argument("--capacity", type=_size, default=10 * GIB, help="space to offer, e.g. 500M, 10G")
     run.add_argument("--memory-log", metavar="FILE", help="write memory samples as CSV")
+    run.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
+                     help="bytes of transfer buffers held at once, e.g. 64M (default 64 MiB)")
     run.add_argument("-v", "--verbose", action="store_true")
 
 

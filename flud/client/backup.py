@@ -91,7 +91,8 @@ def _why(err) -> str:
 
 
 class Backup:
-    def __init__(self, reactor, home, network, pool, monitor, progress, clock=time.monotonic):
+    def __init__(self, reactor, home, network, pool, monitor, progress, clock=time.monotonic,
+                 parallel_files=None):
         self.reactor = reactor
         self.home = home
         self.index = home.index
@@ -106,6 +107,7 @@ class Backup:
         self.policy = FlushPolicy(small_file_limit=cfg["small_file_limit"])
         self.coder = SegmentCoder(self.k, self.n)
         self.window = cfg.get("segment_window", SEGMENT_WINDOW)
+        self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         # ciphertext (the k primary shares are views of it) + n-k parity shares
         self.segment_footprint = self.segment_size + self.coder.block_length(
             self.segment_size) * (self.n - self.k)
@@ -226,7 +228,7 @@ class Backup:
 
     @defer.inlineCallbacks
     def _all_large(self, large, content_of, known):
-        slots = defer.DeferredSemaphore(LARGE_FILES_AT_ONCE)
+        slots = defer.DeferredSemaphore(self.parallel_files)
 
         @defer.inlineCallbacks
         def one(entry):

@@ -31,6 +31,10 @@ def add_client_commands(sub) -> None:
     backup.add_argument("--home", required=True)
     backup.add_argument("--exclude", action="append", default=[], metavar="GLOB")
     backup.add_argument("--memory-log", metavar="FILE")
+    backup.add_argument("--memory-budget", type=_mib, metavar="MIB",
+                        help="MiB of transfer buffers held at once (default 64)")
+    backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
+                        help="large files uploaded at once (default 3)")
     backup.set_defaults(handler=cmd_backup)
 
     ls = sub.add_parser("ls", help="list snapshots, or the files of one")
@@ -45,6 +49,8 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--to", required=True, metavar="DEST")
     restore.add_argument("--snapshot", type=int)
     restore.add_argument("--memory-log", metavar="FILE")
+    restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
+                         help="MiB of transfer buffers held at once (default 64)")
     restore.set_defaults(handler=cmd_restore)
 
     verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
@@ -52,6 +58,21 @@ def add_client_commands(sub) -> None:
     verify.add_argument("--sample", type=float, default=1.0, metavar="FRACTION")
     verify.add_argument("--snapshot", type=int)
     verify.set_defaults(handler=cmd_verify)
+
+
+def _positive(text: str) -> int:
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _mib(text: str) -> int:
+    return _positive(text) * 1024 * 1024
 
 
 def _passphrase(prompt: str) -> str:

@@ -41,7 +41,9 @@ def _job(reactor, home, args, job):
     from flud.workers import CPUPool
 
     from flud.lean import proc_rss
-    monitor = MemoryMonitor(rss_reader=proc_rss)
+    from flud.memory import DEFAULT_BUDGET
+    monitor = MemoryMonitor(rss_reader=proc_rss,
+                            budget_bytes=getattr(args, "memory_budget", None) or DEFAULT_BUDGET)
     monitor.sample()
     monitor.mark_static()
     if getattr(args, "memory_log", None):
@@ -81,7 +83,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     from flud.client.backup import Backup
     from flud.client.segments import StoreFailed
 
-    job = Backup(reactor, home, network, pool, monitor, progress)
+    job = Backup(reactor, home, network, pool, monitor, progress,
+                 parallel_files=args.parallel_files)
     try:
         result = yield job.run(args.paths, args.exclude)
     except StoreFailed as err:

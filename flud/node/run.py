@@ -70,7 +70,8 @@ def run(args) -> int:
     log = logging.getLogger("flud.node")
     join = parse_address(args.join) if args.join else None
     node = NodeService(reactor, args.home, host=args.host, port=args.port, join=join,
-                       capacity=args.capacity, memory_log=args.memory_log)
+                       capacity=args.capacity, memory_log=args.memory_log,
+                       memory_budget=getattr(args, "memory_budget", None))
     try:
         node.startService()
     except CannotListenError as err:

@@ -67,6 +67,7 @@ class NodeService(service.Service):
 
     def __init__(self, reactor, home: str, host: str = "127.0.0.1", port: int = 0,
                  join=None, capacity: int = DEFAULT_CAPACITY, memory_log: str = None,
+                 memory_budget: int = None,
                  seed=None):
         self.reactor = reactor
         self.home = os.path.abspath(home)
@@ -75,18 +76,19 @@ class NodeService(service.Service):
         self.join_address = join
         self.capacity = capacity
         self.memory_log = memory_log
+        self.memory_budget = memory_budget
         self.rng = random.Random(seed)
         self.started_at = time.time()
         self._listening = None
 
     def startService(self):
         super().startService()
-        from flud.memory import MemoryMonitor
+        from flud.memory import DEFAULT_BUDGET, MemoryMonitor
         from flud.workers import CPUPool
         from storage.disk import ShareStore
 
         from flud.lean import proc_rss
-        self.monitor = MemoryMonitor(rss_reader=proc_rss)
+        self.monitor = MemoryMonitor(rss_reader=proc_rss, budget_bytes=self.memory_budget or DEFAULT_BUDGET)
         self.monitor.sample()
         self.monitor.mark_static()
         self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
