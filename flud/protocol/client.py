@@ -2,7 +2,7 @@
 from twisted.internet import defer
 
 from flud.protocol import messages
-from flud.protocol.codec import DATA_CHUNK, Op
+from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.wire import BytesSource
 
@@ -37,6 +37,10 @@ class ClientOnlyHandler:
         pass
 
 
+# Below this a STORE is one frame (the copy into the request body is cheap).
+INLINE_STORE = 64 * 1024
+
+
 class PeerClient:
     """Typed operations over one ready Connection."""
 
@@ -58,14 +62,15 @@ class PeerClient:
         return self.conn.request(Op.STATS, messages.Empty()).addCallback(lambda s: s.values)
 
     def store(self, key: bytes, data, kind: int = messages.KIND_SHARE) -> defer.Deferred:
-        """STORE bytes; the first DATA_CHUNK go inline, the rest stream."""
+        """STORE bytes: small ones inline in the request (one frame), larger
+        ones all in DATA frames that are views of `data`: no copy of a share
+        or a tar is made on the way to TLS."""
         size = len(data)
-        head = bytes(memoryview(data)[:DATA_CHUNK])
-        source = BytesSource(data) if size > DATA_CHUNK else None
-        if source is not None:
-            source.read(DATA_CHUNK)  # already sent inline
-        return self.conn.request(Op.STORE, messages.StoreRequest(key, kind, size, head),
-                                 source=source)
+        if size <= INLINE_STORE:
+            return self.conn.request(
+                Op.STORE, messages.StoreRequest(key, kind, size, bytes(data)))
+        return self.conn.request(Op.STORE, messages.StoreRequest(key, kind, size),
+                                 source=BytesSource(data))
 
     def retrieve(self, key: bytes, offset: int = 0, length: int = messages.TO_END,
                  sink=None) -> defer.Deferred:

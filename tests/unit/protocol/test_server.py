@@ -203,9 +203,10 @@ def test_five_mib_share_streams_both_ways(any_store, tmp_path):
     data = pattern(5 * MIB + 123)
     key = key_of(data)
     ok(alice, alice.peer.store(key, data))
-    # Uploaded as 1 MiB inline + DATA frames of 1 MiB, the last one with END.
-    assert [size for _, size, _ in node.handler.chunks] == [DATA_CHUNK] * 5 + [123]
-    assert [end for *_, end in node.handler.chunks] == [False] * 5 + [True]
+    # Uploaded as a request with no inline bytes, then DATA frames of 1 MiB
+    # (views of the caller's buffer), the last one with END.
+    assert [size for _, size, _ in node.handler.chunks] == [0] + [DATA_CHUNK] * 5 + [123]
+    assert [end for *_, end in node.handler.chunks] == [False] * 6 + [True]
     assert any_store.size(key, alice.identity.node_id) == len(data)
 
     chunks = []
