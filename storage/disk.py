@@ -27,7 +27,8 @@ from zope.interface import implementer
 from storage.archives import STEP_INDEXED, STEP_RENAMED, STEP_SYNCED, ArchiveFiles, FaultHook
 from storage.capacity import CapacityLedger, Reservation, needs_compaction
 from storage.errors import NotFound, StorageError, StoreClosed
-from storage.fileio import disk_full_as_no_space, fsync_dir, make_dirs_durably, write_all
+from storage.fileio import (disk_full_as_no_space, fsync_dir, make_dirs_durably, start_writeback,
+                            write_all)
 from storage.index import Holding, Index
 from storage.interfaces import IShareStore
 from storage.layout import Layout, check_or_claim_format
@@ -41,6 +42,10 @@ from storage.validation import check_key, check_owner, check_range, check_upload
 log = logging.getLogger(__name__)
 
 
+# An upload past this many unsynced bytes starts their writeback at once.
+WRITEBACK_STEP = 8 * 1024 * 1024
+
+
 def _no_fault(step: str) -> None:
     pass
 
@@ -52,10 +57,16 @@ class _DiskUpload(Upload):
         super().__init__(*args)
         self._store = store
         self.fd, self.path = tempfile.mkstemp(dir=store._layout.incoming, prefix=self.key.hex()[:16] + ".")
+        self._flushed = 0  # bytes already handed to start_writeback
 
     def _store_chunk(self, chunk: memoryview) -> None:
         with disk_full_as_no_space("receiving an upload"):
             write_all(self.fd, chunk)
+        if self._store._durable:
+            written = self.received + len(chunk)
+            if written - self._flushed >= WRITEBACK_STEP:
+                start_writeback(self.fd, self._flushed, written - self._flushed)
+                self._flushed = written
 
     def _publish_share(self, reservation: Reservation) -> list[bytes]:
         return self._store._publish_share(self, reservation)

@@ -210,3 +210,49 @@ def test_many_threads(tmp_path):
         assert store.owners(key_of(b"shared share 0")) == set(owners)
     assert store.stats()["garbage_bytes"] == 0
     store.close()
+
+
+def test_large_upload_starts_writeback_as_it_goes(tmp_path, monkeypatch):
+    """A durable store hands every WRITEBACK_STEP bytes to the kernel while
+    the upload streams in, so the fsync at commit has little left to do."""
+    import storage.disk as disk
+
+    calls = []
+    real = disk.start_writeback
+    monkeypatch.setattr(disk, "start_writeback",
+                        lambda fd, offset, length: (calls.append((offset, length)),
+                                                    real(fd, offset, length)))
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=True)
+    data = os.urandom(2 * disk.WRITEBACK_STEP + 12345)
+    with store.open_upload(key_of(data), ALICE, len(data)) as upload:
+        for start in range(0, len(data), 1 << 20):
+            upload.write(data[start:start + (1 << 20)])
+        upload.commit()
+    step = disk.WRITEBACK_STEP
+    assert calls == [(0, step), (step, step)]
+    assert read_all(store, key_of(data), ALICE) == data
+    store.close()
+
+
+def test_no_writeback_when_the_store_is_not_durable(tmp_path, monkeypatch):
+    import storage.disk as disk
+
+    calls = []
+    monkeypatch.setattr(disk, "start_writeback", lambda *a: calls.append(a))
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    data = os.urandom(disk.WRITEBACK_STEP + 1)
+    store.put(key_of(data), ALICE, data)
+    assert calls == []
+    store.close()
+
+
+def test_start_writeback_on_a_real_file(tmp_path):
+    from storage.fileio import start_writeback
+
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 100000)
+        start_writeback(fd, 0, 100000)  # advisory: must not raise
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"x" * 100000
