@@ -101,6 +101,23 @@ def decrypt_ctr(key: bytes, data: bytes | memoryview, offset: int = 0) -> bytes:
     return encrypt_ctr(key, data, offset)
 
 
+def crypt_ctr_in_place(key: bytes, buffer, offset: int = 0) -> None:
+    """encrypt_ctr / decrypt_ctr into the writable `buffer` itself: no second
+    buffer of the same size (a restore decrypts each share where it landed)."""
+    _check_key(key)
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    view = memoryview(buffer).cast("B")
+    if view.readonly:
+        raise ValueError("crypt_ctr_in_place needs a writable buffer")
+    cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=offset // AES_BLOCK)
+    skip = offset % AES_BLOCK
+    if skip:
+        cipher.encrypt(bytes(skip))
+    if len(view):
+        cipher.encrypt(view, output=view)
+
+
 def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
     """AES-256-GCM: nonce (12, random) | ciphertext | tag (16).
 

@@ -13,15 +13,15 @@ import os
 from twisted.internet import defer
 
 from flud.client.gather import settle_all
-from flud.client.segments import FetchFailed, fetch_segment
+from flud.client.segments import FetchFailed, fetch_segment_pieces
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
-# Segments of one file fetched ahead of the writer: k shares + the plaintext,
-# 2 MiB each at the defaults, so 2 of them stay within the 4 MiB per transfer.
+# Segments of one file fetched ahead: each holds only its k shares (the
+# plaintext is decrypted into them), 2 x 2 MiB = 4 MiB per transfer.
 SEGMENT_WINDOW = 2
 BESIDE_SUFFIX = ".flud-restored"
 
@@ -127,24 +127,28 @@ class Restore:
         @defer.inlineCallbacks
         def fetch(i):
             key_hex, length, block_length, shares = segs[i]
-            yield transfer.reserve(length * 2, "segment")  # shares, then plaintext
+            # The k shares, decrypted where they landed (a segment that needs
+            # a zfec decode briefly holds two more buffers of its size).
+            yield transfer.reserve(length, "segment")
             seg = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-            data = yield fetch_segment(self.network, self.pool, self.segment_coder,
-                                       self.home.secret, seg, self.report_bad)
-            return data
+            pieces = yield fetch_segment_pieces(self.network, self.pool, self.segment_coder,
+                                                self.home.secret, seg, self.report_bad)
+            return pieces
 
         try:
             with open(temp, "wb") as out:
                 for i in range(min(SEGMENT_WINDOW, len(segs))):
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
-                    data = yield ahead.pop(i)
-                    out.write(data)
-                    transfer.unreserve(len(data) * 2, "segment")
+                    pieces = yield ahead.pop(i)
+                    out.writelines(pieces)
+                    length = sum(len(p) for p in pieces)
+                    del pieces
+                    transfer.unreserve(segs[i][1], "segment")
                     if i + SEGMENT_WINDOW < len(segs):
                         ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
                     self.summary["retrieves"] += self.segment_coder.k
-                    self.progress.bytes_done(len(data))
+                    self.progress.bytes_done(length)
                 out.flush()
                 os.fsync(out.fileno())
             self._finish(path, temp, entry)

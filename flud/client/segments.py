@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import blake3
 from twisted.internet import defer
 
-from flud.crypto import content_digest, convergent_key, decrypt_ctr, encrypt_ctr
+from flud.crypto import crypt_ctr_in_place, content_digest, convergent_key, decrypt_ctr, encrypt_ctr
 from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
@@ -207,6 +207,15 @@ def _fits(share: bytes, key_hex: str) -> bool:
 @defer.inlineCallbacks
 def fetch_segment(network, pool, coder, secret, record, report=None):
     """record: {"key", "len", "bl", "shares": [[i, key hex, node hex]]} -> plaintext."""
+    pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+@defer.inlineCallbacks
+def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
+    """Like fetch_segment, but the plaintext comes as a list of buffers in
+    order: when the k primary shares arrived, each is decrypted where it
+    landed, so a segment costs its shares' memory and nothing more."""
     k = coder.k
     holders = sorted(record["shares"], key=lambda s: s[0])  # primaries first: no decode
     waiting = iter(holders)
@@ -241,11 +250,23 @@ def fetch_segment(network, pool, coder, secret, record, report=None):
     # Every share matched its BLAKE3 key, and the keys come from the
     # authenticated manifest: the ciphertext is exactly what was stored, so
     # no second hash of the plaintext is needed here.
-    plaintext = yield pool.run(_decode_and_decrypt, coder, got, record,
-                               bytes.fromhex(record["key"]))
-    return plaintext
+    pieces = yield pool.run(_decode_and_decrypt, coder, got, record,
+                            bytes.fromhex(record["key"]))
+    return pieces
 
 
-def _decode_and_decrypt(coder, got, record, key):
-    cipher = coder.decode(got, record["len"])
-    return decrypt_ctr(key, cipher)
+def _decode_and_decrypt(coder, got, record, key) -> list:
+    length, block_length = record["len"], record["bl"]
+    primaries = [got.get(i) for i in range(coder.k)]
+    if all(isinstance(p, bytearray) and len(p) == block_length for p in primaries):
+        # Systematic: the primaries are the ciphertext, block after block.
+        pieces = []
+        for i, share in enumerate(primaries):
+            take = min(block_length, length - i * block_length)
+            if take <= 0:
+                break
+            view = memoryview(share)[:take]
+            crypt_ctr_in_place(key, view, i * block_length)
+            pieces.append(view)
+        return pieces
+    return [decrypt_ctr(key, coder.decode(got, length))]

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from flud.crypto import (
+    crypt_ctr_in_place,
     KEY_LENGTH,
     PURPOSE_MANIFEST,
     PURPOSE_NAMES,
@@ -142,3 +143,19 @@ def test_derive_key_is_rfc5869_hkdf_sha256_with_labelled_info():
     prk = hmac.new(bytes(32), SECRET, hashlib.sha256).digest()
     expected = hmac.new(prk, b"flud-derive-v1:manifest" + b"\x01", hashlib.sha256).digest()
     assert derive_key(SECRET, PURPOSE_MANIFEST) == expected
+
+
+@pytest.mark.parametrize("offset,length", [(0, 0), (0, 1000), (5, 1000), (16, 33), (1 << 20, 4097)])
+def test_crypt_ctr_in_place_matches_encrypt_ctr(offset, length):
+    key = bytes(range(32))
+    data = random.Random(offset + length).randbytes(length)
+    buffer = bytearray(data)
+    crypt_ctr_in_place(key, buffer, offset)
+    assert bytes(buffer) == encrypt_ctr(key, data, offset)
+    crypt_ctr_in_place(key, memoryview(buffer), offset)  # a view works too; twice is identity
+    assert bytes(buffer) == data
+
+
+def test_crypt_ctr_in_place_refuses_read_only_buffers():
+    with pytest.raises(ValueError, match="writable"):
+        crypt_ctr_in_place(bytes(32), b"abc")
