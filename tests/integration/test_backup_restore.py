@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from flud.client.home import DEFAULTS
 from tests.integration.helpers import (Testnet, compare_trees, flud, flud_popen, init_client,
                                        manifest_of, output, wait_gone, wait_until,
                                        write_random)
@@ -21,6 +22,7 @@ MIB = 1024 * 1024
 NODES = 12
 K, N = 4, 8
 BIG_SIZE = 64 * MIB + 12345          # not a whole number of segments
+SEGMENT_SIZE = DEFAULTS["segment_size"]
 PASSPHRASE = "correct horse battery staple"
 
 
@@ -104,7 +106,7 @@ def test_backup_summary_and_restore_identical(backed, tmp_path):
     files = sum(1 for e in backed.manifest["entries"] if e[1] == "file")
     assert re.search(rf"\b{files} files \({files} new, 0 changed, 0 unchanged, 0 skipped", out), out
     segments = backed.big_segments()
-    assert len(segments) == -(-BIG_SIZE // MIB)
+    assert len(segments) == -(-BIG_SIZE // SEGMENT_SIZE)
     for seg in segments:  # n shares on n distinct nodes
         assert len(seg[3]) == N and len({node for _, _, node in seg[3]}) == N, seg
 
@@ -181,7 +183,8 @@ def test_total_loss_restore_from_exported_key(net, backed, tmp_path):
     assert check.returncode == 0, output(check)
     total = next(line for line in check.stdout.splitlines() if line.startswith("total "))
     confirmed, missing, corrupt, unreachable = map(int, total.split()[1:])
-    assert confirmed > 65 * N and missing == corrupt == unreachable == 0, check.stdout
+    big_shares = -(-BIG_SIZE // SEGMENT_SIZE) * N
+    assert confirmed > big_shares and missing == corrupt == unreachable == 0, check.stdout
 
 
 def test_wrong_passphrase_is_a_clear_error(net, backed, tmp_path):
