@@ -380,9 +380,13 @@ class Backup:
         return result
 
     def _read_prepare(self, f):
-        data = f.read(self.segment_size)
-        if not data:
+        # Read into a buffer that is then encrypted in place (prepare_segment).
+        data = bytearray(self.segment_size)
+        got = f.readinto(data)
+        if not got:
             return None
+        if got < len(data):
+            del data[got:]
         return prepare_segment(self.home.secret, self.coder, data)
 
     def _remember(self, content_id, record):

@@ -75,9 +75,17 @@ class PreparedSegment:
 
 
 def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
+    """Encrypt, code and hash one segment. A writable `data` (a bytearray the
+    segment was read into) is encrypted in place and becomes the primary
+    shares: no second segment-sized buffer."""
     digest = content_digest(data)
     key = convergent_key(secret, digest)
-    block_length, shares = coder.encode(encrypt_ctr(key, data))
+    if isinstance(data, bytearray):
+        crypt_ctr_in_place(key, data)
+        ciphertext = data
+    else:
+        ciphertext = encrypt_ctr(key, data)
+    block_length, shares = coder.encode(ciphertext)
     keys = [blake3.blake3(s).digest() for s in shares]
     challenges = {k.hex(): challenges_for(secret, k, s) for k, s in zip(keys, shares)}
     return PreparedSegment(key, digest, len(data), block_length, shares, keys, challenges)

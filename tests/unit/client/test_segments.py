@@ -39,3 +39,14 @@ def test_read_only_primaries_take_the_decode_path():
     got = {i: bytes(prep.shares[i]) for i in range(coder.k)}  # small answers come inline
     assert b"".join(_decode_and_decrypt(coder, got, record, prep.key)) == data
     assert all(got[i] == bytes(prep.shares[i]) for i in got)  # left as they were
+
+
+def test_a_bytearray_segment_is_encrypted_in_place_with_the_same_result():
+    data = random.Random(7).randbytes(300_001)
+    coder = SegmentCoder(4, 8)
+    from_bytes = prepare_segment(SECRET, coder, data)
+    buffer = bytearray(data)
+    in_place = prepare_segment(SECRET, coder, buffer)
+    assert in_place.share_keys == from_bytes.share_keys
+    assert in_place.key == from_bytes.key and in_place.digest == from_bytes.digest
+    assert in_place.shares[0].obj is buffer  # the primaries are views of the read buffer
