@@ -4,6 +4,12 @@ A Connection is symmetric: either side may send requests once both HELLOs
 are verified. Outbound DATA (a STORE upload, a RETRIEVE answer) streams from
 sources through one round-robin pump that is the transport's push producer,
 so a slow reader pauses us instead of growing a buffer.
+
+Frames wait as plaintext (views of the caller's buffers, which its memory
+budget already counts) and are encrypted one TLS record at a time, only while
+the transport is not paused: the ciphertext a connection has queued in its
+transport stays under the transport's buffer size plus one record, instead of
+a whole share or tar per connection (which glibc's heap then kept).
 """
 import collections
 import logging
@@ -21,28 +27,45 @@ from flud.protocol.session import (ErrorReceived, HelloReceived,
                                    RequestCancelled, RequestData,
                                    RequestReceived, ResponseData,
                                    ResponseReceived, Session)
-from flud.protocol.tls import TLSEndpoint, TLSFailed, hello_transcript
+from flud.protocol.tls import SEND_PIECE, TLSEndpoint, TLSFailed, hello_transcript
 
 log = logging.getLogger("flud.wire")
 
 HANDSHAKE_TIMEOUT = 10.0
 IDLE_TIMEOUT = 120.0
 # Bytes read from the socket at a time; also what the TLS incoming BIO grows
-# to (it never shrinks), per connection.
+# to (it never shrinks), per connection. Twisted pauses a connection's
+# producer once its transport holds more than this (the same attribute), so it
+# also bounds the ciphertext queued per connection: READ_BUFFER + SEND_PIECE.
 READ_BUFFER = 64 * 1024
+# A streamed answer up to this size is received into one buffer made when its
+# head arrives (its size is in the head); larger ones are joined at the end.
+PREALLOCATE_LIMIT = 256 * 1024 * 1024
 
 
 class LocalParty:
     """Who we are on the wire: identity, role, where we listen, TLS contexts."""
 
     def __init__(self, identity, role, server_context, client_context,
-                 listen_host="", listen_port=0):
+                 listen_host="", listen_port=0, send_queue=None):
         self.identity = identity
         self.role = role
         self.server_context = server_context
         self.client_context = client_context
         self.listen_host = listen_host
         self.listen_port = listen_port
+        # A memory-monitor Transfer (or None): every connection holds on it the
+        # ciphertext queued in its transport ("queued for the network").
+        self.send_queue = send_queue
+
+
+def _transport_backlog(transport):
+    """Bytes a Twisted FileDescriptor transport still has to write, or None
+    where the transport does not keep them the usual way (test transports)."""
+    try:
+        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+    except (AttributeError, TypeError):
+        return None
 
 
 class BytesSource:
@@ -67,17 +90,18 @@ class BytesSource:
 
 
 class _Stream:
-    __slots__ = ("rid", "source", "is_response", "on_done")
+    __slots__ = ("rid", "source", "is_response", "on_done", "held")
 
     def __init__(self, rid, source, is_response, on_done):
         self.rid = rid
         self.source = source
         self.is_response = is_response
         self.on_done = on_done
+        self.held = None  # a chunk read while the transport paused us
 
 
 class _Pending:
-    __slots__ = ("deferred", "op", "sink", "head", "parts")
+    __slots__ = ("deferred", "op", "sink", "head", "parts", "buffer", "filled")
 
     def __init__(self, op, sink):
         self.deferred = defer.Deferred()
@@ -85,9 +109,28 @@ class _Pending:
         self.sink = sink
         self.head = None
         self.parts = []  # streamed bytes, when the caller gave no sink
+        self.buffer = None  # or the whole answer, filled as DATA arrives
+        self.filled = 0
+
+    def expect(self, total: int) -> None:
+        """The answer's size is known: copy each piece into place as it comes
+        (while the network is busy) instead of joining them all at the end."""
+        if 0 < total <= PREALLOCATE_LIMIT and self.sink is None:
+            self.buffer = bytearray(total)
+
+    def add(self, data) -> None:
+        if self.buffer is None:
+            self.parts.append(data)
+            return
+        end = self.filled + len(data)
+        self.buffer[self.filled:end] = data  # grows the buffer if a peer sends too much
+        self.filled = end
 
     def finish(self):
-        if self.parts:
+        if self.buffer is not None:
+            self.head.data = (self.buffer if self.filled == len(self.buffer)
+                              else bytes(memoryview(self.buffer)[:self.filled]))
+        elif self.parts:
             self.head.data = b"".join(self.parts)
         self.deferred.callback(self.head)
 
@@ -111,6 +154,10 @@ class Connection(protocol.Protocol):
         self._pending = {}
         self._streams = collections.deque()
         self._paused = False
+        self._plain = collections.deque()  # frames waiting to be encrypted
+        self._plain_bytes = 0
+        self._queued = 0  # ciphertext counted as queued in the transport
+        self._send_queue = getattr(local, "send_queue", None)
         self._timer = None
         self._last_activity = 0.0
         self.bytes_in = 0
@@ -129,9 +176,7 @@ class Connection(protocol.Protocol):
         self._last_activity = self.clock.seconds()
         self._timer = self.clock.callLater(HANDSHAKE_TIMEOUT, self._check_timeout)
         if self.tls_client:
-            client_hello = self._tls.start()
-            self.bytes_out += len(client_hello)
-            self.transport.write(client_hello)
+            self._write(self._tls.start())
 
     def dataReceived(self, data):
         self.bytes_in += len(data)
@@ -140,8 +185,7 @@ class Connection(protocol.Protocol):
             plaintext = self._tls.receive(data)
             handshake_bytes = self._tls.pending()
             if handshake_bytes:
-                self.bytes_out += len(handshake_bytes)
-                self.transport.write(handshake_bytes)
+                self._write(handshake_bytes)
             if self._tls.handshake_done and not self._hello_sent:
                 self._send_hello()
             for chunk in plaintext:
@@ -166,6 +210,9 @@ class Connection(protocol.Protocol):
         for stream in self._streams:
             stream.source.close()
         self._streams.clear()
+        self._plain.clear()
+        self._plain_bytes = 0
+        self._count_queued(0)
         if not self.ready.called:
             self.ready.errback(lost)
             # Whoever waited has seen it; an accepted connection that hung up
@@ -179,7 +226,10 @@ class Connection(protocol.Protocol):
         self._paused = True
 
     def resumeProducing(self):
+        # The transport wrote out everything it held.
         self._paused = False
+        self._count_queued(0)
+        self._send_plain()
         self._pump()
 
     def stopProducing(self):
@@ -326,6 +376,8 @@ class Connection(protocol.Protocol):
         if item is None:
             return
         item.head = event.message
+        if event.op == Op.RETRIEVE and not event.end:
+            item.expect(event.message.total)
         if event.op == Op.RETRIEVE and event.message.data:
             self._deliver(item, event.message.data)
             event.message.data = b""
@@ -348,7 +400,7 @@ class Connection(protocol.Protocol):
         if item.sink is not None:
             item.sink(data)
         else:
-            item.parts.append(data)
+            item.add(data)
 
     def _drop_stream(self, rid):
         for stream in self._streams:
@@ -358,16 +410,27 @@ class Connection(protocol.Protocol):
                 return
 
     def _pump(self):
-        """Send DATA round-robin across streams until the transport pauses us."""
+        """Send DATA round-robin across streams until the transport pauses us.
+
+        A stream's next chunk is read only once everything before it is
+        encrypted: one chunk read ahead per connection, not per stream."""
         session = self.session
-        while self._streams and not self._paused and not self.closed:
+        while self._streams and not self._paused and not self.closed and not self._plain:
             stream = self._streams.popleft()
-            try:
-                chunk = stream.source.read(DATA_CHUNK)
-            except Exception as err:  # e.g. a share cut short on disk
-                stream.source.close()
-                self._stream_failed(stream, err)
-                continue
+            chunk, stream.held = stream.held, None
+            if chunk is None:
+                try:
+                    chunk = stream.source.read(DATA_CHUNK)
+                except Exception as err:  # e.g. a share cut short on disk
+                    stream.source.close()
+                    self._stream_failed(stream, err)
+                    continue
+                if self._paused:
+                    # Reading paused us: keep the chunk with its stream, so a
+                    # cancel before the resume drops it unsent.
+                    stream.held = chunk
+                    self._streams.appendleft(stream)
+                    break
             end = stream.source.remaining == 0
             if stream.is_response:
                 session.send_response_data(stream.rid, chunk, end)
@@ -393,12 +456,62 @@ class Connection(protocol.Protocol):
             item.deferred.errback(err)
 
     def _flush(self):
-        if self.closed or not self._tls.handshake_done:
+        if self.closed or self._tls is None or not self._tls.handshake_done:
             return
-        for chunk in self.session.take_outbound():
-            pieces = self._tls.send(chunk)
-            self.bytes_out += sum(map(len, pieces))
-            self.transport.writeSequence(pieces)
+        frames = self.session.take_outbound()
+        if frames:
+            self._plain.extend(frames)
+            self._plain_bytes += sum(map(len, frames))
+        self._send_plain()
+
+    def _send_plain(self):
+        """Encrypt and write waiting frames, a TLS record at a time, until the
+        transport pauses us (it holds more than its bufferSize)."""
+        plain = self._plain
+        if not plain or self.closed or self._tls is None:
+            return
+        encrypt = self._tls.encrypt
+        wrote = 0
+        try:
+            while plain and not self._paused:
+                chunk = plain[0]
+                if len(chunk) <= SEND_PIECE:
+                    plain.popleft()
+                    piece = chunk
+                else:
+                    view = chunk if type(chunk) is memoryview else memoryview(chunk)
+                    piece, plain[0] = view[:SEND_PIECE], view[SEND_PIECE:]
+                self._plain_bytes -= len(piece)
+                ciphertext = encrypt(piece)
+                wrote += len(ciphertext)
+                self.bytes_out += len(ciphertext)
+                self.transport.write(ciphertext)  # may pause us at once
+        except TLSFailed as err:
+            self._fail(err)
+            return
+        if wrote and self._send_queue is not None:
+            backlog = _transport_backlog(self.transport)
+            self._count_queued(self._queued + wrote if backlog is None else backlog)
+
+    def _write(self, data):
+        """Handshake bytes: straight to the transport (no frames wait yet)."""
+        if data:
+            self.bytes_out += len(data)
+            self.transport.write(data)
+
+    def _count_queued(self, nbytes):
+        """Tell the memory monitor how much ciphertext the transport holds."""
+        memory = self._send_queue
+        if memory is None or nbytes == self._queued:
+            return
+        if memory.closed:  # the run is over; nothing counts any more
+            self._queued = nbytes
+            return
+        if nbytes > self._queued:
+            memory.hold(nbytes - self._queued, "tls")
+        else:
+            memory.release(self._queued - nbytes, "tls")
+        self._queued = nbytes
 
     def _check_timeout(self):
         self._timer = None

@@ -387,11 +387,14 @@ def test_paused_transport_holds_the_upload_until_resumed(pair, handlers):
     outcome = Outcome(pair.client.request(
         Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head), source=source))
     pair.flush()
-    [(_, rid, op, message, end)] = server_handler.requests
-    assert (op, end, message.data) == (Op.STORE, False, head)
-    assert server_handler.data == []
+    # paused: nothing is encrypted, so nothing queues in the transport
+    assert server_handler.requests == [] and server_handler.data == []
+    bytes_out = pair.client.bytes_out
     pair.client.resumeProducing()
     pair.flush()
+    assert pair.client.bytes_out > bytes_out + len(data)
+    [(_, rid, op, message, end)] = server_handler.requests
+    assert (op, end, message.data) == (Op.STORE, False, head)
     sizes = [len(d) for (_, r, d, _) in server_handler.data]
     assert sizes == [DATA_CHUNK, DATA_CHUNK, len(data) - 3 * DATA_CHUNK]
     assert [end for *_, end in server_handler.data] == [False, False, True]
@@ -413,18 +416,32 @@ def test_two_uploads_share_the_connection_round_robin(pair, handlers):
         pair.client.request(Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head),
                             source=source)
     pair.flush()
-    rids = [r[1] for r in server_handler.requests]
+    assert server_handler.requests == []  # paused: held before TLS
     pair.client.resumeProducing()
     pair.flush()
+    rids = [r[1] for r in server_handler.requests]
     order = [rid for (_, rid, _, _) in server_handler.data]
     assert order == [rids[0], rids[1]] * 3
+
+
+class _PausingSource(BytesSource):
+    """The transport 'fills up' as soon as the first chunk is read."""
+
+    def __init__(self, data, conn):
+        super().__init__(data)
+        self.conn = conn
+
+    def read(self, n):
+        self.conn.pauseProducing()
+        return super().read(n)
 
 
 def test_an_early_error_stops_the_upload(pair, handlers):
     server_handler, _ = handlers
     data = b"q" * (4 * DATA_CHUNK)
-    pair.client.pauseProducing()
-    outcome = Outcome(PeerClient(pair.client).store(key_of(data), data))
+    outcome = Outcome(pair.client.request(
+        Op.STORE, messages.StoreRequest(key_of(data), 0, len(data)),
+        source=_PausingSource(data, pair.client)))
     pair.flush()
     conn, rid = server_handler.requests[0][:2]
     conn.respond_error(rid, RemoteError(ErrorCode.NO_SPACE, "full"))
@@ -459,3 +476,67 @@ def test_a_corrupted_tls_record_closes_the_connection(pair):
     pair.flush()
     assert pair.server.closed and pair.client.closed
 
+
+
+# ---- memory: what waits for the network ----------------------------------------------
+
+def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
+        node, client_party, handlers):
+    """A transport pauses its producer once it holds more than its bufferSize
+    (READ_BUFFER): a 3 MiB STORE then never has more than that plus one TLS
+    record of ciphertext waiting in it, and the send queue counts exactly
+    what waits, until the transport says it drained (resumeProducing)."""
+    from flud.memory import MemoryMonitor
+    from flud.protocol.tls import SEND_PIECE
+    from flud.protocol.wire import READ_BUFFER
+
+    monitor = MemoryMonitor(rss_reader=lambda: 0)
+    client_party.send_queue = monitor.transfer("network", "TLS send queues")
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler)
+    pair.client.resumeProducing()  # the HELLO went out
+    assert monitor.buffered_bytes == 0
+    written = []
+    transport_write = pair.client.transport.write
+
+    def write(data):  # what abstract.FileDescriptor does with bufferSize
+        transport_write(data)
+        written.append(len(data))
+        if sum(written) > READ_BUFFER:
+            pair.client.pauseProducing()
+
+    pair.client.transport.write = write
+    data = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+    Outcome(PeerClient(pair.client).store(key_of(data), data))
+    record_overhead = 64
+    turns = 0
+    while sum(len(d) for (_, _, d, _) in server_handler.data) < len(data):
+        assert sum(written) <= READ_BUFFER + SEND_PIECE + record_overhead
+        assert client_party.send_queue.held("tls") == sum(written)
+        assert monitor.buffered_bytes == sum(written)
+        pair.flush()
+        written.clear()
+        pair.client.resumeProducing()  # the transport wrote everything out
+        turns += 1
+        assert turns < 1000
+    assert b"".join(d for (_, _, d, _) in server_handler.data) == data
+    assert turns >= len(data) // (READ_BUFFER + SEND_PIECE)
+    pair.flush()
+    written.clear()
+    pair.client.resumeProducing()
+    assert monitor.buffered_bytes == 0
+
+
+def test_a_lost_connection_releases_what_it_had_queued(node, client_party, handlers):
+    from flud.memory import MemoryMonitor
+
+    monitor = MemoryMonitor(rss_reader=lambda: 0)
+    client_party.send_queue = monitor.transfer("network", "TLS send queues")
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler)
+    data = b"x" * (1024 * 1024)
+    Outcome(PeerClient(pair.client).store(key_of(data), data))
+    assert monitor.buffered_bytes > len(data)  # never drained: all of it queued
+    pair.client.transport.loseConnection()
+    pair.flush()
+    assert pair.client.closed and monitor.buffered_bytes == 0
