@@ -10,6 +10,10 @@ Life of a tar:  open (members appended) -> sealed (in the take_sealed()
 queue) -> taken (the caller is sending it) -> confirmed | replaced.
 Its bytes count towards pending_bytes until confirmed or replaced, because
 replace() needs them to re-send its shares to spares.
+
+Memory: the caller can follow every buffer (pending_tars(), bundle_bytes)
+and bound what an add() may add before making it (add_cost()), so a memory
+budget can be reserved before the bytes exist.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from aggregator.bundle import KEY_LENGTH, Encode, Hash, OpenBundle, code_bundle
+from aggregator.bundle import (KEY_LENGTH, MIN_BLOCK_LENGTH, Encode, Hash,
+                               OpenBundle, code_bundle)
 from aggregator.placement import BundlePlacement, checked_destinations
 from aggregator.policy import FlushPolicy
 from aggregator.records import (BundleRecord, DrainRequired, SealedTar,
                                 ShareMove, ShareRef, TarMember)
-from aggregator.tarball import TarWriter
+from aggregator.tarball import BLOCK_SIZE, END_OF_ARCHIVE, TarWriter
 
 Place = Callable[[bytes, int], list[str]]
 Clock = Callable[[], float]
@@ -35,12 +40,16 @@ DEFAULT_SPARES = 2
 # at most this fraction of max_pending_bytes: once the caller has confirmed
 # what was sealed, the aggregator is back under its bound with room to work.
 PRESSURE_OPEN_TAR_FRACTION = 0.5
+# What a member can add to a tar beyond its data: its header block and the
+# zero padding up to a whole block.
+MEMBER_OVERHEAD = 2 * BLOCK_SIZE
 
 
 @dataclass
 class _OpenTar:
     node: str
     opened_at: float
+    serial: int
     writer: TarWriter = field(default_factory=TarWriter)
     members: list[TarMember] = field(default_factory=list)
     bundle_serials: list[int] = field(default_factory=list)  # per member
@@ -189,6 +198,49 @@ class Aggregator:
         """True: take_sealed(), then confirm()/replace() before add()."""
         return self.policy.over_pending(self.pending_bytes)
 
+    @property
+    def bundle_bytes(self) -> int:
+        """Bytes of the open bundle."""
+        return self._bundle.size
+
+    def pending_tars(self) -> dict[int, tuple[str, int, bool]]:
+        """{serial: (node, bytes, sealed)} of every tar open or not yet
+        confirmed/replaced: with bundle_bytes, all of pending_bytes. A tar
+        keeps its serial from opening to confirmation."""
+        tars = {tar.serial: (node, tar.writer.size, False)
+                for node, tar in self._open.items()}
+        for serial, entry in self._unconfirmed.items():
+            tars[serial] = (entry.tar.node, len(entry.tar.data), True)
+        return tars
+
+    def add_cost(self, nbytes: int) -> int:
+        """The most pending_bytes can grow by in add() of `nbytes`.
+
+        Sealing the bundle turns its bytes into n shares of ceil(size / k)
+        (each padded to whole blocks with a header); every open tar may be
+        sealed on the way (age, size, pressure), which adds its end blocks."""
+        size = self._bundle.size + nbytes
+        if not self.policy.bundle_full(size):
+            growth = nbytes
+            new_tars = 0
+        else:
+            block_length = max(MIN_BLOCK_LENGTH, -(-size // self.k))
+            growth = (self.n * (block_length + MEMBER_OVERHEAD)
+                      - self._bundle.size)
+            new_tars = self.n
+        return growth + len(END_OF_ARCHIVE) * (len(self._open) + new_tars)
+
+    def seal_open_tars(self, keep_bytes: int = 0) -> int:
+        """Seal open tars, largest first, until they hold at most keep_bytes
+        (0: all of them); returns how many were sealed. For a caller that
+        needs memory back sooner than age or size would seal them."""
+        sealed = 0
+        while self._open and self._open_tar_bytes > keep_bytes:
+            largest = max(self._open.values(), key=lambda t: t.writer.size)
+            self._seal_tar(largest.node)
+            sealed += 1
+        return sealed
+
     def stats(self) -> dict[str, int]:
         return dict(self._stats)
 
@@ -221,7 +273,9 @@ class Aggregator:
                        serial: int, bundle_id: bytes, index: int) -> None:
         tar = self._open.get(node)
         if tar is None:
-            tar = self._open[node] = _OpenTar(node, self._clock())
+            tar = self._open[node] = _OpenTar(node, self._clock(),
+                                              self._tar_serial)
+            self._tar_serial += 1
         size_before = tar.writer.size
         located = tar.offsets.get(key)
         if located is None:
@@ -243,9 +297,7 @@ class Aggregator:
         if len(key) != KEY_LENGTH:
             raise ValueError(f"hash() returned {len(key)} bytes, "
                              f"expected {KEY_LENGTH}")
-        sealed = SealedTar(node, data, bytes(key), tar.members,
-                           self._tar_serial)
-        self._tar_serial += 1
+        sealed = SealedTar(node, data, bytes(key), tar.members, tar.serial)
         self._sealed.append(sealed)
         self._unconfirmed[sealed.serial] = _Unconfirmed(sealed,
                                                         tar.bundle_serials)
@@ -256,10 +308,8 @@ class Aggregator:
     def _seal_largest_open_tars(self) -> None:
         # Sealing converts open bytes into bytes the caller can send and
         # confirm; the smaller tars keep filling, so fewer tiny STOREs.
-        allowed = self.policy.max_pending_bytes * PRESSURE_OPEN_TAR_FRACTION
-        while self._open and self._open_tar_bytes > allowed:
-            largest = max(self._open.values(), key=lambda t: t.writer.size)
-            self._seal_tar(largest.node)
+        self.seal_open_tars(int(self.policy.max_pending_bytes
+                                * PRESSURE_OPEN_TAR_FRACTION))
 
     def _find_unconfirmed(self, sealed_tar: SealedTar) -> _Unconfirmed:
         entry = self._unconfirmed.get(sealed_tar.serial)

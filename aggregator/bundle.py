@@ -37,9 +37,11 @@ class OpenBundle:
         self._files.append(placed)
         return placed
 
-    def take(self) -> tuple[bytes, list[FileSlice]]:
-        """Return the bundle's bytes and files, and start a new bundle."""
-        data, files = bytes(self._buffer), self._files
+    def take(self) -> tuple[bytearray, list[FileSlice]]:
+        """Return the bundle's bytes and files, and start a new bundle.
+
+        The buffer itself is handed over (no copy): the caller owns it."""
+        data, files = self._buffer, self._files
         self._buffer, self._files = bytearray(), []
         return data, files
 
@@ -55,11 +57,22 @@ class CodedBundle:
 
 def code_bundle(data: bytes, k: int, n: int, encode: Encode,
                 hash: Hash) -> CodedBundle:
-    """Split `data` into k zero-padded blocks, code them into n shares."""
+    """Split `data` into k zero-padded blocks, code them into n shares.
+
+    The blocks are views of `data` (only a block that needs zero padding is
+    copied): coding a bundle adds its n - k parity shares to memory, not
+    another two copies of the bundle. The shares are only valid while `data`
+    is not changed."""
     block_length = max(MIN_BLOCK_LENGTH, -(-len(data) // k))
-    padded = data + bytes(block_length * k - len(data))
-    blocks = [padded[i * block_length:(i + 1) * block_length]
-              for i in range(k)]
+    view = memoryview(data).toreadonly()
+    blocks = []
+    for i in range(k):
+        block = view[i * block_length:(i + 1) * block_length]
+        if len(block) < block_length:
+            padded = bytearray(block_length)
+            padded[:len(block)] = block
+            block = memoryview(padded).toreadonly()
+        blocks.append(block)
     shares = list(encode(blocks))
     _check_shares(shares, blocks, n, block_length)
     bundle_id = _checked_key(hash(data), "bundle")
@@ -80,7 +93,7 @@ def _check_shares(shares: list[bytes], blocks: list[bytes], n: int,
             raise ValueError(f"encode() returned share {i} of {len(share)} "
                              f"bytes, expected {block_length}")
     for i, block in enumerate(blocks):
-        if shares[i] != block:
+        if shares[i] is not block and shares[i] != block:
             raise ValueError(f"encode() is not systematic: share {i} differs "
                              f"from block {i}; return the k blocks followed "
                              f"by the n-k parity shares")

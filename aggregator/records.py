@@ -52,11 +52,13 @@ class TarMember(NamedTuple):
 class SealedTar:
     """A tar ready to be sent to `node` as one STORE under `key`.
 
-    `serial` numbers the tars of one Aggregator in sealing order; confirm()
-    and replace() identify the tar by it.
+    `serial` numbers the tars of one Aggregator in opening order (a tar has
+    it from its first member on: see Aggregator.pending_tars()); confirm()
+    and replace() identify the tar by it. `data` is the tar's own buffer
+    (a bytearray, not a copy): do not change it.
     """
     node: str
-    data: bytes
+    data: bytes | bytearray
     key: bytes
     members: list[TarMember] = field(repr=False)
     serial: int

@@ -116,14 +116,16 @@ class TarWriter:
         self._member_count += 1
         return offset, length
 
-    def seal(self) -> bytes:
-        """Close the archive and return its bytes; the writer is then done."""
+    def seal(self) -> bytearray:
+        """Close the archive and return its bytes; the writer is then done.
+
+        The buffer itself is handed over, not copied (a copy would double a
+        4 MiB tar for a moment): do not change it afterwards."""
         if self._sealed:
             raise ValueError("tar already sealed")
         self._sealed = True
         self._buffer += END_OF_ARCHIVE
-        data = bytes(self._buffer)
-        self._buffer = bytearray()  # free the working copy now
+        data, self._buffer = self._buffer, bytearray()
         return data
 
 

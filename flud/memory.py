@@ -8,6 +8,10 @@ Two ways to count bytes, both per transfer and in total:
 - reserve()/unreserve(): admission. The Deferred fires once the bytes fit
   under the budget, then they count as buffered. Reserve *before* reading or
   allocating, and do not also hold() the same bytes.
+- hand_over(): granted bytes change hands (another label, another transfer)
+  without leaving the budget, so no waiter can take them in between: a
+  producer reserves once, then attributes what it built (a bundle, the tars
+  it went into) to the transfers that hold it.
 
 RSS is sampled separately (psutil, imported on the first sample) and can be
 logged to CSV for plots (tools/plot_memory.py).
@@ -122,6 +126,29 @@ class Transfer:
         _check_size(nbytes)
         _take(self._reserved, nbytes, what, "unreserve")
         self._monitor._remove_reserved(nbytes)
+
+    def reserved(self, what: str) -> int:
+        """Granted bytes under this label."""
+        return self._reserved.get(what, 0)
+
+    def held(self, what: str) -> int:
+        """Bytes held under this label."""
+        return self._held.get(what, 0)
+
+    def hand_over(self, nbytes: int, what: str, to: Transfer | None = None,
+                  to_what: str | None = None) -> None:
+        """Moves granted bytes from label `what` to `to` (default: this
+        transfer) under `to_what` (default: the same label). They stay
+        counted and inside the budget: nothing is admitted in between."""
+        _check_size(nbytes)
+        to = self if to is None else to
+        if nbytes == 0:
+            return
+        if to._monitor is not self._monitor:
+            raise ValueError("cannot hand bytes over to another monitor's transfer")
+        to._check_open()
+        _take(self._reserved, nbytes, what, "hand over")
+        to._granted(nbytes, what if to_what is None else to_what)
 
     def close(self) -> None:
         if self.closed:

@@ -325,3 +325,39 @@ def test_many_concurrent_reservations_stay_under_budget_and_all_finish(clock):
     assert monitor.active_transfers == 0 and monitor.finished_transfers == requests
     assert monitor.peak_transfer_bytes == oversized
     assert monitor.peak_buffered_bytes == oversized
+
+
+def test_hand_over_moves_granted_bytes_without_admitting_anyone(monitor):
+    pipeline = monitor.transfer("small", "aggregator")
+    tar = monitor.transfer("tar", "node-a")
+    assert fired(pipeline.reserve(80, "credit")) == [80]
+    waiting = fired(monitor.reserve(30))
+    pipeline.hand_over(50, "credit", tar, "building")
+    assert waiting == []  # still 80 of 100 counted: the bytes never left the budget
+    assert (pipeline.reserved("credit"), tar.reserved("building")) == (30, 50)
+    assert monitor.buffered_bytes == 80 and tar.peak_bytes == 50
+    tar.hand_over(50, "building", to_what="sealed")  # a new label, same transfer
+    assert tar.reserved("sealed") == 50 and tar.reserved("building") == 0
+    assert tar.as_dict(0)["reserved"] == {"sealed": 50}
+    pipeline.unreserve(30, "credit")
+    assert waiting == [30]
+    tar.close()  # a stored tar: its bytes go back to the budget
+    assert monitor.buffered_bytes == 30
+
+
+def test_hand_over_refuses_what_is_not_there(monitor):
+    a, b = monitor.transfer("a", "a"), monitor.transfer("b", "b")
+    fired(a.reserve(10, "x"))
+    with pytest.raises(ValueError, match="cannot hand over 11 bytes"):
+        a.hand_over(11, "x", b)
+    with pytest.raises(ValueError, match="cannot hand over"):
+        a.hand_over(1, "y", b)
+    b.close()
+    with pytest.raises(ValueError, match="closed"):
+        a.hand_over(5, "x", b)
+    other = MemoryMonitor(rss_reader=lambda: 0).transfer("c", "c")
+    with pytest.raises(ValueError, match="another monitor"):
+        a.hand_over(5, "x", other)
+    assert a.reserved("x") == 10 and monitor.buffered_bytes == 10
+    a.hand_over(0, "x", a, "z")  # nothing to move: no empty label appears
+    assert a.as_dict(0)["reserved"] == {"x": 10}
