@@ -768,3 +768,18 @@ def test_an_upload_source_that_fails_cancels_only_that_store(node, alice):
     nothing_held(node.store)
     assert not alice.client.closed
     assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_a_streamed_retrieve_lands_in_one_writable_buffer(any_store, tmp_path):
+    """The answer's size is in its head, so the bytes are copied into one
+    buffer as they arrive (no join at the end), and the caller may decrypt
+    them in place (a restore does)."""
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(3 * MIB + 7)
+    key = key_of(data)
+    ok(alice, alice.peer.store(key, data))
+    got = ok(alice, alice.peer.retrieve(key))
+    assert isinstance(got, bytearray) and got == data
+    part = ok(alice, alice.peer.retrieve(key, 5, 1000))  # small: inline, as before
+    assert bytes(part) == data[5:1005]
