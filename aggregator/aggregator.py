@@ -45,6 +45,11 @@ PRESSURE_OPEN_TAR_FRACTION = 0.5
 MEMBER_OVERHEAD = 2 * BLOCK_SIZE
 
 
+def _member_size(length: int) -> int:
+    """Tar bytes of a member: its header block and its data in whole blocks."""
+    return BLOCK_SIZE + -(-length // BLOCK_SIZE) * BLOCK_SIZE
+
+
 @dataclass
 class _OpenTar:
     node: str
@@ -94,10 +99,16 @@ class Aggregator:
     # -- feeding ---------------------------------------------------------
 
     def add(self, file_id: Hashable, ciphertext: bytes) -> None:
-        """Append one encrypted small file to the open bundle."""
+        """Append one encrypted small file to the open bundle.
+
+        A bundle never grows past bundle_target (it is sealed first, unless
+        it is empty): bundles, and so their shares and their coding, stay
+        within a known size."""
         if self.must_drain():
             raise DrainRequired(self.pending_bytes,
                                 self.policy.max_pending_bytes)
+        if self._overflows_bundle(len(ciphertext)):
+            self._seal_bundle()
         self._bundle.append(file_id, ciphertext)
         self._stats["files"] += 1
         self._stats["bytes_in"] += len(ciphertext)
@@ -119,10 +130,17 @@ class Aggregator:
 
     def flush(self) -> None:
         """End of run: seal the open bundle, then every open tar."""
-        if self._bundle.file_count:
-            self._seal_bundle()
+        self.seal_bundle()
         for node in list(self._open):
             self._seal_tar(node)
+
+    def seal_bundle(self) -> bool:
+        """Seal the open bundle now, however small; False if it is empty.
+        Its shares go into the open tars, which stay open."""
+        if not self._bundle.file_count:
+            return False
+        self._seal_bundle()
+        return True
 
     # -- draining --------------------------------------------------------
 
@@ -219,16 +237,29 @@ class Aggregator:
         Sealing the bundle turns its bytes into n shares of ceil(size / k)
         (each padded to whole blocks with a header); every open tar may be
         sealed on the way (age, size, pressure), which adds its end blocks."""
-        size = self._bundle.size + nbytes
-        if not self.policy.bundle_full(size):
-            growth = nbytes
-            new_tars = 0
-        else:
-            block_length = max(MIN_BLOCK_LENGTH, -(-size // self.k))
-            growth = (self.n * (block_length + MEMBER_OVERHEAD)
-                      - self._bundle.size)
-            new_tars = self.n
-        return growth + len(END_OF_ARCHIVE) * (len(self._open) + new_tars)
+        growth, new_tars, size = 0, 0, self._bundle.size
+        if self._overflows_bundle(nbytes):
+            growth += self._coded_size(size) - size
+            new_tars += self.n
+            size = 0
+        size += nbytes
+        growth += nbytes
+        if self.policy.bundle_full(size):
+            growth += self._coded_size(size) - size
+            new_tars += self.n
+        # Every tar that may be sealed on the way gets its end blocks: the
+        # open ones, and those the new shares open (a tar that one would take
+        # past tar_target is sealed first, so a share can open a second one).
+        return growth + len(END_OF_ARCHIVE) * (len(self._open) + 2 * new_tars)
+
+    def _overflows_bundle(self, nbytes: int) -> bool:
+        return (self._bundle.file_count > 0
+                and self._bundle.size + nbytes > self.policy.bundle_target)
+
+    def _coded_size(self, bundle_size: int) -> int:
+        """Most tar bytes the n shares of a bundle this size can take."""
+        block_length = max(MIN_BLOCK_LENGTH, -(-bundle_size // self.k))
+        return self.n * (block_length + MEMBER_OVERHEAD)
 
     def seal_open_tars(self, keep_bytes: int = 0) -> int:
         """Seal open tars, largest first, until they hold at most keep_bytes
@@ -272,6 +303,12 @@ class Aggregator:
     def _append_member(self, node: str, key: bytes, share: bytes,
                        serial: int, bundle_id: bytes, index: int) -> None:
         tar = self._open.get(node)
+        if (tar is not None and key not in tar.offsets and tar.writer.size
+                and tar.writer.size + _member_size(len(share))
+                + len(END_OF_ARCHIVE) > self.policy.tar_target):
+            # A tar never grows past tar_target: it is sealed first.
+            self._seal_tar(node)
+            tar = None
         if tar is None:
             tar = self._open[node] = _OpenTar(node, self._clock(),
                                               self._tar_serial)
@@ -286,7 +323,7 @@ class Aggregator:
         self._open_tar_bytes += tar.writer.size - size_before
         self._placements[serial].live_members += 1
         self._stats["members"] += 1
-        if self.policy.tar_full(tar.writer.size):
+        if self.policy.tar_full(tar.writer.size + len(END_OF_ARCHIVE)):
             self._seal_tar(node)
 
     def _seal_tar(self, node: str) -> None:

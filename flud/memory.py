@@ -8,10 +8,11 @@ Two ways to count bytes, both per transfer and in total:
 - reserve()/unreserve(): admission. The Deferred fires once the bytes fit
   under the budget, then they count as buffered. Reserve *before* reading or
   allocating, and do not also hold() the same bytes.
-- hand_over(): granted bytes change hands (another label, another transfer)
-  without leaving the budget, so no waiter can take them in between: a
-  producer reserves once, then attributes what it built (a bundle, the tars
-  it went into) to the transfers that hold it.
+- hand_over(): granted bytes change hands (another label, another transfer,
+  or from/to a free-standing reservation) without leaving the budget, so no
+  waiter can take them in between: a producer reserves once (free-standing:
+  no buffer holds those bytes yet), then attributes what it built (a bundle,
+  the tars it went into) to the transfers that hold it.
 
 RSS is sampled separately (psutil, imported on the first sample) and can be
 logged to CSV for plots (tools/plot_memory.py).
@@ -20,6 +21,7 @@ logged to CSV for plots (tools/plot_memory.py).
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import time
 from typing import IO, Callable
@@ -135,16 +137,21 @@ class Transfer:
         """Bytes held under this label."""
         return self._held.get(what, 0)
 
-    def hand_over(self, nbytes: int, what: str, to: Transfer | None = None,
+    def hand_over(self, nbytes: int, what: str, to: Transfer | MemoryMonitor | None = None,
                   to_what: str | None = None) -> None:
         """Moves granted bytes from label `what` to `to` (default: this
-        transfer) under `to_what` (default: the same label). They stay
-        counted and inside the budget: nothing is admitted in between."""
+        transfer) under `to_what` (default: the same label), or back to a
+        free-standing reservation if `to` is the monitor. They stay counted
+        and inside the budget: nothing is admitted in between."""
         _check_size(nbytes)
         to = self if to is None else to
         if nbytes == 0:
             return
-        if to._monitor is not self._monitor:
+        if to is self._monitor:
+            _take(self._reserved, nbytes, what, "hand over")
+            to._free_reserved += nbytes
+            return
+        if not isinstance(to, Transfer) or to._monitor is not self._monitor:
             raise ValueError("cannot hand bytes over to another monitor's transfer")
         to._check_open()
         _take(self._reserved, nbytes, what, "hand over")
@@ -289,6 +296,20 @@ class MemoryMonitor:
         self._free_reserved -= nbytes
         self._remove_reserved(nbytes)
 
+    def hand_over(self, nbytes: int, to: Transfer, what: str) -> None:
+        """Moves free-standing granted bytes (reserve()) to a transfer, under
+        `what`: no admission in between (see Transfer.hand_over)."""
+        _check_size(nbytes)
+        if nbytes == 0:
+            return
+        if not isinstance(to, Transfer) or to._monitor is not self:
+            raise ValueError("cannot hand bytes over to another monitor's transfer")
+        to._check_open()
+        if nbytes > self._free_reserved:
+            raise ValueError(f"cannot hand over {nbytes} bytes: only {self._free_reserved} reserved")
+        self._free_reserved -= nbytes
+        to._granted(nbytes, what)
+
     def _request(self, nbytes: int, transfer: Transfer | None, what: str) -> defer.Deferred:
         _check_size(nbytes)
         waiter = _Waiter(nbytes, transfer, what)
@@ -298,6 +319,21 @@ class MemoryMonitor:
         self._waiters.append(waiter)
         self._admit()
         return waiter.deferred
+
+    @contextlib.contextmanager
+    def no_admission(self):
+        """Inside, releases admit no waiter: they are admitted once, at the
+        end. For a caller that moves bytes around in several steps and must
+        not have a granted callback (which may run anything) see it halfway."""
+        if self._admitting:  # already inside _admit() or another such block
+            yield
+            return
+        self._admitting = True
+        try:
+            yield
+        finally:
+            self._admitting = False
+            self._admit()
 
     def _fits(self, nbytes: int) -> bool:
         if nbytes > self.budget_bytes:

@@ -6,6 +6,18 @@ STORE. Large files: one segment in flight per file, the next one prepared in
 the pool meanwhile (a window of two: measured in tools/bench). Everything that
 lands is written to the local index as it lands, so an interrupted run can
 be run again and sends only what is missing.
+
+Memory: every buffer comes out of the process budget (flud/memory.py) before
+it exists. A large file reserves its segment (kind "upload"). For small
+files, each pool call first reserves the most the aggregator may grow by
+(a free-standing "credit": about one bundle's shares, see
+Aggregator.add_cost) and, on the open bundle (kind "bundle"), the file being
+read and the parity of a bundle being coded ("work"). Afterwards what the
+aggregator holds is
+attributed to the open bundle ("building") and to one transfer per tar (kind
+"tar", "building" then "sealed" until the node confirmed it), and the rest
+goes back. When a reservation has to wait and no tar is on its way, open
+tars are sealed and sent, so memory comes back.
 """
 import hashlib
 import logging
@@ -18,20 +30,23 @@ import zfec
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from aggregator.aggregator import Aggregator
-from aggregator.policy import FlushPolicy
+from aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
+from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
+from aggregator.tarball import END_OF_ARCHIVE
 from flud.client import manifest as manifests
 from flud.client.scan import scan
 from flud.client.gather import settle_all
 from flud.client.segments import challenges_for, prepare_segment, store_segment
 from flud.coding import SegmentCoder
-from flud.crypto import content_digest, convergent_key, encrypt_ctr
+from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
 
 log = logging.getLogger("flud.client")
 
-SMALL_BATCH = 256            # small files prepared per pool call...
-SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
+MIB = 1024 * 1024
+
+SMALL_BATCH = 256            # small files handed to one pool call...
+SMALL_BATCH_BYTES = 1024 * 1024   # ...or this many bytes, whichever first
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once (each with its window)
 # Segments of one file held at once (prepared or in flight). One 2 MiB
 # segment at 4-of-8 holds 2 MiB of ciphertext + 2 MiB of parity: the 4 MiB
@@ -49,27 +64,15 @@ class FileChanged(Exception):
 
 
 def _read_small(entry):
-    with open(entry.path, "rb") as f:
-        data = f.read(entry.size + 1)
+    """The file's bytes in a buffer of their own (encrypted there later)."""
+    data = bytearray(entry.size + 1)  # one more: a file that grew reads more
+    with open(entry.path, "rb", buffering=0) as f:
+        got = f.readinto(data)
+    del data[got:]
     st = os.stat(entry.path)
-    if len(data) != entry.size or st.st_mtime_ns != entry.mtime_ns:
+    if got != entry.size or st.st_mtime_ns != entry.mtime_ns:
         raise FileChanged(f"{entry.path} changed while it was read")
     return data
-
-
-def _prepare_small_batch(secret, batch):
-    """[(entry, content_id, key, ciphertext | None, error)] — off the reactor."""
-    out = []
-    for entry in batch:
-        try:
-            data = _read_small(entry)
-        except (OSError, FileChanged) as err:
-            out.append((entry, None, None, None, _why(err)))
-            continue
-        digest = content_digest(data)
-        key = convergent_key(secret, digest)
-        out.append((entry, digest.hex(), key, encrypt_ctr(key, data), None))
-    return out
 
 
 def _batches(entries):
@@ -104,13 +107,13 @@ class Backup:
         cfg = home.config
         self.k, self.n = cfg["k"], cfg["n"]
         self.segment_size = cfg["segment_size"]
-        self.policy = FlushPolicy(small_file_limit=cfg["small_file_limit"])
         self.coder = SegmentCoder(self.k, self.n)
         self.window = cfg.get("segment_window", SEGMENT_WINDOW)
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         # ciphertext (the k primary shares are views of it) + n-k parity shares
         self.segment_footprint = self.segment_size + self.coder.block_length(
             self.segment_size) * (self.n - self.k)
+        self.policy = self._small_policy(cfg["small_file_limit"])
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
@@ -123,6 +126,39 @@ class Backup:
         # The aggregator is filled in a worker and drained on the reactor.
         self._aggregator_lock = threading.Lock()
         self._sealed = []
+        self._credit = 0            # budget reserved for the aggregator to grow into
+        self._bundle_memory = None  # the open bundle's memory transfer
+        self._tar_memory = {}       # tar serial -> its memory transfer
+        self._small_call = False    # a pool call is adding to the aggregator
+
+    def _small_policy(self, small_file_limit):
+        """The aggregator's own bound comes out of the budget: what is left
+        once the large files' segments and one small-file call are counted
+        (never more than its default, never less than one tar)."""
+        policy = FlushPolicy(small_file_limit=small_file_limit)
+        left = (self.monitor.budget_bytes - self.parallel_files * self.segment_footprint
+                - policy.bundle_target - self._work_bytes(policy, policy.small_file_limit)
+                - self._credit_bytes(policy, SMALL_BATCH_BYTES, 0, 0))
+        least = max(policy.tar_target, 2 * policy.bundle_target + 1)
+        return FlushPolicy(small_file_limit=small_file_limit,
+                           max_pending_bytes=min(DEFAULT_MAX_PENDING_BYTES, max(least, left)))
+
+    def _work_bytes(self, policy, largest):
+        """Held only during a pool call: the file being read and encrypted,
+        and the parity (plus one padded block) of a bundle being coded (a
+        bundle holds at most bundle_target, or one larger file)."""
+        block = -(-max(policy.bundle_target, largest) // self.k)
+        return largest + (self.n - self.k + 1) * block
+
+    def _credit_bytes(self, policy, batch_bytes, bundle_bytes, tars):
+        """What one call may grow the aggregator by: at most one bundle's
+        shares (coding the open bundle and the files it takes), less for a
+        small batch. Aggregator.add_cost() is the exact bound per file, which
+        the worker checks; this sizes the reservation."""
+        block = -(-policy.bundle_target // self.k)
+        one_bundle = self.n * (block + MEMBER_OVERHEAD)
+        batch = -(-self.n * (batch_bytes + bundle_bytes) // self.k) + self.n * MEMBER_OVERHEAD
+        return min(one_bundle, batch) + len(END_OF_ARCHIVE) * (tars + 2 * self.n)
 
     # ---- the run --------------------------------------------------------------
 
@@ -155,19 +191,37 @@ class Backup:
                 self.progress.file_done(0)
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
-        yield settle_all([self._all_small(small, content_of, known),
-                          self._all_large(large, content_of, known)])
-        with self._aggregator_lock:
-            self.aggregator.flush()
-        self._send_sealed()
-        yield settle_all(self._tars_in_flight)
-        self._finish_bundles()
-        self._save_contents()
-        self.index.record_files(
-            (e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, content_of[e.path])
-            for e in found.files if e.path in content_of)
-        entries = manifests.entries_for(found, content_of, paths)
-        snapshot = yield manifests.publish(self, entries, paths, started)
+        count_sends = getattr(self.network, "count_sends", None)
+        sends = count_sends(self.monitor) if count_sends is not None else None
+        try:
+            self._bundle_memory = self.monitor.transfer("bundle", "open bundle")
+            try:
+                yield settle_all([self._all_small(small, content_of, known),
+                                  self._all_large(large, content_of, known)])
+                with self._aggregator_lock:
+                    self.aggregator.flush()
+                self._account_small()
+                self._send_sealed()
+                while self._tars_in_flight:  # a failed tar's shares may go out again
+                    yield settle_all(list(self._tars_in_flight))
+            finally:
+                for memory in self._tar_memory.values():
+                    memory.close()
+                self._tar_memory.clear()
+                self._bundle_memory.close()
+                if self._credit:
+                    self.monitor.unreserve(self._credit)
+                    self._credit = 0
+            self._finish_bundles()
+            self._save_contents()
+            self.index.record_files(
+                (e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, content_of[e.path])
+                for e in found.files if e.path in content_of)
+            entries = manifests.entries_for(found, content_of, paths)
+            snapshot = yield manifests.publish(self, entries, paths, started)
+        finally:
+            if sends is not None:
+                sends.close()
         self.progress.finish()
         return snapshot
 
@@ -191,40 +245,166 @@ class Backup:
     @defer.inlineCallbacks
     def _all_small(self, small, content_of, known):
         for batch in _batches(small):
-            leftover = yield self.pool.run(self._aggregate, batch, None, content_of, known)
-            self._send_sealed()
-            while leftover:
-                if not self._tars_in_flight:  # nothing will drain: seal what is open
-                    with self._aggregator_lock:
-                        self.aggregator.flush()
-                    self._send_sealed()
-                yield self._wait_one_tar()
-                leftover = yield self.pool.run(self._aggregate, None, leftover, content_of, known)
+            while batch:
+                with self._aggregator_lock:
+                    tars = sum(1 for *_, sealed in self.aggregator.pending_tars().values()
+                               if not sealed)
+                    bundle = self.aggregator.bundle_bytes
+                credit = self._credit_bytes(self.policy, sum(e.size for e in batch), bundle, tars)
+                work = self._work_bytes(self.policy, max(e.size for e in batch))
+                self._credit += (yield self._reserve_small(work + credit))
+                self.monitor.hand_over(work, self._bundle_memory, "work")
+                self._credit -= work
+                self._small_call = True
+                try:
+                    batch, drain = yield self.pool.run(self._aggregate, batch, credit,
+                                                       content_of, known)
+                finally:
+                    self._small_call = False
+                    self._account_small()
                 self._send_sealed()
-
-    def _aggregate(self, batch, prepared, content_of, known):
-        """In a worker: read, encrypt and aggregate small files; what does not
-        fit under the aggregator's memory bound comes back to wait for tars."""
-        if prepared is None:
-            prepared = _prepare_small_batch(self.home.secret, batch)
+                if batch and drain:  # over the aggregator's own bound: let tars land
+                    if not self._tars_in_flight:
+                        with self._aggregator_lock:
+                            self.aggregator.seal_open_tars()
+                        self._account_small()
+                        self._send_sealed()
+                    yield self._wait_one_tar()
+        # No more small files: what is open goes out now, not after the large
+        # files (which may be waiting for the budget these tars hold).
         with self._aggregator_lock:
-            for i, (entry, content_id, key, ciphertext, error) in enumerate(prepared):
-                if error is not None:
-                    self.reactor.callFromThread(self._skip, entry.path, error)
-                    continue
-                if self.aggregator.must_drain():
-                    return prepared[i:]
-                content_of[entry.path] = content_id
-                self.counters["bytes_read"] += entry.size
-                self.reactor.callFromThread(self.progress.file_done, entry.size)
-                if content_id in known or content_id in self._new_contents \
-                        or content_id in self._pending_small:
-                    self.summary["dedup"] += 1
-                    continue
-                self._pending_small[content_id] = (key.hex(), entry.size)
-                self.aggregator.add(content_id, ciphertext)
-            self._sealed.extend(self.aggregator.take_sealed())
-        return None
+            self.aggregator.flush()
+        self._account_small()
+        self._send_sealed()
+
+    @defer.inlineCallbacks
+    def _reserve_small(self, nbytes):
+        """Budget for one pool call. While it waits, tars in flight landing
+        is what makes room; with none in flight, open tars are sealed and
+        sent (half of their bytes, largest first), or else the open bundle is
+        coded into tars, so the small files never wait on themselves."""
+        granted = self.monitor.reserve(nbytes)
+        while not granted.called:
+            if self._tars_in_flight:
+                yield _first_of([granted] + list(self._tars_in_flight))
+            elif not self._relieve():
+                break  # nothing of ours to send: the large files will make room
+        # Counted as credit by the caller only now: an _account_small() run
+        # meanwhile (a tar landing) must not give this back as unused.
+        return (yield granted)
+
+    def _relieve(self):
+        """Seal half of what the open tars hold, or the open bundle if no tar
+        is open. False if there was nothing to seal."""
+        with self._aggregator_lock:
+            open_bytes = sum(size for _, size, sealed in self.aggregator.pending_tars().values()
+                             if not sealed)
+            if open_bytes:
+                self.aggregator.seal_open_tars(open_bytes // 2)
+            elif not self.aggregator.seal_bundle():
+                return False
+        self._account_small()
+        self._send_sealed()
+        return True
+
+    def _aggregate(self, batch, credit, content_of, known):
+        """In a worker: read, encrypt and add small files one at a time while
+        the aggregator grows by at most `credit` (reserved by the caller) and
+        stays under its own bound. Returns (files not taken, over the bound?).
+        The first file always goes in, so every call makes progress."""
+        secret = self.home.secret
+        aggregator = self.aggregator
+        used = 0
+        for i, entry in enumerate(batch):
+            with self._aggregator_lock:
+                if aggregator.must_drain():
+                    return batch[i:], True
+                if i and used + aggregator.add_cost(entry.size) > credit:
+                    return batch[i:], False
+            try:
+                data = _read_small(entry)
+            except (OSError, FileChanged) as err:
+                self.reactor.callFromThread(self._skip, entry.path, _why(err))
+                continue
+            digest = content_digest(data)
+            content_id = digest.hex()
+            if content_id in known or content_id in self._new_contents \
+                    or content_id in self._pending_small:
+                self.summary["dedup"] += 1
+            else:
+                key = convergent_key(secret, digest)
+                crypt_ctr_in_place(key, data)
+                with self._aggregator_lock:
+                    if aggregator.must_drain():  # tars moved here meanwhile
+                        return batch[i:], True
+                    before = aggregator.pending_bytes
+                    self._pending_small[content_id] = (key.hex(), entry.size)
+                    aggregator.add(content_id, data)
+                    used += aggregator.pending_bytes - before
+                    self._sealed.extend(aggregator.take_sealed())
+            del data
+            content_of[entry.path] = content_id
+            self.counters["bytes_read"] += entry.size
+            self.reactor.callFromThread(self.progress.file_done, entry.size)
+        return [], False
+
+    def _account_small(self):
+        """Attribute what the aggregator holds: the open bundle to the small
+        pipeline, each tar to its own transfer, taken out of the pipeline's
+        reservation. A tar that landed (or moved away) closes, and its bytes
+        go back to the budget; once no pool call is running, so does the
+        rest of the reservation. Bytes beyond what was reserved (shares moved
+        off a failed node) are counted all the same (held)."""
+        if self._bundle_memory is None or self._bundle_memory.closed:
+            return
+        # A waiting reservation granted halfway would resume the small-file
+        # loop (even start a pool call) on half-settled accounts.
+        with self.monitor.no_admission():
+            self._account_once()
+
+    def _account_once(self):
+        with self._aggregator_lock:
+            bundle = self.aggregator.bundle_bytes
+            tars = self.aggregator.pending_tars()
+        for serial in [s for s in self._tar_memory if s not in tars]:
+            self._tar_memory.pop(serial).close()
+        self._attribute(self._bundle_memory, "building", bundle)
+        for serial, (node, size, sealed) in tars.items():
+            memory = self._tar_memory.get(serial)
+            if memory is None:
+                memory = self._tar_memory[serial] = self.monitor.transfer("tar", node[:16])
+            if sealed and (memory.reserved("building") or memory.held("building")):
+                held = memory.held("building")
+                if held:
+                    memory.hold(held, "sealed")
+                    memory.release(held, "building")
+                memory.hand_over(memory.reserved("building"), "building", to_what="sealed")
+            self._attribute(memory, "sealed" if sealed else "building", size)
+        if not self._small_call:  # what the last call did not use goes back
+            work = self._bundle_memory.reserved("work")
+            if work:
+                self._bundle_memory.unreserve(work, "work")
+            if self._credit:
+                self.monitor.unreserve(self._credit)
+                self._credit = 0
+
+    def _attribute(self, memory, what, size):
+        """Make `memory` count `size` bytes under `what`, taken from the
+        credit or given back to it."""
+        have = memory.reserved(what) + memory.held(what)
+        if size > have:
+            take = min(size - have, self._credit)
+            self.monitor.hand_over(take, memory, what)
+            self._credit -= take
+            if size - have > take:
+                memory.hold(size - have - take, what)
+        elif size < have:
+            give = have - size
+            held = min(give, memory.held(what))
+            if held:
+                memory.release(held, what)
+            memory.hand_over(give - held, what, self.monitor)
+            self._credit += give - held
 
     @defer.inlineCallbacks
     def _all_large(self, large, content_of, known):
@@ -272,10 +452,12 @@ class Backup:
             with self._aggregator_lock:
                 moves = self.aggregator.replace(tar)
             self._apply_moves(moves)
+            self._account_small()
             self._send_sealed()
             return
         with self._aggregator_lock:
             self.aggregator.confirm(tar)
+        self._account_small()
         self.counters["bytes_sent"] += len(tar.data)
         self.counters["stores"] += 1
         self.counters["tars"] += 1
@@ -342,17 +524,21 @@ class Backup:
                     landed = self.index.segment(prep.key.hex())
                     if landed is not None:  # sent by an earlier (interrupted) run
                         segments[index] = landed
+                        self.progress.bytes_done(prep.length)
+                        prep = None  # its buffers go before the budget gets them back
                         transfer.unreserve(self.segment_footprint, "segment")
                         window.release()
-                        self.progress.bytes_done(prep.length)
                         continue
                     # maybeDeferred: a refusal at the start (too few nodes) must
                     # also wait below for the segment already in flight
                     d = defer.maybeDeferred(store_segment, self.network, prep, self.n,
                                             self.counters, self.reactor)
                     d.addCallback(self._segment_landed, prep, index, segments)
-                    d.addBoth(self._segment_done, prep, window, transfer)
+                    d.addBoth(self._segment_done, window, transfer)
                     sending.append(d)
+                    # Only the upload holds the segment now: while the next one
+                    # is read, this frame must not keep it alive as well.
+                    prep = d = None
                 yield settle_all(sending)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
@@ -374,10 +560,16 @@ class Backup:
         self.index.add_segment(prep.key.hex(), record)
         self.progress.bytes_done(prep.length)
 
-    def _segment_done(self, result, prep, window, transfer):
-        transfer.unreserve(self.segment_footprint, "segment")
-        window.release()
+    def _segment_done(self, result, window, transfer):
+        # The budget comes back, and the next segment is read, once the call
+        # stack that delivered this answer (it holds the segment) has unwound.
+        self.reactor.callLater(0, self._segment_freed, window, transfer)
         return result
+
+    def _segment_freed(self, window, transfer):
+        if not transfer.closed:
+            transfer.unreserve(self.segment_footprint, "segment")
+        window.release()
 
     def _read_prepare(self, f):
         # Read into a buffer that is then encrypted in place (prepare_segment).
@@ -405,6 +597,21 @@ class Backup:
         self.summary["skipped"] += 1
         self.skipped.append((path, why))
         self.progress.warn(f"skipped {path}: {why}")
+
+
+def _first_of(deferreds):
+    """Fires (with None) once any of `deferreds` has fired; they are left as
+    they are, results and failures passed on."""
+    first = defer.Deferred()
+
+    def fired(result):
+        if not first.called:
+            first.callback(None)
+        return result
+
+    for d in deferreds:
+        d.addBoth(fired)
+    return first
 
 
 def _tar_challenges(secret, tar):

@@ -75,6 +75,15 @@ class Network:
         if conn is not None:
             conn.cancel(d)
 
+    def count_sends(self, monitor):
+        """Count the ciphertext every connection has queued in its transport
+        on one memory transfer ("network", held: it is a copy of buffers the
+        budget already admitted, bounded per connection by the wire). Returns
+        the transfer; close it when the run is over."""
+        queue = monitor.transfer("network", "TLS send queues")
+        self.net.local.send_queue = queue
+        return queue
+
     def mark_failed(self, node_id: bytes) -> None:
         if node_id not in self.failed:
             log.warning("node %s failed; using others", node_id.hex()[:12])

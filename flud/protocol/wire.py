@@ -156,8 +156,8 @@ class Connection(protocol.Protocol):
         self._paused = False
         self._plain = collections.deque()  # frames waiting to be encrypted
         self._plain_bytes = 0
-        self._queued = 0  # ciphertext counted as queued in the transport
-        self._send_queue = getattr(local, "send_queue", None)
+        self._queued = 0  # ciphertext counted as queued in the transport...
+        self._counted_on = None  # ...on this memory transfer
         self._timer = None
         self._last_activity = 0.0
         self.bytes_in = 0
@@ -489,7 +489,7 @@ class Connection(protocol.Protocol):
         except TLSFailed as err:
             self._fail(err)
             return
-        if wrote and self._send_queue is not None:
+        if wrote and getattr(self.local, "send_queue", None) is not None:
             backlog = _transport_backlog(self.transport)
             self._count_queued(self._queued + wrote if backlog is None else backlog)
 
@@ -500,12 +500,17 @@ class Connection(protocol.Protocol):
             self.transport.write(data)
 
     def _count_queued(self, nbytes):
-        """Tell the memory monitor how much ciphertext the transport holds."""
-        memory = self._send_queue
+        """Tell the memory monitor how much ciphertext the transport holds
+        (on the party's send_queue, which may come and go with a run)."""
+        memory = getattr(self.local, "send_queue", None)
+        if memory is not None and memory.closed:
+            memory = None
+        if memory is not self._counted_on:
+            old = self._counted_on
+            if old is not None and not old.closed and self._queued:
+                old.release(self._queued, "tls")
+            self._counted_on, self._queued = memory, 0
         if memory is None or nbytes == self._queued:
-            return
-        if memory.closed:  # the run is over; nothing counts any more
-            self._queued = nbytes
             return
         if nbytes > self._queued:
             memory.hold(nbytes - self._queued, "tls")

@@ -6,7 +6,8 @@ from aggregator.policy import FlushPolicy
 from aggregator.records import DrainRequired
 from aggregator.tarball import BLOCK_SIZE, END_OF_ARCHIVE
 from tests.unit.aggregator.fakes import file_bytes
-from tests.unit.aggregator.helpers import KIB, MAX_AGE, N, make_aggregator
+from tests.unit.aggregator.fakes import NODE_COUNT
+from tests.unit.aggregator.helpers import K, KIB, MAX_AGE, N, make_aggregator
 
 SIZE_POLICY = FlushPolicy(small_file_limit=8 * KIB, bundle_target=8 * KIB,
                           tar_target=16 * KIB, max_age=MAX_AGE,
@@ -28,19 +29,18 @@ def _add_bundles(aggregator, count, start=0, bundle_target=None):
         aggregator.add(f"f{i}", file_bytes(i, size))
 
 
-def test_tar_is_sealed_when_it_reaches_its_target_size():
+def test_tar_is_sealed_before_a_member_would_take_it_past_its_target():
     aggregator, _ = make_aggregator(policy=SIZE_POLICY)
     _add_bundles(aggregator, 30)
     sealed = aggregator.take_sealed()
     assert sealed, "some destination should have filled a tar"
+    member = MEMBER_HEADER + SIZE_POLICY.bundle_target // K  # every share here
     for tar in sealed:
-        last = tar.members[-1]
-        before_last = last.data_offset - MEMBER_HEADER
-        assert _tar_body(tar) >= SIZE_POLICY.tar_target
-        assert before_last < SIZE_POLICY.tar_target
+        assert len(tar.data) <= SIZE_POLICY.tar_target  # end blocks included
+        assert len(tar.data) + member > SIZE_POLICY.tar_target  # one more did not fit
     aggregator.flush()
     rest = aggregator.take_sealed()
-    assert all(_tar_body(t) < SIZE_POLICY.tar_target for t in rest)
+    assert all(len(t.data) <= SIZE_POLICY.tar_target for t in rest)
 
 
 def test_tar_is_sealed_when_its_oldest_member_is_max_age_old():
@@ -150,7 +150,8 @@ def test_draining_what_was_sealed_under_pressure_is_enough_to_go_on():
         aggregator.add(f"f{i}", file_bytes(i, 1500))
         assert aggregator.pending_bytes < (
             PRESSURE_POLICY.max_pending_bytes
-            + PRESSURE_POLICY.bundle_target * 4)  # one bundle's shares of slack
+            + PRESSURE_POLICY.bundle_target * 4  # one bundle's shares of slack
+            + NODE_COUNT * len(END_OF_ARCHIVE))  # and the tars sealed meanwhile
     aggregator.flush()
     assert sum(len(r.files) for r in aggregator.take_bundles()) == 200
 

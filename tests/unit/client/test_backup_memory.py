@@ -1,0 +1,183 @@
+"""The backup's buffers and the memory budget: every one of them is counted
+(the open bundle, each tar from its first member to its node's answer, each
+large-file segment), reserved before it exists, and the budget bounds them."""
+import os
+import random
+
+import pytest
+
+from flud.client.backup import Backup
+from flud.client.home import create_home
+from flud.client.progress import Progress
+from flud.client.restore import Restore
+from flud.memory import MemoryMonitor
+from flud.workers import CPUPool
+from tests.unit.client.fakes import FakeNetwork, FakeReactor, run_until
+from tools.treecmp import compare_trees
+
+MIB = 1024 * 1024
+
+
+def small_tree(root, rng, count=300, largest=200_000):
+    os.makedirs(root)
+    for i in range(count):
+        size = rng.choice([1, 700, 5000, 40_000, rng.randint(1, largest)])
+        with open(os.path.join(root, f"f{i:04d}"), "wb") as f:
+            f.write(rng.randbytes(size))
+
+
+@pytest.fixture
+def world(tmp_path):
+    clock = FakeReactor()
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
+    network = FakeNetwork(clock, nodes=20)
+    network.client_id = home.identity.node_id
+    return clock, home, network
+
+
+class CheckedBackup(Backup):
+    """Checks, every time the backup settles its accounts, that the monitor
+    counts exactly what the aggregator holds."""
+
+    checks = 0
+
+    def _account_small(self):
+        super()._account_small()
+        if self._bundle_memory is None or self._bundle_memory.closed:
+            return
+        with self._aggregator_lock:
+            tars = self.aggregator.pending_tars()
+            bundle = self.aggregator.bundle_bytes
+        assert self._bundle_memory.reserved("building") + \
+            self._bundle_memory.held("building") == bundle
+        assert set(self._tar_memory) == set(tars)
+        for serial, (node, size, sealed) in tars.items():
+            memory = self._tar_memory[serial]
+            assert memory.kind == "tar" and memory.name == node[:16]
+            assert memory.current_bytes == size
+            label = "sealed" if sealed else "building"
+            assert memory.reserved(label) + memory.held(label) == size
+        if not self._small_call:
+            assert self._credit == 0 and self._bundle_memory.reserved("work") == 0
+        CheckedBackup.checks += 1
+
+
+def run_backup(world, paths, budget):
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=budget)
+    kinds = {}
+    transfer = monitor.transfer
+
+    def counting(kind, name):
+        kinds[kind] = kinds.get(kind, 0) + 1
+        return transfer(kind, name)
+
+    monitor.transfer = counting
+    CheckedBackup.checks = 0
+    job = CheckedBackup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                        Progress("backup", quiet=True), clock=clock.seconds)
+    summary = run_until(clock, job.run(paths))
+    return summary, monitor, job, kinds
+
+
+def restore_matches(world, src, snapshot, dest):
+    clock, home, network = world
+    job = Restore(clock, home, network, CPUPool(clock, inline=True),
+                  MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
+                  Progress("restore", quiet=True), home.index.manifest(snapshot))
+    run_until(clock, job.run(dest, ()))
+    return compare_trees(src, os.path.join(dest, os.path.basename(src))) == []
+
+
+def test_every_tar_and_the_open_bundle_are_transfers_counted_to_the_byte(world, tmp_path):
+    src = str(tmp_path / "src")
+    small_tree(src, random.Random(1))
+    summary, monitor, job, kinds = run_backup(world, [src], budget=64 * MIB)
+    assert summary["new"] == 300 and summary["tars"] > 0
+    assert CheckedBackup.checks > summary["tars"]  # after every call and every answer
+    assert kinds["tar"] >= summary["tars"] and kinds["bundle"] == 1
+    # everything was given back
+    assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
+    assert 0 < monitor.peak_buffered_bytes <= 64 * MIB
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("budget_mib", [12, 20])
+def test_the_budget_bounds_small_and_large_files_together(world, tmp_path, budget_mib):
+    """Small files fill tars for many nodes while large files send segments:
+    the budget, not the aggregator's default bound (32 MiB), is the limit."""
+    src = str(tmp_path / "src")
+    rng = random.Random(2)
+    small_tree(src, rng, count=600, largest=900_000)
+    for i in range(3):
+        with open(os.path.join(src, f"large-{i}"), "wb") as f:
+            f.write(rng.randbytes(5 * MIB + i))
+    budget = budget_mib * MIB
+    summary, monitor, job, _ = run_backup(world, [src], budget=budget)
+    assert summary["new"] == 603 and summary["skipped"] == 0
+    assert job.policy.max_pending_bytes < 32 * MIB
+    # held bytes (shares moved off a failed node) are the only way past it
+    assert monitor.peak_buffered_bytes <= budget
+    assert monitor.peak_transfer_bytes <= 4 * MIB
+    assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
+
+
+def test_a_tiny_budget_is_slow_but_does_not_deadlock(world, tmp_path):
+    """Below one segment plus one bundle's coding nothing fits twice: open
+    tars and the open bundle are sealed and sent to make room, and requests
+    larger than the budget go in alone."""
+    src = str(tmp_path / "src")
+    rng = random.Random(3)
+    small_tree(src, rng, count=120, largest=600_000)
+    with open(os.path.join(src, "large"), "wb") as f:
+        f.write(rng.randbytes(3 * MIB))
+    summary, monitor, _, _ = run_backup(world, [src], budget=2 * MIB)
+    assert summary["new"] == 121
+    assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
+
+
+def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tmp_path):
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    small_tree(src, random.Random(4), count=200)
+    victim = sorted(network.nodes)[3]
+    network.nodes[victim].up = False  # every STORE to it fails
+    summary, monitor, job, _ = run_backup(world, [src], budget=24 * MIB)
+    assert summary["new"] == 200
+    assert victim in network.failed
+    assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
+
+
+def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
+    """While the next segment is read, the last one is no longer referenced
+    by the reading loop: the upload's STOREs hold it, and it goes when they
+    end (the 4 MiB per transfer is the whole footprint)."""
+    import gc
+    import weakref
+
+    from flud.client import backup as backup_module
+
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "large"), "wb") as f:
+        f.write(random.Random(5).randbytes(4 * MIB + 5))
+    alive = []
+    real_prepare = Backup._read_prepare
+
+    def read_prepare(self, f):
+        gc.collect()
+        alive.append(sum(1 for ref in made if ref() is not None))
+        prep = real_prepare(self, f)
+        if prep is not None:
+            made.append(weakref.ref(prep))
+        return prep
+
+    made = []
+    monkeypatch.setattr(backup_module.Backup, "_read_prepare", read_prepare)
+    summary, _, _, _ = run_backup(world, [src], budget=64 * MIB)
+    assert summary["new"] == 1
+    assert alive == [0, 0, 0, 0]  # three segments, then the end of the file
