@@ -361,3 +361,31 @@ def test_hand_over_refuses_what_is_not_there(monitor):
     assert a.reserved("x") == 10 and monitor.buffered_bytes == 10
     a.hand_over(0, "x", a, "z")  # nothing to move: no empty label appears
     assert a.as_dict(0)["reserved"] == {"x": 10}
+
+
+def test_free_standing_credit_is_handed_to_transfers_and_back(monitor):
+    """A producer reserves before it knows which buffer will hold the bytes:
+    free-standing, so no transfer's footprint (peak) shows them as data."""
+    tar = monitor.transfer("tar", "node-a")
+    assert fired(monitor.reserve(60)) == [60]
+    waiting = fired(monitor.reserve(50))
+    monitor.hand_over(40, tar, "building")
+    assert (monitor.buffered_bytes, tar.current_bytes, waiting) == (60, 40, [])
+    tar.hand_over(10, "building", monitor)  # back to the free-standing credit
+    assert tar.current_bytes == 30 and monitor.buffered_bytes == 60
+    with pytest.raises(ValueError, match="only 30 reserved"):
+        monitor.hand_over(31, tar, "building")
+    monitor.unreserve(30)  # what was not used: now the waiter fits
+    assert waiting == [50] and monitor.buffered_bytes == 80
+
+
+def test_no_admission_defers_grants_to_the_end_of_the_block(monitor):
+    a = monitor.transfer("a", "a")
+    fired(a.reserve(100, "x"))
+    waiting = fired(monitor.reserve(30))
+    with monitor.no_admission():
+        a.unreserve(50, "x")
+        assert waiting == []  # nobody runs halfway through
+        a.hand_over(20, "x", a, "y")
+    assert waiting == [30]
+    assert monitor.buffered_bytes == 80
