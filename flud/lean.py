@@ -1,62 +1,195 @@
-"""Keeping a node's static footprint small.
+"""Keeping a node's static footprint small: modules a node never uses are
+not loaded, without changing what any code sees.
 
-Twisted's compat module imports http.cookiejar, which drags in urllib.request,
-http.client and the email package (3.6 MB of RSS measured here) that a node
-never uses. importlib's LazyLoader creates the module object now and runs its
-code only on first attribute access, so behaviour is unchanged if anything
-ever does use it.
+- Lazy modules (LAZY_MODULES): the module object exists at once, its code
+  runs on first use (any attribute but __spec__ / __name__ / __dict__).
+  Twisted's compat module imports http.cookiejar, which drags in
+  urllib.request, http.client and the email package (3.6 MB of RSS measured
+  here); the others are listed with what they save.
+- Stand-ins for one `from X import ...` in one module: twisted.internet.defer
+  imports asyncio for one function (iscoroutine) and two names used only in
+  annotations; twisted.python.compat imports html for one deprecated alias
+  (escape). See import_sparing().
 
-twisted.internet.defer imports asyncio for one function it calls
-(iscoroutine) and two names it uses only in annotations: see
-import_defer_without_asyncio.
+Figures are what each saves in an idle node's RSS, medians of 3, for a
+node in its own interpreter and a node forked by `flud testnet up`, added
+one after the other in the order below.
 """
 import importlib.util
 import sys
+import threading
+import types
 
-LAZY_MODULES = ("http.cookiejar",)
+# name -> what leaving it unloaded saves per node (measured as above)
+LAZY_MODULES = {
+    "http.cookiejar": "3.6 MB (urllib.request, http.client, email)",
+    # twisted.python.reflect does `import pickle`, for pickling functions;
+    # nothing else in a node imports it since NodeService no longer
+    # inherits twisted.application.service.Service (see flud/node/service.py)
+    "pickle": "0.3-0.5 MB (pickle, _pickle, _compat_pickle)",
+    # urllib.parse (through twisted.python.compat) imports it for bracketed
+    # hosts in URLs
+    "ipaddress": "0.15-0.25 MB",
+    # shutil (through argparse) imports them to know they exist
+    "bz2": "0.25-0.35 MB with lzma (bz2, lzma, their extensions and libraries)",
+    "lzma": "see bz2",
+    # twisted.internet.posixbase imports them for listenUDP, listenUNIX...
+    "twisted.internet.udp": "0.15-0.25 MB with unix (udp, _multicast, unix, sendmsg)",
+    "twisted.internet.unix": "see twisted.internet.udp",
+}
+
+_LAZY_LOCK = threading.RLock()
+_LOADING = set()  # ids of lazy modules whose code runs now (under _LAZY_LOCK)
+_PASS_THROUGH = frozenset(("__spec__", "__name__", "__dict__", "__class__"))
+
+
+class _LazyModule(types.ModuleType):
+    """A module whose code runs on first attribute access.
+
+    Unlike importlib.util.LazyLoader (3.11), a plain `import name` of a
+    module already in sys.modules does not load it (the import system only
+    reads __spec__), and loading is thread-safe: another thread touching the
+    module meanwhile waits until its code has run."""
+
+    def __getattribute__(self, attr):
+        if attr not in _PASS_THROUGH:
+            _load(self)
+        return types.ModuleType.__getattribute__(self, attr)
+
+    def __setattr__(self, attr, value):
+        if attr != "__class__":
+            _load(self)
+        types.ModuleType.__setattr__(self, attr, value)
+
+    def __delattr__(self, attr):
+        _load(self)
+        types.ModuleType.__delattr__(self, attr)
+
+
+def _load(module) -> None:
+    with _LAZY_LOCK:
+        if type(module) is not _LazyModule or id(module) in _LOADING:
+            return  # loaded already, or its own code is running (this thread)
+        _LOADING.add(id(module))
+        try:
+            spec = module.__spec__
+            spec.loader.exec_module(module)
+        finally:
+            _LOADING.discard(id(module))
+        module.__class__ = types.ModuleType
+        if sys.modules.get(spec.name) is not module:
+            raise ImportError(f"module {spec.name!r} replaced itself in sys.modules "
+                              f"while lazily loaded")
 
 
 def lazy_import(name: str) -> None:
+    """Put a lazy `name` in sys.modules (and on its parent package), unless
+    it is loaded already or cannot be loaded lazily (extension modules)."""
     if name in sys.modules:
         return
     spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
+    if (spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module")
+            or spec.loader.create_module(spec) is not None):
         return
-    spec.loader = importlib.util.LazyLoader(spec.loader)
     module = importlib.util.module_from_spec(spec)
+    module.__class__ = _LazyModule
     sys.modules[name] = module
-    spec.loader.exec_module(module)
     parent, _, child = name.rpartition(".")
     if parent:
         # `from parent import child` then finds the attribute and does not
-        # go through the import system, which would touch (and load) it.
-        setattr(importlib.import_module(parent), child, module)
+        # go through the import system.
+        setattr(sys.modules[parent], child, module)
 
 
 def defer_unused_imports() -> None:
     for name in LAZY_MODULES:
         lazy_import(name)
+    import_compat_without_html()
     import_defer_without_asyncio()
 
 
-_DEFER = "twisted.internet.defer"
-_ASYNCIO_ANNOTATIONS = ("AbstractEventLoop", "Future")
+def import_sparing(module_name: str, source: str, names: dict, lazy: tuple = ()) -> bool:
+    """Import module_name without importing source: the statement
+    `from source import ...` in module_name gets names[...] instead, and the
+    names in lazy are then removed from the module and served by a module
+    __getattr__ that imports source on first use (they must be used only
+    through the module, not as globals by its own functions).
+
+    Only that one module is answered differently, through a wrapper around
+    builtins.__import__ that exists while its body runs: no other module
+    sees anything but the real source, and sys.modules never holds a
+    stand-in, so a later `import source` is the real thing. If anything
+    fails, the module gets the real source. Returns True if source was
+    spared; False if not (or if either was imported already)."""
+    if module_name in sys.modules or source in sys.modules:
+        return False
+    import builtins
+    real_import = builtins.__import__
+    stand_in = types.SimpleNamespace(**names, **{name: None for name in lazy})
+
+    def import_for(name, globals=None, locals=None, fromlist=(), level=0):
+        if (name == source and not level and globals is not None
+                and globals.get("__name__") == module_name):
+            return stand_in
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = import_for
+    try:
+        importlib.import_module(module_name)
+    except Exception:
+        sys.modules.pop(module_name, None)  # importlib removes it already
+    finally:
+        builtins.__import__ = real_import
+    module = sys.modules.get(module_name)
+    if module is None:  # it needs more from source than the stand-in has
+        importlib.import_module(module_name)
+        return False
+    # twisted.python.compat is a proxy in sys.modules: get the module itself
+    module_dict = sys.modules[module_name].__dict__
+    if not isinstance(module_dict, dict) or "__getattr__" in module_dict or not all(
+            module_dict.get(name, 0) is None for name in lazy):
+        # not the module this was written for: give it what source has
+        real = importlib.import_module(source)
+        for name in (*names, *lazy):
+            module_dict[name] = getattr(real, name)
+        return False
+    for name in lazy:
+        del module_dict[name]
+
+    def __getattr__(name):
+        if name in lazy:
+            value = getattr(importlib.import_module(source), name)
+            module_dict[name] = value
+            return value
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    module_dict["__getattr__"] = __getattr__
+    return True
 
 
-class _AsyncioForDefer:
-    """What `from asyncio import AbstractEventLoop, Future, iscoroutine` in
-    twisted.internet.defer gets: the stdlib's own iscoroutine, and two names
-    that module only uses in (postponed, never evaluated) annotations."""
 
-    AbstractEventLoop = Future = None
+def import_defer_without_asyncio() -> bool:
+    """twisted.internet.defer without asyncio: 1.5 MB per node.
 
-    def __init__(self, iscoroutine):
-        self.iscoroutine = iscoroutine
+    defer does `from asyncio import AbstractEventLoop, Future, iscoroutine`;
+    the asyncio package brings base_events, tasks, streams, subprocess,
+    concurrent.futures and more that a node never runs. defer gets the
+    stdlib's own iscoroutine; AbstractEventLoop and Future appear in its
+    annotations only, and defer.Future / defer.AbstractEventLoop import the
+    real asyncio on first use."""
+    if "twisted.internet.defer" in sys.modules or "asyncio" in sys.modules:
+        return False
+    try:
+        iscoroutine = _stdlib_iscoroutine()
+    except Exception:
+        return False
+    return import_sparing("twisted.internet.defer", "asyncio", {"iscoroutine": iscoroutine},
+                          lazy=("AbstractEventLoop", "Future"))
 
 
 def _stdlib_iscoroutine():
-    """asyncio.iscoroutine without importing the asyncio package: its
-    coroutines.py, run on its own (not in sys.modules; it imports only collections.abc,
+    """asyncio.iscoroutine without the asyncio package: its coroutines.py, run
+    on its own (not in sys.modules; in 3.11 it imports only collections.abc,
     inspect, os, sys, traceback and types, all loaded already)."""
     spec = importlib.util.find_spec("asyncio")  # a top-level spec: nothing runs
     path = spec.origin.rsplit("/", 1)[0] + "/coroutines.py"
@@ -66,70 +199,11 @@ def _stdlib_iscoroutine():
     return module.iscoroutine
 
 
-def _defer_getattr(name):
-    """Module __getattr__ for twisted.internet.defer: defer.Future and
-    defer.AbstractEventLoop are asyncio's own, imported on first use."""
-    if name in _ASYNCIO_ANNOTATIONS:
-        import asyncio
-        value = getattr(asyncio, name)
-        setattr(sys.modules[_DEFER], name, value)
-        return value
-    raise AttributeError(f"module {_DEFER!r} has no attribute {name!r}")
-
-
-def import_defer_without_asyncio() -> bool:
-    """Import twisted.internet.defer without importing asyncio.
-
-    defer does `from asyncio import AbstractEventLoop, Future, iscoroutine`;
-    the asyncio package brings base_events, tasks, streams, subprocess,
-    concurrent.futures and more that a node never runs: 1.4 MB of RSS per
-    node (measured, fresh interpreter and forked testnet node alike). Only
-    that one statement in defer is answered differently, through a wrapper
-    around builtins.__import__ that exists while defer's body runs, so no
-    other module sees anything but the real asyncio, and sys.modules never
-    holds a stand-in: a later `import asyncio` is the real thing, and
-    defer.Future / defer.AbstractEventLoop load it on first use. If anything
-    fails, defer gets the real asyncio. Returns True if asyncio was avoided."""
-    if _DEFER in sys.modules or "asyncio" in sys.modules:
-        return False
-    import builtins
-    real_import = builtins.__import__
-    try:
-        stand_in = _AsyncioForDefer(_stdlib_iscoroutine())
-    except Exception:
-        stand_in = None
-
-    def import_for_defer(name, globals=None, locals=None, fromlist=(), level=0):
-        if (name == "asyncio" and not level and globals is not None
-                and globals.get("__name__") == _DEFER):
-            return stand_in
-        return real_import(name, globals, locals, fromlist, level)
-
-    if stand_in is not None:
-        builtins.__import__ = import_for_defer
-        try:
-            import twisted.internet.defer  # noqa: F401
-        except Exception:
-            sys.modules.pop(_DEFER, None)  # importlib removes it already
-        finally:
-            builtins.__import__ = real_import
-    defer = sys.modules.get(_DEFER)
-    if defer is None:  # no stand-in, or the import failed with it
-        import twisted.internet.defer as defer
-        return False
-    module_dict = vars(defer)
-    if (all(module_dict.get(name, 0) is None for name in _ASYNCIO_ANNOTATIONS)
-            and "__getattr__" not in module_dict):
-        for name in _ASYNCIO_ANNOTATIONS:
-            del module_dict[name]
-        module_dict["__getattr__"] = _defer_getattr
-        return True
-    # Not the defer this was written for: give it what asyncio would have.
-    import asyncio
-    for name in (*_ASYNCIO_ANNOTATIONS, "iscoroutine"):
-        module_dict[name] = getattr(asyncio, name)
-    return False
-
+def import_compat_without_html() -> bool:
+    """twisted.python.compat without html: 0.35-0.45 MB per node
+    (html.entities' tables). compat imports html.escape only to offer it as a deprecated
+    alias, compat.escape, which imports html on first use."""
+    return import_sparing("twisted.python.compat", "html", {}, lazy=("escape",))
 
 def release_free_memory() -> None:
     """Hand memory freed during start-up back to the OS (glibc only)."""
@@ -180,3 +254,4 @@ def tune_malloc() -> None:
         ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     except (OSError, AttributeError):
         pass
+
