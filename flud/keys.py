@@ -85,7 +85,7 @@ class Identity:
     @classmethod
     def from_pem(cls, pem: bytes, source: str = "key") -> Identity:
         try:
-            key = ECC.import_key(pem)
+            key = _import_key(pem)
         except (ValueError, IndexError, TypeError) as exc:
             raise BadKeyFile(
                 f"{source} is not a readable P-256 private key in PEM form ({exc}); "
@@ -144,7 +144,7 @@ class Identity:
     def verify(public_der: bytes, data: bytes, signature: bytes) -> bool:
         """True only for a valid signature by a P-256 key; any malformed input is False."""
         try:
-            key = ECC.import_key(public_der)
+            key = _import_key(public_der)
         except (ValueError, IndexError, TypeError):
             return False
         if key.has_private() or key.curve not in _ACCEPTED_CURVE_NAMES:
@@ -154,6 +154,55 @@ class Identity:
         except (ValueError, IndexError, TypeError):
             return False
         return True
+
+
+# The exact forms pycryptodome exports a P-256 key in: PKCS#8 DER (prefix,
+# d, middle, x, y) and SubjectPublicKeyInfo DER (prefix, x, y).
+_P256_PKCS8_PREFIX = bytes.fromhex(
+    "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
+_P256_PKCS8_MIDDLE = bytes.fromhex("a14403420004")
+_P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004")
+_PEM_PRIVATE_KEY = (b"-----BEGIN PRIVATE KEY-----\n", b"\n-----END PRIVATE KEY-----")
+
+
+def _import_key(encoded: bytes) -> ECC.EccKey:
+    """ECC.import_key, without building pycryptodome's ten curves.
+
+    ECC.import_key finds the curve by iterating over all the curves it
+    knows, which builds each (P-192 to P-521, Ed25519, Ed448, X25519, X448,
+    secp256k1) and keeps them: 1.0 MB of RSS in every node and client, which
+    import keys (their own at start-up, every peer's in HELLO). The forms
+    pycryptodome itself exports for P-256 keys (all flud writes) are built
+    with ECC.construct on P-256 alone; the result is kept only if exporting
+    it gives back exactly the input, so it is the key ECC.import_key would
+    return. Anything else goes to ECC.import_key, errors included."""
+    try:
+        key = _construct_exported_p256(encoded)
+    except (ValueError, IndexError, TypeError):
+        key = None
+    return key if key is not None else ECC.import_key(encoded)
+
+
+def _construct_exported_p256(encoded: bytes):
+    if len(encoded) == len(_P256_SPKI_PREFIX) + 64 and encoded.startswith(_P256_SPKI_PREFIX):
+        xy = encoded[len(_P256_SPKI_PREFIX):]
+        key = ECC.construct(curve=CURVE, point_x=int.from_bytes(xy[:32], "big"),
+                            point_y=int.from_bytes(xy[32:], "big"))
+        return key if key.export_key(format="DER") == encoded else None
+    begin, end = _PEM_PRIVATE_KEY
+    if encoded.startswith(begin) and encoded.endswith(end):
+        der = base64.b64decode(encoded[len(begin):-len(end)].replace(b"\n", b""), validate=True)
+        d_at = len(_P256_PKCS8_PREFIX)
+        xy_at = d_at + 32 + len(_P256_PKCS8_MIDDLE)
+        if (len(der) != xy_at + 64 or not der.startswith(_P256_PKCS8_PREFIX)
+                or der[d_at + 32:xy_at] != _P256_PKCS8_MIDDLE):
+            return None
+        key = ECC.construct(curve=CURVE, d=int.from_bytes(der[d_at:d_at + 32], "big"),
+                            point_x=int.from_bytes(der[xy_at:xy_at + 32], "big"),
+                            point_y=int.from_bytes(der[xy_at + 32:], "big"))
+        exported = key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
+        return key if exported == encoded else None
+    return None
 
 
 def write_private_file(path: str | os.PathLike, data: bytes) -> None:
