@@ -8,6 +8,7 @@ An identity's ID is SHA-256 of the DER SubjectPublicKeyInfo of its public key
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 import secrets
@@ -15,9 +16,7 @@ import stat
 import struct
 from pathlib import Path
 
-from Crypto.Cipher import AES
 from Crypto.Hash import SHA256
-from Crypto.Protocol.KDF import scrypt
 from Crypto.PublicKey import ECC
 from Crypto.Signature import DSS
 from Crypto.Util.asn1 import (
@@ -95,7 +94,7 @@ class Identity:
 
     def private_pem(self) -> bytes:
         """PKCS#8 PEM: also what ssl's load_cert_chain accepts as keyfile."""
-        return self._key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
+        return _p256_private_pem(self._key)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Identity:
@@ -157,12 +156,27 @@ class Identity:
 
 
 # The exact forms pycryptodome exports a P-256 key in: PKCS#8 DER (prefix,
-# d, middle, x, y) and SubjectPublicKeyInfo DER (prefix, x, y).
+# d, middle, x, y; its PEM has 48 bytes a line) and SubjectPublicKeyInfo DER
+# (prefix, x, y). tests/unit/core/test_keys_import.py compares them.
 _P256_PKCS8_PREFIX = bytes.fromhex(
     "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
 _P256_PKCS8_MIDDLE = bytes.fromhex("a14403420004")
 _P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004")
 _PEM_PRIVATE_KEY = (b"-----BEGIN PRIVATE KEY-----\n", b"\n-----END PRIVATE KEY-----")
+
+
+def _p256_private_pem(key: ECC.EccKey) -> bytes:
+    """key.export_key(format="PEM", use_pkcs8=True), byte for byte, for a
+    P-256 key, without Crypto.IO.PEM and PKCS8: they import AES, DES, 3DES,
+    MD5, CMAC, SHA-1 and the KDFs, 0.6 MB of RSS in every node (flud.lean
+    leaves them lazy; pycryptodome's DSA imports them for its own PEM keys)."""
+    if key.curve not in _ACCEPTED_CURVE_NAMES or not key.has_private():
+        return key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
+    der = b"".join((_P256_PKCS8_PREFIX, int(key.d).to_bytes(32, "big"), _P256_PKCS8_MIDDLE,
+                    int(key.pointQ.x).to_bytes(32, "big"), int(key.pointQ.y).to_bytes(32, "big")))
+    begin, end = _PEM_PRIVATE_KEY
+    lines = b"".join(binascii.b2a_base64(der[i:i + 48]) for i in range(0, len(der), 48))
+    return begin + lines + end[1:]
 
 
 def _import_key(encoded: bytes) -> ECC.EccKey:
@@ -174,8 +188,9 @@ def _import_key(encoded: bytes) -> ECC.EccKey:
     import keys (their own at start-up, every peer's in HELLO). The forms
     pycryptodome itself exports for P-256 keys (all flud writes) are built
     with ECC.construct on P-256 alone; the result is kept only if exporting
-    it gives back exactly the input, so it is the key ECC.import_key would
-    return. Anything else goes to ECC.import_key, errors included."""
+    it (as pycryptodome does, see _p256_private_pem) gives back exactly the
+    input, so it is the key ECC.import_key would return. Anything else goes
+    to ECC.import_key, errors included."""
     try:
         key = _construct_exported_p256(encoded)
     except (ValueError, IndexError, TypeError):
@@ -200,8 +215,7 @@ def _construct_exported_p256(encoded: bytes):
         key = ECC.construct(curve=CURVE, d=int.from_bytes(der[d_at:d_at + 32], "big"),
                             point_x=int.from_bytes(der[xy_at:xy_at + 32], "big"),
                             point_y=int.from_bytes(der[xy_at + 32:], "big"))
-        exported = key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
-        return key if exported == encoded else None
+        return key if _p256_private_pem(key) == encoded else None
     return None
 
 
@@ -358,6 +372,10 @@ def _stretch(passphrase: str, salt: bytes, log2_n: int, r: int, p: int) -> tuple
     The check value tells a wrong passphrase apart from a damaged file; it
     gives a guesser nothing the GCM tag would not.
     """
+    # Imported here, as AES below: only key export and import use them (with
+    # Crypto.IO.PEM and PKCS8 left lazy by flud.lean, see _p256_private_pem,
+    # a node never loads them).
+    from Crypto.Protocol.KDF import scrypt
     out = scrypt(passphrase.encode("utf-8"), salt, _CIPHER_KEY_LENGTH + _CHECK_LENGTH, N=1 << log2_n, r=r, p=p)
     return out[:_CIPHER_KEY_LENGTH], out[_CIPHER_KEY_LENGTH:]
 
@@ -369,6 +387,7 @@ def export_secret_bundle(identity: Identity, user_secret: bytes, passphrase: str
     key, check = _stretch(passphrase, salt, SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P)
     header = _HEADER.pack(BUNDLE_MAGIC, SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P, salt, check, nonce)
     pem = identity.private_pem()
+    from Crypto.Cipher import AES
     cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=_TAG_LENGTH)
     cipher.update(header)  # the header is authenticated too
     ciphertext, tag = cipher.encrypt_and_digest(_PEM_LENGTH.pack(len(pem)) + pem + user_secret)
@@ -389,6 +408,7 @@ def import_secret_bundle(blob: bytes, passphrase: str) -> tuple[Identity, bytes]
     if not secrets.compare_digest(check, expected_check):
         raise WrongPassphrase("wrong passphrase for this key bundle; check the keyboard layout and caps lock, and try again")
     header, body = blob[: _HEADER.size], blob[_HEADER.size :]
+    from Crypto.Cipher import AES
     cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=_TAG_LENGTH)
     cipher.update(header)
     try:

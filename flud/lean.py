@@ -36,6 +36,10 @@ LAZY_MODULES = {
     # twisted.internet.posixbase imports them for listenUDP, listenUNIX...
     "twisted.internet.udp": "0.15-0.25 MB with unix (udp, _multicast, unix, sendmsg)",
     "twisted.internet.unix": "see twisted.internet.udp",
+    # pycryptodome's DSA (imported by DSS) imports them for its PEM keys;
+    # flud.keys reads and writes its P-256 keys without them
+    "Crypto.IO.PEM": "0.6 MB with PKCS8 (they import AES, DES, 3DES, MD5, CMAC, SHA-1, KDF)",
+    "Crypto.IO.PKCS8": "see Crypto.IO.PEM",
 }
 
 _LAZY_LOCK = threading.RLock()

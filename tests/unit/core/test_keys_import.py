@@ -78,3 +78,33 @@ def test_a_node_and_its_peers_keys_build_p256_alone():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_private_pem_is_what_pycryptodome_exports(seed):
+    key = ECC.generate(curve="P-256")
+    identity = Identity(key)
+    assert identity.private_pem() == key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
+
+
+def test_a_node_never_loads_pycryptodome_pem_pkcs8_aes_or_kdfs():
+    code = (
+        "import sys\n"
+        "from flud.lean import defer_unused_imports\n"
+        "defer_unused_imports()\n"
+        "from flud.keys import Identity, self_signed_cert_pem\n"
+        "import tempfile\n"
+        "home = tempfile.mkdtemp()\n"
+        "me = Identity.load_or_create(home)\n"
+        "self_signed_cert_pem(me)\n"
+        "assert Identity.load_or_create(home).node_id == me.node_id\n"
+        "peer = Identity.generate()\n"
+        "assert Identity.verify(peer.public_der, b'hi', peer.sign(b'hi'))\n"
+        "names = ('Crypto.IO.PEM', 'Crypto.IO.PKCS8', 'Crypto.IO._PBES', 'Crypto.Cipher.AES',\n"
+        "         'Crypto.Cipher.DES3', 'Crypto.Protocol.KDF', 'Crypto.Hash.MD5')\n"
+        "print([n for n in names if n in sys.modules\n"
+        "       and type(sys.modules[n]).__name__ != '_LazyModule'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
