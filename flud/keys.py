@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import os
-import secrets
 import stat
 import struct
 from pathlib import Path
@@ -133,7 +131,9 @@ class Identity:
 
     @staticmethod
     def node_id_of(public_der: bytes) -> bytes:
-        return hashlib.sha256(public_der).digest()
+        # pycryptodome's SHA-256, already loaded for signatures: hashlib (with
+        # hmac and secrets) would cost a node 0.7 MB (see flud.lean.spare_for_node)
+        return SHA256.new(public_der).digest()
 
     def sign(self, data: bytes) -> bytes:
         """ECDSA over SHA-256, DER-encoded (the form X.509 and TLS use)."""
@@ -226,7 +226,7 @@ def write_private_file(path: str | os.PathLike, data: bytes) -> None:
     target, then the directory fsynced so the rename survives a crash.
     """
     path = Path(path)
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    temp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")  # secrets.token_hex(4)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -382,6 +382,7 @@ def _stretch(passphrase: str, salt: bytes, log2_n: int, r: int, p: int) -> tuple
 
 def export_secret_bundle(identity: Identity, user_secret: bytes, passphrase: str) -> bytes:
     """Everything needed to restore from nothing, sealed under a passphrase."""
+    import secrets
     salt = secrets.token_bytes(_SALT_LENGTH)
     nonce = secrets.token_bytes(_NONCE_LENGTH)
     key, check = _stretch(passphrase, salt, SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P)
@@ -396,6 +397,7 @@ def export_secret_bundle(identity: Identity, user_secret: bytes, passphrase: str
 
 def import_secret_bundle(blob: bytes, passphrase: str) -> tuple[Identity, bytes]:
     """Returns (identity, user_secret); raises WrongPassphrase or BadKeyFile."""
+    import secrets
     damaged = "the key bundle is damaged ({}); use another copy of your exported key"
     if len(blob) < _HEADER.size + _TAG_LENGTH:
         raise BadKeyFile(damaged.format("too short"))

@@ -9,7 +9,8 @@ not loaded, without changing what any code sees.
 - Stand-ins for one `from X import ...` in one module: twisted.internet.defer
   imports asyncio for one function (iscoroutine) and two names used only in
   annotations; twisted.python.compat imports html for one deprecated alias
-  (escape). See import_sparing().
+  (escape); in a node only (spare_for_node), Crypto.Hash.HMAC imports hmac,
+  and with it hashlib, for compare_digest. See import_sparing().
 
 Figures are what each saves in an idle node's RSS, medians of 3, for a
 node in its own interpreter and a node forked by `flud testnet up`, added
@@ -110,6 +111,25 @@ def defer_unused_imports() -> None:
         lazy_import(name)
     import_compat_without_html()
     import_defer_without_asyncio()
+
+
+def spare_for_node() -> None:
+    """What only a node process spares (it runs before a node's imports, in
+    `flud node run` and in the launcher that forks nodes; other commands
+    load these modules anyway)."""
+    import_crypto_hmac_without_hashlib()
+
+
+def import_crypto_hmac_without_hashlib() -> bool:
+    """Crypto.Hash.HMAC (imported by Crypto.Signature.DSS) without the stdlib
+    hmac, which imports hashlib and _hashlib (OpenSSL's digests): 0.7 MB per
+    node, with flud.keys hashing with pycryptodome. It only wants
+    hmac.compare_digest: it gets the stdlib's other constant-time compare,
+    operator's _compare_digest, which hmac itself falls back to without
+    OpenSSL (same contract: bytes-like or ASCII str, timing independent of
+    the contents)."""
+    from _operator import _compare_digest
+    return import_sparing("Crypto.Hash.HMAC", "hmac", {"compare_digest": _compare_digest})
 
 
 def import_sparing(module_name: str, source: str, names: dict, lazy: tuple = ()) -> bool:

@@ -144,3 +144,35 @@ def test_import_sparing_serves_lazy_names_and_falls_back(tmp_path):
         print("ok")
     """, path=tmp_path)
     assert out == "ok"
+
+
+def test_a_node_spares_hashlib_and_pycryptodome_hmac_still_works():
+    sign = """
+        from Crypto.Hash import HMAC, SHA256
+        from Crypto.PublicKey import ECC
+        from Crypto.Signature import DSS
+        key = ECC.construct(curve="P-256", d=12345678901234567890)
+        mac = HMAC.new(b"key", b"message", digestmod=SHA256)
+        mac.verify(mac.digest())
+        mac.hexverify(mac.hexdigest())
+        try:
+            mac.verify(b"x" * 32)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a wrong MAC verified")
+        signature = DSS.new(key, "deterministic-rfc6979", encoding="der").sign(SHA256.new(b"m"))
+        print(signature.hex(), mac.hexdigest())
+    """
+    spared = run(textwrap.dedent("""
+        from flud.lean import defer_unused_imports, spare_for_node
+        defer_unused_imports()
+        spare_for_node()
+        from twisted.internet import reactor
+        import flud.node.service, storage.disk, flud.memory, flud.workers
+        from flud.keys import Identity
+        peer = Identity.generate()
+        assert Identity.verify(peer.public_der, b"hi", peer.sign(b"hi"))
+        assert [m for m in ("hashlib", "_hashlib", "hmac", "secrets") if m in sys.modules] == []
+    """) + textwrap.dedent(sign))
+    assert spared == run(sign)
