@@ -41,6 +41,10 @@ LAZY_MODULES = {
     # flud.keys reads and writes its P-256 keys without them
     "Crypto.IO.PEM": "0.6 MB with PKCS8 (they import AES, DES, 3DES, MD5, CMAC, SHA-1, KDF)",
     "Crypto.IO.PKCS8": "see Crypto.IO.PEM",
+    # ctypes.util (imported by pycryptodome) imports them; a node never runs
+    # a process and creates temporary files only for uploads
+    "subprocess": "0.4 MB with tempfile, given spare_pycryptodome_file_probe",
+    "tempfile": "see subprocess",
 }
 
 _LAZY_LOCK = threading.RLock()
@@ -117,7 +121,30 @@ def spare_for_node() -> None:
     """What only a node process spares (it runs before a node's imports, in
     `flud node run` and in the launcher that forks nodes; other commands
     load these modules anyway)."""
+    spare_pycryptodome_file_probe()  # first: HMAC loads a native library
     import_crypto_hmac_without_hashlib()
+
+
+def spare_pycryptodome_file_probe() -> bool:
+    """pycryptodome loads its first native library through
+    platform.architecture(), which runs `file -b` on the interpreter in a
+    subprocess (a fork and exec at every start, and the subprocess module),
+    and uses the answer only to tell Windows apart. For an ELF interpreter
+    on Linux, give it in advance what `file` makes platform.architecture()
+    say: (bits, "ELF")."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        with open(sys.executable, "rb") as f:
+            header = f.read(5)
+        from Crypto.Util import _raw_api
+        cache = _raw_api.cached_architecture
+    except (OSError, ImportError, AttributeError):
+        return False
+    if cache or header[:4] != b"\x7fELF" or header[4:5] not in (b"\x01", b"\x02"):
+        return False
+    cache[:] = ("32bit" if header[4:5] == b"\x01" else "64bit", "ELF")
+    return True
 
 
 def import_crypto_hmac_without_hashlib() -> bool:

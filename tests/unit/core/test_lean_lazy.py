@@ -25,13 +25,14 @@ def loaded(names):
 
 NODE_SPARES = ("asyncio", "html", "pickle", "ipaddress", "bz2", "lzma", "twisted.internet.udp",
                "twisted.internet.unix", "twisted.application.service", "twisted.plugin",
-               "zipfile", "http.cookiejar")
+               "zipfile", "http.cookiejar", "subprocess", "tempfile")
 
 
 def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
     out = run(f"""
-        from flud.lean import defer_unused_imports
+        from flud.lean import defer_unused_imports, spare_for_node
         defer_unused_imports()
+        spare_for_node()
         from twisted.internet import reactor
         import argparse, flud.node.run, flud.node.service, storage.disk, flud.memory, flud.workers
         argparse.ArgumentParser().format_help()  # imports shutil, which imports bz2 and lzma
@@ -176,3 +177,27 @@ def test_a_node_spares_hashlib_and_pycryptodome_hmac_still_works():
         assert [m for m in ("hashlib", "_hashlib", "hmac", "secrets") if m in sys.modules] == []
     """) + textwrap.dedent(sign))
     assert spared == run(sign)
+
+
+def test_pycryptodome_gets_what_platform_architecture_says_without_running_file():
+    out = run("""
+        import sys
+        from flud.lean import defer_unused_imports, spare_for_node
+        defer_unused_imports()
+        spare_for_node()
+        from twisted.internet import reactor
+        import flud.node.service, storage.disk
+        from Crypto.Util import _raw_api
+        from Crypto.PublicKey import ECC
+        ECC.generate(curve="P-256")
+        assert [n for n in ("subprocess", "tempfile") if type(sys.modules[n]).__name__ != "_LazyModule"] == []
+        given = tuple(_raw_api.cached_architecture)
+        import platform, subprocess, tempfile, os
+        assert given == platform.architecture(), (given, platform.architecture())
+        assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True).stdout == b"1\\n"
+        fd, path = tempfile.mkstemp()
+        os.close(fd)
+        os.unlink(path)
+        print("ok")
+    """)
+    assert out == "ok"
