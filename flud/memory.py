@@ -42,7 +42,7 @@ MiB = 1 << 20
 DEFAULT_BUDGET = 64 * MiB
 DEFAULT_SAMPLE_INTERVAL = 0.25
 SNAPSHOT_TRANSFER_LIMIT = 50
-LOG_HEADER = "time,rss,active_transfers,buffered_bytes,peak_buffered"
+LOG_HEADER = "time,rss,active_transfers,buffered_bytes,peak_buffered,peak_transfer"
 
 _log = Logger()
 
@@ -381,7 +381,7 @@ class MemoryMonitor:
         if self._log_file is not None:
             self._log_file.write(
                 f"{self._clock() - self._epoch:.3f},{self.rss},{self.active_transfers},"
-                f"{self.buffered_bytes},{self.peak_buffered_bytes}\n"
+                f"{self.buffered_bytes},{self.peak_buffered_bytes},{self.peak_transfer_bytes}\n"
             )
         return self.rss
 

@@ -172,8 +172,8 @@ def test_csv_log(monitor, clock, rss, tmp_path):
     monitor.sample()  # no log open: nothing written
     assert path.read_text().splitlines() == [
         LOG_HEADER,
-        f"1.500,{10 * MiB},1,40,40",
-        f"1.750,{10 * MiB},1,0,40",
+        f"1.500,{10 * MiB},1,40,40,40",
+        f"1.750,{10 * MiB},1,0,40,40",
     ]
 
 
