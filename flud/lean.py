@@ -43,6 +43,9 @@ LAZY_MODULES = {
     "Crypto.IO.PKCS8": "see Crypto.IO.PEM",
     # ctypes.util (imported by pycryptodome) imports them; a node never runs
     # a process and creates temporary files only for uploads
+    # pycryptodome's ECC imports them for Ed25519 and Ed448 keys only
+    "Crypto.Hash.SHA512": "0.1 MB with SHAKE256 (and keccak)",
+    "Crypto.Hash.SHAKE256": "see Crypto.Hash.SHA512",
     "subprocess": "0.4 MB with tempfile, given spare_pycryptodome_file_probe",
     "tempfile": "see subprocess",
 }

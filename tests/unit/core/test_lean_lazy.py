@@ -25,7 +25,9 @@ def loaded(names):
 
 NODE_SPARES = ("asyncio", "html", "pickle", "ipaddress", "bz2", "lzma", "twisted.internet.udp",
                "twisted.internet.unix", "twisted.application.service", "twisted.plugin",
-               "zipfile", "http.cookiejar", "subprocess", "tempfile")
+               "zipfile", "http.cookiejar", "subprocess", "tempfile", "hashlib", "hmac",
+               "Crypto.IO.PEM", "Crypto.IO.PKCS8", "Crypto.Hash.SHA512", "Crypto.Hash.SHAKE256",
+               "Crypto.Cipher.AES", "Crypto.Protocol.KDF")
 
 
 def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
@@ -56,6 +58,16 @@ def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
             assert compat.escape is html.escape
         import http.cookiejar
         assert http.cookiejar.CookieJar
+        from Crypto.Hash import SHA512, SHAKE256
+        from Crypto.PublicKey import ECC
+        assert SHA512.new(b"").hexdigest().startswith("cf83e135")
+        assert SHAKE256.new(b"").read(4).hex() == "46b9dd2b"
+        ed = ECC.generate(curve="Ed25519")
+        assert ECC.import_key(ed.export_key(format="PEM")) == ed
+        from flud.keys import Identity, export_secret_bundle, import_secret_bundle
+        me = Identity.generate()
+        back, secret = import_secret_bundle(export_secret_bundle(me, b"s", "pw"), "pw")
+        assert back.node_id == me.node_id and secret == b"s"
         print("ok")
     """)
     assert out == "ok"
