@@ -37,6 +37,7 @@ from aggregator.tarball import END_OF_ARCHIVE
 from flud.client import manifest as manifests
 from flud.client.scan import scan
 from flud.client.gather import settle_all
+from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
 from flud.client.segments import challenges_for, prepare_segment, store_segment
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
@@ -134,10 +135,13 @@ class Backup:
 
     def _small_policy(self, small_file_limit):
         """The aggregator's own bound comes out of the budget: what is left
-        once the large files' segments and one small-file call are counted
-        (never more than its default, never less than one tar)."""
+        once the TLS send queues' allowance, the large files' segments and
+        one small-file call are counted (never more than its default, never
+        less than one tar)."""
         policy = FlushPolicy(small_file_limit=small_file_limit)
-        left = (self.monitor.budget_bytes - self.parallel_files * self.segment_footprint
+        budget = self.monitor.budget_bytes
+        left = (budget - min(SEND_ALLOWANCE_MAX, budget // SEND_ALLOWANCE_SHARE)
+                - self.parallel_files * self.segment_footprint
                 - policy.bundle_target - self._work_bytes(policy, policy.small_file_limit)
                 - self._credit_bytes(policy, SMALL_BATCH_BYTES, 0, 0))
         least = max(policy.tar_target, 2 * policy.bundle_target + 1)

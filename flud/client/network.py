@@ -9,6 +9,41 @@ from flud.client.placement import rank
 log = logging.getLogger("flud.client")
 
 CONNECT_TIMEOUT = 10.0
+# The TLS send queues get this share of the memory budget up front (a
+# sixteenth, at most 4 MiB: fifty busy connections queue at most ~4 MB, see
+# wire.READ_BUFFER), so what the connections queue is inside the budget too.
+SEND_ALLOWANCE_SHARE = 16
+SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
+
+
+class SendQueue:
+    """The wire's LocalParty.send_queue: hold()/release() of the ciphertext
+    queued in transports, drawn from an allowance reserved from the budget;
+    only a longer queue is counted on top of it (held)."""
+
+    def __init__(self, transfer):
+        self.transfer = transfer
+
+    @property
+    def closed(self) -> bool:
+        return self.transfer.closed
+
+    def hold(self, nbytes: int, what: str) -> None:
+        transfer = self.transfer
+        take = min(nbytes, transfer.reserved("allowance"))
+        transfer.hand_over(take, "allowance", transfer, what)
+        if nbytes > take:
+            transfer.hold(nbytes - take, what)
+
+    def release(self, nbytes: int, what: str) -> None:
+        transfer = self.transfer
+        held = min(nbytes, transfer.held(what))
+        if held:
+            transfer.release(held, what)
+        transfer.hand_over(nbytes - held, what, transfer, "allowance")
+
+    def close(self) -> None:
+        self.transfer.close()
 
 
 class NotEnoughNodes(Exception):
@@ -75,12 +110,18 @@ class Network:
         if conn is not None:
             conn.cancel(d)
 
-    def count_sends(self, monitor):
+    def count_sends(self, monitor) -> SendQueue:
         """Count the ciphertext every connection has queued in its transport
-        on one memory transfer ("network", held: it is a copy of buffers the
-        budget already admitted, bounded per connection by the wire). Returns
-        the transfer; close it when the run is over."""
-        queue = monitor.transfer("network", "TLS send queues")
+        on one memory transfer ("network"), out of an allowance reserved from
+        the budget now (at the start of a run: nothing else waits for it).
+        Close it when the run is over."""
+        transfer = monitor.transfer("network", "TLS send queues")
+        allowance = min(SEND_ALLOWANCE_MAX, monitor.budget_bytes // SEND_ALLOWANCE_SHARE)
+        granted = transfer.reserve(allowance, "allowance")
+        if not granted.called:  # the budget is taken: count the queues on top
+            granted.addErrback(lambda _: None)
+            granted.cancel()
+        queue = SendQueue(transfer)
         self.net.local.send_queue = queue
         return queue
 
