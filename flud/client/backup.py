@@ -38,7 +38,8 @@ from flud.client import manifest as manifests
 from flud.client.scan import scan
 from flud.client.gather import settle_all
 from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
-from flud.client.segments import challenges_for, prepare_segment, store_segment
+from flud.client.segments import (StoreFailed, challenges_for, prepare_segment,
+                                  store_segment)
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
@@ -243,7 +244,13 @@ class Backup:
             return blocks + (encoder.encode(blocks, list(range(k, n))) if n > k else [])
 
         def place(bundle_id, count):
-            return [nid.hex() for nid in self.network.place(bundle_id, count)]
+            nodes = self.network.place(bundle_id, count)
+            if len(nodes) < count:  # a bundle needs n holders and its spares
+                raise StoreFailed(
+                    f"only {len(nodes)} nodes are reachable; {count} are needed for a "
+                    f"bundle of small files (n={n} and {count - n} spares). Start more "
+                    f"nodes, or make a client home with a lower --n")
+            return [nid.hex() for nid in nodes]
 
         return Aggregator(self.policy, k, n, encode=encode,
                           hash=lambda b: blake3.blake3(b).digest(), place=place,
