@@ -1,21 +1,26 @@
 """Keeping a node's static footprint small: modules a node never uses are
 not loaded, without changing what any code sees.
 
-- Lazy modules (LAZY_MODULES): the module object exists at once, its code
-  runs on first use (any attribute but __spec__ / __name__ / __dict__).
+defer_unused_imports() (every flud command, first thing) installs an import
+hook that changes nothing until one of these modules is first imported:
+
+- Lazy modules (LAZY_MODULES): the import gives a module object whose code
+  runs on first use (any attribute but __spec__, __name__, __dict__).
   Twisted's compat module imports http.cookiejar, which drags in
   urllib.request, http.client and the email package (3.6 MB of RSS measured
   here); the others are listed with what they save.
-- Stand-ins for one `from X import ...` in one module: twisted.internet.defer
+- Modules imported sparing another (import_sparing): twisted.internet.defer
   imports asyncio for one function (iscoroutine) and two names used only in
   annotations; twisted.python.compat imports html for one deprecated alias
   (escape); in a node only (spare_for_node), Crypto.Hash.HMAC imports hmac,
-  and with it hashlib, for compare_digest. See import_sparing().
+  and with it hashlib, for compare_digest.
 
 Figures are what each saves in an idle node's RSS, medians of 3, for a
 node in its own interpreter and a node forked by `flud testnet up`, added
 one after the other in the order below.
 """
+import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -41,18 +46,37 @@ LAZY_MODULES = {
     # flud.keys reads and writes its P-256 keys without them
     "Crypto.IO.PEM": "0.6 MB with PKCS8 (they import AES, DES, 3DES, MD5, CMAC, SHA-1, KDF)",
     "Crypto.IO.PKCS8": "see Crypto.IO.PEM",
+    # pycryptodome's ECC imports them for Ed25519 and Ed448 keys only
+    "Crypto.Hash.SHA512": "0.15-0.2 MB with SHAKE256 (and keccak)",
+    "Crypto.Hash.SHAKE256": "see Crypto.Hash.SHA512",
     # ctypes.util (imported by pycryptodome) imports them; a node never runs
     # a process and creates temporary files only for uploads
-    # pycryptodome's ECC imports them for Ed25519 and Ed448 keys only
-    "Crypto.Hash.SHA512": "0.1 MB with SHAKE256 (and keccak)",
-    "Crypto.Hash.SHAKE256": "see Crypto.Hash.SHA512",
-    "subprocess": "0.4 MB with tempfile, given spare_pycryptodome_file_probe",
+    "subprocess": "0.2 MB with tempfile, given spare_pycryptodome_file_probe",
     "tempfile": "see subprocess",
 }
 
+_LAZY = set()   # names the hook makes lazy
+_PLANS = {}     # name -> (source, names, lazy): the hook imports it sparing source
+_SPARED = {}    # name -> whether its import did spare source
 _LAZY_LOCK = threading.RLock()
 _LOADING = set()  # ids of lazy modules whose code runs now (under _LAZY_LOCK)
 _PASS_THROUGH = frozenset(("__spec__", "__name__", "__dict__", "__class__"))
+
+
+def defer_unused_imports() -> None:
+    """Install the hook (cheap: nothing is imported now)."""
+    _LAZY.update(LAZY_MODULES)
+    _install_hook()
+    spare_on_import("twisted.python.compat", "html", {}, lazy=("escape",))
+    spare_on_import("twisted.internet.defer", "asyncio", _defer_stand_ins,
+                    lazy=("AbstractEventLoop", "Future"))
+
+
+def spare_for_node() -> None:
+    """What only a node process spares (it runs before a node's imports, in
+    `flud node run` and in the launcher that forks nodes)."""
+    spare_pycryptodome_file_probe()  # first: HMAC loads a native library
+    import_crypto_hmac_without_hashlib()
 
 
 class _LazyModule(types.ModuleType):
@@ -84,48 +108,161 @@ def _load(module) -> None:
             return  # loaded already, or its own code is running (this thread)
         _LOADING.add(id(module))
         try:
-            spec = module.__spec__
-            spec.loader.exec_module(module)
+            module.__spec__.loader.exec_module(module)
         finally:
             _LOADING.discard(id(module))
         module.__class__ = types.ModuleType
-        if sys.modules.get(spec.name) is not module:
-            raise ImportError(f"module {spec.name!r} replaced itself in sys.modules "
-                              f"while lazily loaded")
 
 
-def lazy_import(name: str) -> None:
-    """Put a lazy `name` in sys.modules (and on its parent package), unless
-    it is loaded already or cannot be loaded lazily (extension modules)."""
-    if name in sys.modules:
-        return
-    spec = importlib.util.find_spec(name)
-    if (spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module")
-            or spec.loader.create_module(spec) is not None):
-        return
-    module = importlib.util.module_from_spec(spec)
-    module.__class__ = _LazyModule
-    sys.modules[name] = module
-    parent, _, child = name.rpartition(".")
-    if parent:
-        # `from parent import child` then finds the attribute and does not
-        # go through the import system.
-        setattr(sys.modules[parent], child, module)
+def lazy_import(name: str):
+    """Import name now as a lazy module (unless it is imported already)."""
+    _LAZY.add(name)
+    _install_hook()
+    return importlib.import_module(name)
 
 
-def defer_unused_imports() -> None:
-    for name in LAZY_MODULES:
-        lazy_import(name)
-    import_compat_without_html()
-    import_defer_without_asyncio()
+def spare_on_import(module_name: str, source: str, names, lazy: tuple = ()) -> None:
+    """Whenever module_name is first imported, import it sparing source (see
+    import_sparing); names may be a callable that returns them, called then."""
+    if module_name not in sys.modules:
+        _PLANS[module_name] = (source, names, tuple(lazy))
+    _install_hook()
 
 
-def spare_for_node() -> None:
-    """What only a node process spares (it runs before a node's imports, in
-    `flud node run` and in the launcher that forks nodes; other commands
-    load these modules anyway)."""
-    spare_pycryptodome_file_probe()  # first: HMAC loads a native library
-    import_crypto_hmac_without_hashlib()
+def import_sparing(module_name: str, source: str, names, lazy: tuple = ()) -> bool:
+    """Import module_name now without importing source: the statement
+    `from source import ...` in module_name gets names[...] instead, and the
+    names in lazy are then removed from the module and served by a module
+    __getattr__ that imports source on first use (they must be used only
+    through the module, not as globals by its own functions).
+
+    Only that one module is answered differently, through a wrapper around
+    builtins.__import__ that exists while its body runs: no other module
+    sees anything but the real source, and sys.modules never holds a
+    stand-in, so a later `import source` is the real thing. If anything
+    fails, the module is run again the ordinary way. Returns True if source
+    was spared; False if not (or if either was imported already)."""
+    if module_name in sys.modules or source in sys.modules:
+        return False
+    spare_on_import(module_name, source, names, lazy)
+    importlib.import_module(module_name)
+    return _SPARED.pop(module_name, False)
+
+
+class _Hook:
+    """Meta path finder: for the names in _LAZY and _PLANS, the spec the
+    other finders give, with its loader wrapped."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _LAZY and name not in _PLANS:
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        if name in _PLANS:
+            spec.loader = _SparingLoader(loader, name)
+        elif loader.create_module(spec) is None:  # not for extension modules
+            spec.loader = _LazyLoader(loader)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def _install_hook() -> None:
+    if not any(isinstance(finder, _Hook) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Hook())
+
+
+class _WrappedLoader:
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return None
+
+    def _unwrap(self, module):
+        # from now on the module looks as if imported the ordinary way
+        module.__spec__.loader = self.loader
+        types.ModuleType.__setattr__(module, "__loader__", self.loader)
+
+
+class _LazyLoader(_WrappedLoader):
+    def exec_module(self, module):
+        self._unwrap(module)
+        module.__class__ = _LazyModule
+
+
+class _SparingLoader(_WrappedLoader):
+    def __init__(self, loader, name):
+        super().__init__(loader)
+        self.name = name
+
+    def exec_module(self, module):
+        self._unwrap(module)
+        source, names, lazy = _PLANS.pop(self.name)
+        _SPARED[self.name] = _exec_sparing(module, self.loader, self.name, source, names, lazy)
+
+
+def _exec_sparing(module, loader, module_name, source, names, lazy) -> bool:
+    if source in sys.modules:
+        loader.exec_module(module)
+        return False
+    try:
+        names = dict(names() if callable(names) else names)
+        stand_in = types.SimpleNamespace(**names, **{name: None for name in lazy})
+    except Exception:
+        loader.exec_module(module)
+        return False
+    import builtins
+    real_import = builtins.__import__
+
+    def import_for(name, globals=None, locals=None, fromlist=(), level=0):
+        if (name == source and not level and globals is not None
+                and globals.get("__name__") == module_name):
+            return stand_in
+        return real_import(name, globals, locals, fromlist, level)
+
+    module_dict = module.__dict__
+    initial = dict(module_dict)
+    builtins.__import__ = import_for
+    try:
+        loader.exec_module(module)
+    except Exception:
+        # It wants more from source than the stand-in has (or fails anyway):
+        # run it again, the ordinary way.
+        builtins.__import__ = real_import
+        module_dict.clear()
+        module_dict.update(initial)
+        loader.exec_module(module)
+        return False
+    finally:
+        builtins.__import__ = real_import
+    if "__getattr__" in module_dict or not all(module_dict.get(name, 0) is None for name in lazy):
+        # not the module this was written for: give it what source has
+        real = importlib.import_module(source)
+        for name in (*names, *lazy):
+            module_dict[name] = getattr(real, name)
+        return False
+    for name in lazy:
+        del module_dict[name]
+
+    def __getattr__(name):
+        if name in lazy:
+            value = getattr(importlib.import_module(source), name)
+            module_dict[name] = value
+            return value
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    module_dict["__getattr__"] = __getattr__
+    return True
 
 
 def spare_pycryptodome_file_probe() -> bool:
@@ -152,7 +289,7 @@ def spare_pycryptodome_file_probe() -> bool:
 
 def import_crypto_hmac_without_hashlib() -> bool:
     """Crypto.Hash.HMAC (imported by Crypto.Signature.DSS) without the stdlib
-    hmac, which imports hashlib and _hashlib (OpenSSL's digests): 0.7 MB per
+    hmac, which imports hashlib and _hashlib (OpenSSL's digests): 0.3 MB per
     node, with flud.keys hashing with pycryptodome. It only wants
     hmac.compare_digest: it gets the stdlib's other constant-time compare,
     operator's _compare_digest, which hmac itself falls back to without
@@ -162,90 +299,29 @@ def import_crypto_hmac_without_hashlib() -> bool:
     return import_sparing("Crypto.Hash.HMAC", "hmac", {"compare_digest": _compare_digest})
 
 
-def import_sparing(module_name: str, source: str, names: dict, lazy: tuple = ()) -> bool:
-    """Import module_name without importing source: the statement
-    `from source import ...` in module_name gets names[...] instead, and the
-    names in lazy are then removed from the module and served by a module
-    __getattr__ that imports source on first use (they must be used only
-    through the module, not as globals by its own functions).
-
-    Only that one module is answered differently, through a wrapper around
-    builtins.__import__ that exists while its body runs: no other module
-    sees anything but the real source, and sys.modules never holds a
-    stand-in, so a later `import source` is the real thing. If anything
-    fails, the module gets the real source. Returns True if source was
-    spared; False if not (or if either was imported already)."""
-    if module_name in sys.modules or source in sys.modules:
-        return False
-    import builtins
-    real_import = builtins.__import__
-    stand_in = types.SimpleNamespace(**names, **{name: None for name in lazy})
-
-    def import_for(name, globals=None, locals=None, fromlist=(), level=0):
-        if (name == source and not level and globals is not None
-                and globals.get("__name__") == module_name):
-            return stand_in
-        return real_import(name, globals, locals, fromlist, level)
-
-    builtins.__import__ = import_for
-    try:
-        importlib.import_module(module_name)
-    except Exception:
-        sys.modules.pop(module_name, None)  # importlib removes it already
-    finally:
-        builtins.__import__ = real_import
-    module = sys.modules.get(module_name)
-    if module is None:  # it needs more from source than the stand-in has
-        importlib.import_module(module_name)
-        return False
-    # twisted.python.compat is a proxy in sys.modules: get the module itself
-    module_dict = sys.modules[module_name].__dict__
-    if not isinstance(module_dict, dict) or "__getattr__" in module_dict or not all(
-            module_dict.get(name, 0) is None for name in lazy):
-        # not the module this was written for: give it what source has
-        real = importlib.import_module(source)
-        for name in (*names, *lazy):
-            module_dict[name] = getattr(real, name)
-        return False
-    for name in lazy:
-        del module_dict[name]
-
-    def __getattr__(name):
-        if name in lazy:
-            value = getattr(importlib.import_module(source), name)
-            module_dict[name] = value
-            return value
-        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-
-    module_dict["__getattr__"] = __getattr__
-    return True
-
-
-
 def import_defer_without_asyncio() -> bool:
-    """twisted.internet.defer without asyncio: 1.5 MB per node.
+    """Import twisted.internet.defer now, without asyncio: 1.5 MB per node.
 
     defer does `from asyncio import AbstractEventLoop, Future, iscoroutine`;
     the asyncio package brings base_events, tasks, streams, subprocess,
     concurrent.futures and more that a node never runs. defer gets the
     stdlib's own iscoroutine; AbstractEventLoop and Future appear in its
     annotations only, and defer.Future / defer.AbstractEventLoop import the
-    real asyncio on first use."""
-    if "twisted.internet.defer" in sys.modules or "asyncio" in sys.modules:
-        return False
-    try:
-        iscoroutine = _stdlib_iscoroutine()
-    except Exception:
-        return False
-    return import_sparing("twisted.internet.defer", "asyncio", {"iscoroutine": iscoroutine},
+    real asyncio on first use. (defer_unused_imports arranges the same for
+    whenever defer is first imported.)"""
+    return import_sparing("twisted.internet.defer", "asyncio", _defer_stand_ins,
                           lazy=("AbstractEventLoop", "Future"))
+
+
+def _defer_stand_ins() -> dict:
+    return {"iscoroutine": _stdlib_iscoroutine()}
 
 
 def _stdlib_iscoroutine():
     """asyncio.iscoroutine without the asyncio package: its coroutines.py, run
     on its own (not in sys.modules; in 3.11 it imports only collections.abc,
-    inspect, os, sys, traceback and types, all loaded already)."""
-    spec = importlib.util.find_spec("asyncio")  # a top-level spec: nothing runs
+    inspect, os, sys, traceback and types)."""
+    spec = importlib.machinery.PathFinder.find_spec("asyncio")
     path = spec.origin.rsplit("/", 1)[0] + "/coroutines.py"
     spec = importlib.util.spec_from_file_location("asyncio.coroutines", path)
     module = importlib.util.module_from_spec(spec)
@@ -253,11 +329,10 @@ def _stdlib_iscoroutine():
     return module.iscoroutine
 
 
-def import_compat_without_html() -> bool:
-    """twisted.python.compat without html: 0.35-0.45 MB per node
-    (html.entities' tables). compat imports html.escape only to offer it as a deprecated
-    alias, compat.escape, which imports html on first use."""
-    return import_sparing("twisted.python.compat", "html", {}, lazy=("escape",))
+# twisted.python.compat without html: 0.35-0.45 MB per node (html.entities'
+# tables). compat imports html.escape only to offer it as a deprecated alias,
+# compat.escape, which then imports html on first use.
+
 
 def release_free_memory() -> None:
     """Hand memory freed during start-up back to the OS (glibc only)."""

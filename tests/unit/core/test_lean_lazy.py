@@ -213,3 +213,24 @@ def test_pycryptodome_gets_what_platform_architecture_says_without_running_file(
         print("ok")
     """)
     assert out == "ok"
+
+
+def test_the_hook_imports_nothing_itself_and_modules_look_ordinarily_imported():
+    out = run("""
+        import sys, importlib.machinery
+        before = set(sys.modules)
+        from flud.lean import defer_unused_imports
+        defer_unused_imports()
+        new = set(sys.modules) - before
+        assert not [m for m in new if m.split(".")[0] in ("twisted", "Crypto", "asyncio", "html")], new
+        import pickle
+        from twisted.internet import defer, udp
+        assert type(pickle).__name__ == "_LazyModule" and type(udp).__name__ == "_LazyModule"
+        assert "asyncio" not in sys.modules
+        for module in (pickle, udp, defer, sys.modules["twisted.python.compat"]):
+            assert isinstance(module.__loader__, importlib.machinery.SourceFileLoader), module
+            assert module.__spec__.loader is module.__loader__
+        assert pickle.dumps(1) and type(pickle) is type(sys)
+        print("ok")
+    """)
+    assert out == "ok"
