@@ -280,7 +280,8 @@ def _random_files(size: int, count: int) -> list:
     """count distinct random files of `size` bytes, made once and kept. Made in
     a child process: the kernel's peak RSS of a process we start counts the
     peak of the process that started it, which must stay small."""
-    data = os.path.join(common.RUN_DIR, "data", f"big-{size}")
+    # Not big-SIZE: bench_backup backs up that whole directory.
+    data = os.path.join(common.RUN_DIR, "data", f"conc-files-{size}")
     paths = [os.path.join(data, f"file-{j:02d}.bin") for j in range(count)]
     code = RANDOM_FILES.format(here=os.path.dirname(os.path.abspath(__file__)))
     common.run([common.PY, "-c", code, str(size), *paths], timeout=3600).check("random files")
