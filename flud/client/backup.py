@@ -9,15 +9,15 @@ be run again and sends only what is missing.
 
 Memory: every buffer comes out of the process budget (flud/memory.py) before
 it exists. A large file reserves its segment (kind "upload"). For small
-files, each pool call first reserves the most the aggregator may grow by
-(a free-standing "credit": about one bundle's shares, see
-Aggregator.add_cost) and, on the open bundle (kind "bundle"), the file being
-read and the parity of a bundle being coded ("work"). Afterwards what the
-aggregator holds is
+files, each pool call first reserves the most the aggregator may grow by (a
+free-standing "credit": about one bundle's shares, see Aggregator.add_cost)
+and, on the open bundle (kind "bundle"), the file being read and the parity
+of a bundle being coded ("work"). Afterwards what the aggregator holds is
 attributed to the open bundle ("building") and to one transfer per tar (kind
-"tar", "building" then "sealed" until the node confirmed it), and the rest
-goes back. When a reservation has to wait and no tar is on its way, open
-tars are sealed and sent, so memory comes back.
+"tar", "building" then "sealed" until its node answered), and the rest goes
+back. When a reservation has to wait and no tar is on its way, open tars are
+sealed and sent, so memory comes back. The TLS send queues have their
+allowance (Network.count_sends).
 """
 import hashlib
 import logging
@@ -363,12 +363,12 @@ class Backup:
         return [], False
 
     def _account_small(self):
-        """Attribute what the aggregator holds: the open bundle to the small
-        pipeline, each tar to its own transfer, taken out of the pipeline's
-        reservation. A tar that landed (or moved away) closes, and its bytes
-        go back to the budget; once no pool call is running, so does the
-        rest of the reservation. Bytes beyond what was reserved (shares moved
-        off a failed node) are counted all the same (held)."""
+        """Attribute what the aggregator holds, out of the credit: the open
+        bundle to its transfer, each tar to its own. A tar that landed (or
+        moved away) closes, and its bytes go back to the budget; once no pool
+        call is running, so does the rest of the credit and the work. Bytes
+        beyond what was reserved (shares moved off a failed node) are counted
+        all the same (held)."""
         if self._bundle_memory is None or self._bundle_memory.closed:
             return
         # A waiting reservation granted halfway would resume the small-file
