@@ -142,11 +142,19 @@ def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tm
     clock, home, network = world
     src = str(tmp_path / "src")
     small_tree(src, random.Random(4), count=200)
-    victim = sorted(network.nodes)[3]
-    network.nodes[victim].up = False  # every STORE to it fails
+    failed = []
+    call = network.call
+
+    def first_tar_fails(node_id, method, *args):
+        if method == "store" and len(args) > 2 and args[2] == 1 and not failed:
+            failed.append(node_id)
+            network.nodes[node_id].up = False  # that node is gone for good
+        return call(node_id, method, *args)
+
+    network.call = first_tar_fails
     summary, monitor, job, _ = run_backup(world, [src], budget=24 * MIB)
     assert summary["new"] == 200
-    assert victim in network.failed
+    assert failed and failed[0] in network.failed
     assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
 
