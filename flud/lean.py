@@ -207,8 +207,11 @@ class _SparingLoader(_WrappedLoader):
 
     def exec_module(self, module):
         self._unwrap(module)
-        source, names, lazy = _PLANS.pop(self.name)
-        _SPARED[self.name] = _exec_sparing(module, self.loader, self.name, source, names, lazy)
+        plan = _PLANS.pop(self.name, None)
+        if plan is None:  # another spec of it was run already
+            self.loader.exec_module(module)
+            return
+        _SPARED[self.name] = _exec_sparing(module, self.loader, self.name, *plan)
 
 
 def _exec_sparing(module, loader, module_name, source, names, lazy) -> bool:
