@@ -49,7 +49,11 @@ log = logging.getLogger("flud.client")
 MIB = 1024 * 1024
 
 SMALL_BATCH = 256            # small files handed to one pool call...
-SMALL_BATCH_BYTES = 1024 * 1024   # ...or this many bytes, whichever first
+SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
+# The credit one call may grow the aggregator by: this share of the budget
+# (at least one bundle's shares). Fewer, larger calls: the small files are
+# the critical path of a mixed backup, and every call waits for the reactor.
+CALL_CREDIT_SHARE = 8
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once (each with its window)
 # Segments of one file held at once (prepared or in flight). One 2 MiB
 # segment at 4-of-8 holds 2 MiB of ciphertext + 2 MiB of parity: the 4 MiB
@@ -157,14 +161,18 @@ class Backup:
         return largest + (self.n - self.k + 1) * block
 
     def _credit_bytes(self, policy, batch_bytes, bundle_bytes, tars):
-        """What one call may grow the aggregator by: at most one bundle's
-        shares (coding the open bundle and the files it takes), less for a
-        small batch. Aggregator.add_cost() is the exact bound per file, which
-        the worker checks; this sizes the reservation."""
+        """What one call may grow the aggregator by: n/k of the batch and of
+        the open bundle as shares, with their headers, but no more than a
+        share of the budget (at least one bundle's shares).
+        Aggregator.add_cost() is the exact bound per file, which the worker
+        checks; this sizes the reservation."""
         block = -(-policy.bundle_target // self.k)
         one_bundle = self.n * (block + MEMBER_OVERHEAD)
-        batch = -(-self.n * (batch_bytes + bundle_bytes) // self.k) + self.n * MEMBER_OVERHEAD
-        return min(one_bundle, batch) + len(END_OF_ARCHIVE) * (tars + 2 * self.n)
+        cap = max(one_bundle, self.monitor.budget_bytes // CALL_CREDIT_SHARE)
+        bundles = -(-(batch_bytes + bundle_bytes) // policy.bundle_target) + 1
+        batch = (-(-self.n * (batch_bytes + bundle_bytes) // self.k)
+                 + bundles * self.n * MEMBER_OVERHEAD)
+        return min(cap, batch) + len(END_OF_ARCHIVE) * (tars + 2 * self.n)
 
     # ---- the run --------------------------------------------------------------
 

@@ -23,10 +23,17 @@ class SendQueue:
 
     def __init__(self, transfer):
         self.transfer = transfer
+        self.allowance = transfer.reserved("allowance")
 
     @property
     def closed(self) -> bool:
         return self.transfer.closed
+
+    def room(self) -> int:
+        """What wider windows may still take (wire.Connection queues more than
+        its transport's bufferSize while there is room, see SEND_WINDOW): the
+        allowance left, less the half kept for the ordinary queues."""
+        return self.transfer.reserved("allowance") - self.allowance // 2
 
     def hold(self, nbytes: int, what: str) -> None:
         transfer = self.transfer

@@ -38,6 +38,11 @@ IDLE_TIMEOUT = 120.0
 # producer once its transport holds more than this (the same attribute), so it
 # also bounds the ciphertext queued per connection: READ_BUFFER + SEND_PIECE.
 READ_BUFFER = 64 * 1024
+# A connection whose party counts its send queues against an allowance
+# (LocalParty.send_queue with room()) may queue up to this much while the
+# allowance lasts: fewer, larger socket writes (each costs the sender and the
+# receiver a fixed price on top of the copy).
+SEND_WINDOW = 256 * 1024
 # A streamed answer up to this size is received into one buffer made when its
 # head arrives (its size is in the head); larger ones are joined at the end.
 PREALLOCATE_LIMIT = 256 * 1024 * 1024
@@ -158,6 +163,7 @@ class Connection(protocol.Protocol):
         self._plain_bytes = 0
         self._queued = 0  # ciphertext counted as queued in the transport...
         self._counted_on = None  # ...on this memory transfer
+        self._since_drain = 0  # ciphertext written since the transport last drained
         self._timer = None
         self._last_activity = 0.0
         self.bytes_in = 0
@@ -228,6 +234,7 @@ class Connection(protocol.Protocol):
     def resumeProducing(self):
         # The transport wrote out everything it held.
         self._paused = False
+        self._since_drain = 0
         self._count_queued(0)
         self._send_plain()
         self._pump()
@@ -415,7 +422,7 @@ class Connection(protocol.Protocol):
         A stream's next chunk is read only once everything before it is
         encrypted: one chunk read ahead per connection, not per stream."""
         session = self.session
-        while self._streams and not self._paused and not self.closed and not self._plain:
+        while self._streams and not self.closed and not self._plain and self._may_send():
             stream = self._streams.popleft()
             chunk, stream.held = stream.held, None
             if chunk is None:
@@ -473,7 +480,7 @@ class Connection(protocol.Protocol):
         encrypt = self._tls.encrypt
         wrote = 0
         try:
-            while plain and not self._paused:
+            while plain and self._may_send():
                 chunk = plain[0]
                 if len(chunk) <= SEND_PIECE:
                     plain.popleft()
@@ -485,6 +492,7 @@ class Connection(protocol.Protocol):
                 ciphertext = encrypt(piece)
                 wrote += len(ciphertext)
                 self.bytes_out += len(ciphertext)
+                self._since_drain += len(ciphertext)
                 self.transport.write(ciphertext)  # may pause us at once
         except TLSFailed as err:
             self._fail(err)
@@ -492,6 +500,17 @@ class Connection(protocol.Protocol):
         if wrote and getattr(self.local, "send_queue", None) is not None:
             backlog = _transport_backlog(self.transport)
             self._count_queued(self._queued + wrote if backlog is None else backlog)
+
+    def _may_send(self) -> bool:
+        """Not paused by the transport, or paused but still inside a wider
+        window the party's send-queue allowance has room for."""
+        if not self._paused:
+            return True
+        if self._since_drain >= SEND_WINDOW:
+            return False
+        queue = getattr(self.local, "send_queue", None)
+        room = getattr(queue, "room", None)
+        return room is not None and not queue.closed and room() >= SEND_WINDOW
 
     def _write(self, data):
         """Handshake bytes: straight to the transport (no frames wait yet)."""
