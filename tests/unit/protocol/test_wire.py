@@ -540,3 +540,57 @@ def test_a_lost_connection_releases_what_it_had_queued(node, client_party, handl
     pair.client.transport.loseConnection()
     pair.flush()
     assert pair.client.closed and monitor.buffered_bytes == 0
+
+
+class _RoomyQueue:
+    """A send queue with an allowance (see flud.client.network.SendQueue)."""
+
+    def __init__(self, room):
+        self.closed = False
+        self.held = 0
+        self._room = room
+
+    def room(self):
+        return self._room
+
+    def hold(self, nbytes, what):
+        self.held += nbytes
+
+    def release(self, nbytes, what):
+        self.held -= nbytes
+
+
+@pytest.mark.parametrize("room, limit", [(10 * 1024 * 1024, "window"), (0, "transport")])
+def test_a_send_allowance_with_room_widens_the_window(node, client_party, handlers, room,
+                                                      limit):
+    """Past the transport's pause, a connection keeps writing up to
+    SEND_WINDOW while its party's allowance has room: larger socket writes."""
+    from flud.protocol.tls import SEND_PIECE
+    from flud.protocol.wire import READ_BUFFER, SEND_WINDOW
+
+    client_party.send_queue = _RoomyQueue(room)
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler)
+    pair.client.resumeProducing()
+    written = []
+    transport_write = pair.client.transport.write
+
+    def write(data):
+        transport_write(data)
+        written.append(len(data))
+        if sum(written) > READ_BUFFER:
+            pair.client.pauseProducing()
+
+    pair.client.transport.write = write
+    data = bytes(range(256)) * (2 * 1024 * 1024 // 256)
+    Outcome(PeerClient(pair.client).store(key_of(data), data))
+    per_turn = []
+    while sum(len(d) for (_, _, d, _) in server_handler.data) < len(data):
+        per_turn.append(sum(written))
+        pair.flush()
+        written.clear()
+        pair.client.resumeProducing()
+    bound = SEND_WINDOW if limit == "window" else READ_BUFFER
+    assert max(per_turn) <= bound + SEND_PIECE + 64
+    assert max(per_turn) > bound - SEND_PIECE  # and it does fill up to it
+    assert client_party.send_queue.held == sum(written)
