@@ -334,15 +334,23 @@ class Backup:
         the aggregator grows by at most `credit` (reserved by the caller) and
         stays under its own bound. Returns (files not taken, over the bound?).
         The first file always goes in, so every call makes progress."""
-        secret = self.home.secret
-        aggregator = self.aggregator
+        done = []  # sizes of the files taken, reported in one go
+        try:
+            return self._aggregate_files(batch, credit, content_of, known, self.home.secret,
+                                         self.aggregator, done)
+        finally:
+            if done:
+                self.reactor.callFromThread(self._files_done, done)
+
+    def _aggregate_files(self, batch, credit, content_of, known, secret, aggregator, done):
         used = 0
         for i, entry in enumerate(batch):
-            with self._aggregator_lock:
-                if aggregator.must_drain():
-                    return batch[i:], True
-                if i and used + aggregator.add_cost(entry.size) > credit:
-                    return batch[i:], False
+            # Without the lock: a few counters, read while the reactor may
+            # confirm a tar (which only lowers them); checked again below.
+            if aggregator.must_drain():
+                return batch[i:], True
+            if i and used + aggregator.add_cost(entry.size) > credit:
+                return batch[i:], False
             try:
                 data = _read_small(entry)
             except (OSError, FileChanged) as err:
@@ -367,8 +375,12 @@ class Backup:
             del data
             content_of[entry.path] = content_id
             self.counters["bytes_read"] += entry.size
-            self.reactor.callFromThread(self.progress.file_done, entry.size)
+            done.append(entry.size)
         return [], False
+
+    def _files_done(self, sizes):
+        for size in sizes:
+            self.progress.file_done(size)
 
     def _account_small(self):
         """Attribute what the aggregator holds, out of the credit: the open

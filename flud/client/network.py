@@ -16,14 +16,22 @@ SEND_ALLOWANCE_SHARE = 16
 SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
 
 
+# The memory transfer follows the queues once they moved this much (or
+# drained): the connections report every write, thousands a second.
+SEND_SYNC_STEP = 64 * 1024
+
+
 class SendQueue:
     """The wire's LocalParty.send_queue: hold()/release() of the ciphertext
     queued in transports, drawn from an allowance reserved from the budget;
-    only a longer queue is counted on top of it (held)."""
+    only a longer queue is counted on top of it (held). The transfer lags the
+    queues by less than SEND_SYNC_STEP, and is exact when they drain."""
 
     def __init__(self, transfer):
         self.transfer = transfer
         self.allowance = transfer.reserved("allowance")
+        self.queued = 0     # as the connections report it
+        self._counted = 0   # as the transfer counts it
 
     @property
     def closed(self) -> bool:
@@ -33,21 +41,32 @@ class SendQueue:
         """What wider windows may still take (wire.Connection queues more than
         its transport's bufferSize while there is room, see SEND_WINDOW): the
         allowance left, less the half kept for the ordinary queues."""
-        return self.transfer.reserved("allowance") - self.allowance // 2
+        return self.allowance - self.queued - self.allowance // 2
 
     def hold(self, nbytes: int, what: str) -> None:
-        transfer = self.transfer
-        take = min(nbytes, transfer.reserved("allowance"))
-        transfer.hand_over(take, "allowance", transfer, what)
-        if nbytes > take:
-            transfer.hold(nbytes - take, what)
+        self.queued += nbytes
+        self._sync(what)
 
     def release(self, nbytes: int, what: str) -> None:
+        self.queued -= nbytes
+        self._sync(what)
+
+    def _sync(self, what: str) -> None:
+        delta = self.queued - self._counted
+        if (self.queued and -SEND_SYNC_STEP < delta < SEND_SYNC_STEP) or self.closed:
+            return
         transfer = self.transfer
-        held = min(nbytes, transfer.held(what))
-        if held:
-            transfer.release(held, what)
-        transfer.hand_over(nbytes - held, what, transfer, "allowance")
+        if delta > 0:
+            take = min(delta, transfer.reserved("allowance"))
+            transfer.hand_over(take, "allowance", transfer, what)
+            if delta > take:
+                transfer.hold(delta - take, what)
+        elif delta < 0:
+            held = min(-delta, transfer.held(what))
+            if held:
+                transfer.release(held, what)
+            transfer.hand_over(-delta - held, what, transfer, "allowance")
+        self._counted = self.queued
 
     def close(self) -> None:
         self.transfer.close()

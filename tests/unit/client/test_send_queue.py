@@ -28,6 +28,26 @@ def test_queued_ciphertext_comes_out_of_the_allowance_then_is_held():
     assert queue.closed and monitor.buffered_bytes == 0
 
 
+def test_small_moves_reach_the_transfer_in_steps_and_a_drain_at_once():
+    from flud.client.network import SEND_SYNC_STEP
+
+    monitor = MemoryMonitor(rss_reader=lambda: 0, budget_bytes=10 * MIB)
+    transfer = monitor.transfer("network", "TLS send queues")
+    transfer.reserve(MIB, "allowance")
+    queue = SendQueue(transfer)
+    queue.hold(1000, "tls")
+    queue.hold(1000, "tls")
+    assert queue.queued == 2000 and transfer.reserved("tls") == 0  # not yet
+    assert queue.room() == MIB - 2000 - MIB // 2  # the wire sees it at once
+    queue.hold(SEND_SYNC_STEP, "tls")
+    assert transfer.reserved("tls") == SEND_SYNC_STEP + 2000
+    queue.release(SEND_SYNC_STEP + 1000, "tls")
+    assert transfer.reserved("tls") == 1000
+    queue.release(1000, "tls")  # drained: exact
+    assert transfer.reserved("tls") == 0 and transfer.reserved("allowance") == MIB
+    assert monitor.buffered_bytes == MIB
+
+
 def test_count_sends_reserves_a_share_of_the_budget_for_the_run(tmp_path):
     home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
     network = Network(FakeReactor(), home.path, [])
@@ -43,6 +63,7 @@ def test_count_sends_reserves_a_share_of_the_budget_for_the_run(tmp_path):
     monitor.reserve(16 * MIB)
     queue = network.count_sends(monitor)
     assert monitor.waiting_reservations == 0 and queue.transfer.current_bytes == 0
-    queue.hold(1000, "tls")
-    assert monitor.buffered_bytes == 16 * MIB + 1000
+    from flud.client.network import SEND_SYNC_STEP
+    queue.hold(SEND_SYNC_STEP, "tls")
+    assert monitor.buffered_bytes == 16 * MIB + SEND_SYNC_STEP
     network.close()
