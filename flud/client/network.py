@@ -17,8 +17,8 @@ SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
 
 
 # The memory transfer follows the queues once they moved this much (or
-# drained): the connections report every write, thousands a second.
-SEND_SYNC_STEP = 64 * 1024
+# drained): the connections report every burst of writes, thousands a second.
+SEND_SYNC_STEP = 256 * 1024
 
 
 class SendQueue:
@@ -53,7 +53,9 @@ class SendQueue:
 
     def _sync(self, what: str) -> None:
         delta = self.queued - self._counted
-        if (self.queued and -SEND_SYNC_STEP < delta < SEND_SYNC_STEP) or self.closed:
+        if self.queued and -SEND_SYNC_STEP < delta < SEND_SYNC_STEP:
+            return
+        if self.closed:
             return
         transfer = self.transfer
         if delta > 0:
