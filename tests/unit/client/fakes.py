@@ -108,3 +108,13 @@ def run_until(clock, d, step=0.005, limit=200000):
     if isinstance(out[0], Failure):
         out[0].raiseException()
     return out[0]
+
+
+def make_world(tmp_path, nodes: int):
+    """(clock, client home, in-memory network of `nodes` nodes) for pipeline tests."""
+    from flud.client.home import create_home
+    clock = FakeReactor()
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
+    network = FakeNetwork(clock, nodes=nodes)
+    network.client_id = home.identity.node_id
+    return clock, home, network

@@ -12,7 +12,7 @@ from flud.client.progress import Progress
 from flud.client.restore import Restore
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import FakeNetwork, FakeReactor, run_until
+from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -28,11 +28,7 @@ def small_tree(root, rng, count=300, largest=200_000):
 
 @pytest.fixture
 def world(tmp_path):
-    clock = FakeReactor()
-    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
-    network = FakeNetwork(clock, nodes=20)
-    network.client_id = home.identity.node_id
-    return clock, home, network
+    return make_world(tmp_path, nodes=20)
 
 
 class CheckedBackup(Backup):

@@ -11,7 +11,7 @@ from flud.client.progress import Progress
 from flud.client.restore import Restore
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import FakeNetwork, FakeReactor, run_until
+from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -35,11 +35,7 @@ def make_tree(root, rng, large=(3 * MIB, 2 * MIB + 17), small=40):
 
 @pytest.fixture
 def world(tmp_path):
-    clock = FakeReactor()
-    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
-    network = FakeNetwork(clock, nodes=12)
-    network.client_id = home.identity.node_id
-    return clock, home, network
+    return make_world(tmp_path, nodes=12)
 
 
 def run_backup(world, paths, budget=64 * MIB):
