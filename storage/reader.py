@@ -6,10 +6,12 @@ past it, so a member read from an archive cannot leak its neighbours.
 
 from __future__ import annotations
 
+import errno
 import os
 
 import blake3
 
+from storage.direct import pread_direct
 from storage.fileio import read_exactly
 from storage.limits import IO_CHUNK
 
@@ -63,6 +65,17 @@ class FileReader(Reader):
         if not self.closed:
             os.close(self._fd)
         super().close()
+
+
+class DirectFileReader(FileReader):
+    """A FileReader over an O_DIRECT descriptor: large reads skip the page cache."""
+
+    def _read_at(self, position: int, n: int) -> bytes:
+        data = pread_direct(self._fd, n, position)
+        if len(data) != n:
+            raise OSError(errno.EIO, f"stored file ends early at byte {position + len(data)}; "
+                          "it was truncated behind the store")
+        return data
 
 
 class BytesReader(Reader):

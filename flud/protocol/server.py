@@ -9,7 +9,7 @@ import logging
 from twisted.internet import defer
 
 from flud.protocol import messages
-from flud.protocol.codec import DATA_CHUNK, Op
+from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.server")
@@ -112,7 +112,9 @@ class NodeHandler:
         if entry is None:
             return
         try:
-            entry[0].write(data)
+            upload = entry[0]
+            for piece in pieces_of(data):
+                upload.write(piece)
             self.counters["bytes_stored_in"] += len(data)
             if end:
                 self._commit(conn, rid)

@@ -19,7 +19,7 @@ from zope.interface import implementer
 from twisted.internet.interfaces import IPushProducer
 
 from flud.protocol import messages
-from flud.protocol.codec import DATA_CHUNK, Op
+from flud.protocol.codec import DATA_CHUNK, Op, Pieces, pieces_of
 from flud.protocol.errors import (AuthenticationFailed, ConnectionLost,
                                   ErrorCode, FrameError, RemoteError,
                                   code_for_exception)
@@ -404,10 +404,11 @@ class Connection(protocol.Protocol):
 
     @staticmethod
     def _deliver(item, data):
-        if item.sink is not None:
-            item.sink(data)
-        else:
-            item.add(data)
+        if item.sink is not None:  # one call per DATA frame, as the frame was sent
+            item.sink(data if type(data) is not Pieces else bytes(data))
+            return
+        for piece in pieces_of(data):  # straight into the preallocated answer
+            item.add(piece)
 
     def _drop_stream(self, rid):
         for stream in self._streams:

@@ -478,3 +478,29 @@ def test_large_payload_split_in_tls_sized_records():
     for i in range(0, len(frame), 16384):
         frames += parser.feed(memoryview(frame)[i:i + 16384])
     assert len(frames) == 1 and frames[0].payload == payload
+
+
+def test_a_data_payload_split_on_the_way_is_handed_over_as_views_of_its_pieces():
+    body = bytes(range(256)) * 64
+    frame = encode_frame(FrameType.DATA, 0, FLAG_END, 3, body)
+    cuts = [0, 5, HEADER_SIZE + 1000, HEADER_SIZE + 9000, len(frame)]
+    chunks = [frame[a:b] for a, b in zip(cuts, cuts[1:])]
+    parser = FrameParser()
+    frames = [f for chunk in chunks for f in parser.feed(chunk)]
+    [got] = frames
+    payload = got.payload
+    assert isinstance(payload, codec.Pieces) and len(payload) == len(body)
+    parts = codec.pieces_of(payload)
+    assert [len(p) for p in parts] == [1000, 8000, len(body) - 9000]
+    assert all(isinstance(p, (bytes, memoryview)) for p in parts)
+    assert b"".join(parts) == body and bytes(payload) == body and payload == body
+    assert parser.buffered == 0
+
+
+def test_control_frames_and_whole_data_frames_stay_one_buffer():
+    parser = FrameParser()
+    data = encode_frame(FrameType.DATA, 0, 0, 3, b"abc" * 10)
+    request = encode_frame(FrameType.REQUEST, 1, 0, 3, b"x" * 50)
+    first, second = parser.feed(request[:20]) + parser.feed(request[20:] + data)
+    assert type(first.payload) is bytes and first.payload == b"x" * 50
+    assert codec.pieces_of(second.payload) == (second.payload,) and second.payload == b"abc" * 10
