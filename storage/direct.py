@@ -118,29 +118,115 @@ class DirectWriter:
             STAGING.give(self._buffer)
 
 
-def pread_direct(fd: int, length: int, offset: int) -> bytes:
-    """length bytes at offset through an O_DIRECT descriptor (short at end of file).
+def _direct_pieces(fd: int, length: int, offset: int):
+    """Views of a staging buffer covering [offset, offset+length), in order,
+    each valid until the next one is asked for; short at the end of the file.
 
-    Reads the aligned blocks around the range into a staging buffer and copies
-    the range out: one device read per MiB, no page-cache pages.
+    Reads the aligned blocks around the range: one device read per MiB, no
+    page-cache pages.
     """
     buffer = STAGING.take()
     view = memoryview(buffer)
     try:
-        pieces = []
         while length:
             start = round_down(offset)
             want = min(round_up(offset + length) - start, STAGING_SIZE)
             got = os.preadv(fd, [view[:want]], start)
             usable = min(got - (offset - start), length)
             if usable <= 0:
-                break
-            pieces.append(bytes(view[offset - start : offset - start + usable]))
+                return
+            yield view[offset - start : offset - start + usable]
             offset += usable
             length -= usable
             if got < want:
-                break  # end of file
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                return  # end of file
     finally:
         view.release()
         STAGING.give(buffer)
+
+
+def pread_direct(fd: int, length: int, offset: int) -> bytes:
+    """length bytes at offset through an O_DIRECT descriptor (short at end of file)."""
+    pieces = [bytes(piece) for piece in _direct_pieces(fd, length, offset)]
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def readinto_direct(fd: int, target: memoryview, offset: int) -> int:
+    """Fill target from offset through an O_DIRECT descriptor; bytes read."""
+    filled = 0
+    for piece in _direct_pieces(fd, len(target), offset):
+        target[filled : filled + len(piece)] = piece
+        filled += len(piece)
+    return filled
+
+
+class SequentialReader:
+    """A file read front to back in large pieces, around the page cache where
+    the filesystem allows it (a backup reads each file once: caching it only
+    evicts what the user is working with)."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = open_direct(path, os.O_RDONLY)
+        self._file = open(path, "rb", buffering=0) if self._fd is None else None
+        self._offset = 0
+
+    def readinto(self, buffer) -> int:
+        if self._file is not None:
+            return self._file.readinto(buffer)
+        with memoryview(buffer) as view, view.cast("B") as target:
+            got = readinto_direct(self._fd, target, self._offset)
+        self._offset += got
+        return got
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        elif self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> SequentialReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class SequentialWriter:
+    """A new file written front to back, around the page cache where the
+    filesystem allows it; finish() makes every byte durable."""
+
+    def __init__(self, path: str, mode: int = 0o600) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            direct_fd = open_direct(path, os.O_WRONLY)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self._direct = DirectWriter(direct_fd) if direct_fd is not None else None
+
+    def write(self, data) -> None:
+        with memoryview(data) as view, view.cast("B") as octets:
+            if self._direct is not None:
+                self._direct.write(octets)
+            else:
+                write_all(self.fd, octets)
+
+    def finish(self) -> None:
+        if self._direct is not None:
+            self._direct.finish()
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> SequentialWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -43,6 +43,7 @@ from flud.client.segments import (StoreFailed, challenges_for, prepare_segment,
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
+from storage.direct import SequentialReader
 
 log = logging.getLogger("flud.client")
 
@@ -538,7 +539,7 @@ class Backup:
         window = defer.DeferredSemaphore(self.window)
         sending = []
         try:
-            with open(entry.path, "rb") as f:
+            with SequentialReader(entry.path) as f:
                 while True:
                     yield window.acquire()
                     if any(d.called and isinstance(d.result, Failure) for d in sending):

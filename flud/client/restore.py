@@ -16,6 +16,7 @@ from flud.client.gather import settle_all
 from flud.client.segments import FetchFailed, fetch_segment_pieces
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
+from storage.direct import SequentialWriter
 
 log = logging.getLogger("flud.client")
 
@@ -136,12 +137,13 @@ class Restore:
             return pieces
 
         try:
-            with open(temp, "wb") as out:
+            with SequentialWriter(temp) as out:
                 for i in range(min(SEGMENT_WINDOW, len(segs))):
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
                     pieces = yield ahead.pop(i)
-                    out.writelines(pieces)
+                    for piece in pieces:
+                        out.write(piece)
                     length = sum(len(p) for p in pieces)
                     del pieces
                     transfer.unreserve(segs[i][1], "segment")
@@ -149,8 +151,7 @@ class Restore:
                         ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
                     self.summary["retrieves"] += self.segment_coder.k
                     self.progress.bytes_done(length)
-                out.flush()
-                os.fsync(out.fileno())
+                out.finish()
             self._finish(path, temp, entry)
         except BaseException:
             for d in ahead.values():

@@ -153,3 +153,31 @@ def test_staging_buffers_are_reused_and_bounded():
     assert len(pool._spare) == direct.KEEP_SPARE
     assert sum(b.closed for b in buffers) == 2
     assert pool.take() is buffers[direct.KEEP_SPARE - 1]
+
+
+@pytest.mark.parametrize("direct_io", [True, False])
+def test_sequential_writer_and_reader_round_trip(tmp_path, monkeypatch, direct_io):
+    if direct_io and not _has_o_direct(tmp_path):
+        pytest.skip("this filesystem has no O_DIRECT")
+    if not direct_io:
+        monkeypatch.setattr(direct, "open_direct", lambda path, flags: None)
+    data = os.urandom(2 * direct.STAGING_SIZE + 4097)
+    path = str(tmp_path / "file")
+    with direct.SequentialWriter(path) as out:
+        for start in range(0, len(data), 300_007):
+            out.write(memoryview(data)[start:start + 300_007])
+        out.finish()
+    assert os.path.getsize(path) == len(data)
+    with open(path, "rb") as f:
+        assert f.read() == data
+    got = []
+    with direct.SequentialReader(path) as f:
+        while True:
+            buffer = bytearray(2 * 1024 * 1024)  # a segment, as the backup reads it
+            n = f.readinto(buffer)
+            if not n:
+                break
+            del buffer[n:]  # the reader left no view of the buffer behind
+            got.append(bytes(buffer))
+    assert [len(g) for g in got] == [2 * 1024 * 1024, 4097]
+    assert b"".join(got) == data
