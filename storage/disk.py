@@ -26,15 +26,14 @@ from zope.interface import implementer
 
 from storage.archives import STEP_INDEXED, STEP_RENAMED, STEP_SYNCED, ArchiveFiles, FaultHook
 from storage.capacity import CapacityLedger, Reservation, needs_compaction
-from storage.direct import DIRECT_MIN, DirectWriter, open_direct
 from storage.errors import NotFound, StorageError, StoreClosed
-from storage.fileio import (disk_full_as_no_space, fsync_dir, make_dirs_durably, start_writeback,
-                            write_all)
+from storage.fileio import (STREAMED_MIN, disk_full_as_no_space, drop_cached, fsync_dir,
+                            make_dirs_durably, start_writeback, write_all)
 from storage.index import Holding, Index
 from storage.interfaces import IShareStore
 from storage.layout import Layout, check_or_claim_format
 from storage.limits import KIND_SHARE
-from storage.reader import DirectFileReader, FileReader, Reader, verify_digest
+from storage.reader import FileReader, Reader, StreamingFileReader, verify_digest
 from storage.recovery import recover
 from storage.tarscan import TarMember, member_span
 from storage.upload import Upload
@@ -59,23 +58,8 @@ class _DiskUpload(Upload):
         self._store = store
         self.fd, self.path = tempfile.mkstemp(dir=store._layout.incoming, prefix=self.key.hex()[:16] + ".")
         self._flushed = 0  # bytes already handed to start_writeback
-        self._direct = None
-        if self.kind == KIND_SHARE and self.size >= DIRECT_MIN and store._direct_io:
-            try:
-                fd = open_direct(self.path, os.O_WRONLY)
-            except BaseException:
-                self._discard()
-                raise
-            if fd is None:
-                store._direct_io = False  # this filesystem has no O_DIRECT: stop trying
-            else:
-                self._direct = DirectWriter(fd)
 
     def _store_chunk(self, chunk: memoryview) -> None:
-        if self._direct is not None:
-            with disk_full_as_no_space("receiving an upload"):
-                self._direct.write(chunk)
-            return
         with disk_full_as_no_space("receiving an upload"):
             write_all(self.fd, chunk)
         if self._store._durable:
@@ -90,16 +74,7 @@ class _DiskUpload(Upload):
     def _publish_archive(self, members: list[TarMember], body_length: int, reservation: Reservation) -> list[bytes]:
         return self._store._publish_archive(self, members, body_length, reservation)
 
-    def finish_file(self) -> None:
-        """Every byte received is in the file (the direct writer's tail included)."""
-        if self._direct is not None:
-            with disk_full_as_no_space("saving a share"):
-                self._direct.finish()
-
     def close_file(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
-            self._direct = None
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -114,18 +89,15 @@ class _DiskUpload(Upload):
 
 @implementer(IShareStore)
 class ShareStore:
-    def __init__(self, root: str | os.PathLike, capacity: int, fsync: bool = True, *,
-                 fault_hook: FaultHook | None = None, direct_io: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike, capacity: int, fsync: bool = True, *, fault_hook: FaultHook | None = None) -> None:
         """Open (creating if new) the store at root and recover from any crash.
 
         fsync=False skips every fsync (tests only: a crash may then lose data).
         fault_hook(step) is called at each named compaction step (crash tests).
-        direct_io=False keeps every share in the page cache (see direct.py).
         """
         self._layout = Layout(root)
         self.root = self._layout.root
         self._durable = fsync
-        self._direct_io = direct_io  # large shares bypass the page cache (direct.py)
         os.makedirs(self._layout.root, exist_ok=True)
         check_or_claim_format(self._layout, fsync)
         for directory in (self._layout.incoming, self._layout.shares, self._layout.archives):
@@ -166,10 +138,11 @@ class ShareStore:
 
     def _publish_share(self, upload: _DiskUpload, reservation: Reservation) -> list[bytes]:
         key, owner = upload.key, upload.owner
-        upload.finish_file()
         if self._durable:
             with disk_full_as_no_space("saving a share"):
                 os.fsync(upload.fd)
+            if upload.size >= STREAMED_MIN:
+                drop_cached(upload.fd)  # clean now: its pages go back to be reused
         upload.close_file()
         final = self._layout.share_path(key)
         with self._locked():
@@ -247,12 +220,10 @@ class ShareStore:
             length = check_range(holding.length, offset, length)
             # Opened under the lock: the fd then pins bytes that match the offsets read.
             if holding.archive_id is None:
-                path = self._layout.share_path(key)
-                if length >= DIRECT_MIN and self._direct_io:
-                    fd = open_direct(path, os.O_RDONLY)
-                    if fd is not None:
-                        return DirectFileReader(fd, offset, length)
-                return FileReader(os.open(path, os.O_RDONLY), offset, length)
+                fd = os.open(self._layout.share_path(key), os.O_RDONLY)
+                if length >= STREAMED_MIN:
+                    return StreamingFileReader(fd, offset, length)
+                return FileReader(fd, offset, length)
             return FileReader(self._files.open_for_read(owner), holding.data_offset + offset, length)
 
     def verify(self, key: bytes, owner: bytes, nonce: bytes, offset: int, length: int) -> bytes:

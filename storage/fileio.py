@@ -87,6 +87,36 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
         function(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # advisory: errors ignored
 
 
+# Shares at least this large are streamed past the page cache (drop_cached);
+# smaller ones stay cached: they are the ones read again soon (check_load,
+# archive-sized objects).
+STREAMED_MIN = 128 * 1024
+
+
+def drop_cached(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Give a file's clean cached pages back to the kernel (length 0: to the end).
+
+    A node writes each share once and reads it back rarely, so caching shares
+    only evicts what is worth caching. And the pages given back are the ones
+    the next upload gets: measured in this machine's VM, filling pages that
+    were never touched costs 2 ms of system time per MB (the largest single
+    CPU cost of a backup on a 50-node testnet), filling recycled ones 0.2 ms.
+    Advisory: a no-op where unsupported; dirty pages are left alone.
+    """
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):
+        pass
+
+
+def read_soon(fd: int, offset: int, length: int) -> None:
+    """Start reading a range into the page cache in the background (advisory)."""
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except (AttributeError, OSError):
+        pass
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """Make a rename or a new entry in this directory durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -6,13 +6,11 @@ past it, so a member read from an archive cannot leak its neighbours.
 
 from __future__ import annotations
 
-import errno
 import os
 
 import blake3
 
-from storage.direct import pread_direct
-from storage.fileio import read_exactly
+from storage.fileio import drop_cached, read_exactly, read_soon
 from storage.limits import IO_CHUNK
 
 
@@ -67,14 +65,17 @@ class FileReader(Reader):
         super().close()
 
 
-class DirectFileReader(FileReader):
-    """A FileReader over an O_DIRECT descriptor: large reads skip the page cache."""
+class StreamingFileReader(FileReader):
+    """A FileReader for large ranges read front to back (a RETRIEVE stream):
+    each read asks the kernel for the next piece in the background and gives
+    back the pages just read (see fileio.drop_cached)."""
 
     def _read_at(self, position: int, n: int) -> bytes:
-        data = pread_direct(self._fd, n, position)
-        if len(data) != n:
-            raise OSError(errno.EIO, f"stored file ends early at byte {position + len(data)}; "
-                          "it was truncated behind the store")
+        data = super()._read_at(position, n)
+        following = position + n
+        if following < self._end:
+            read_soon(self._fd, following, min(IO_CHUNK, self._end - following))
+        drop_cached(self._fd, position, n)
         return data
 
 

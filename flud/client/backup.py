@@ -41,9 +41,9 @@ from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
 from flud.client.segments import (StoreFailed, challenges_for, prepare_segment,
                                   store_segment)
 from flud.coding import SegmentCoder
+from flud.client.directio import SequentialReader
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
-from storage.direct import SequentialReader
 
 log = logging.getLogger("flud.client")
 

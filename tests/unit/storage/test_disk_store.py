@@ -222,7 +222,7 @@ def test_large_upload_starts_writeback_as_it_goes(tmp_path, monkeypatch):
     monkeypatch.setattr(disk, "start_writeback",
                         lambda fd, offset, length: (calls.append((offset, length)),
                                                     real(fd, offset, length)))
-    store = ShareStore(tmp_path / "store", CAPACITY, fsync=True, direct_io=False)
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=True)
     data = os.urandom(2 * disk.WRITEBACK_STEP + 12345)
     with store.open_upload(key_of(data), ALICE, len(data)) as upload:
         for start in range(0, len(data), 1 << 20):

@@ -1,18 +1,16 @@
-"""Share bytes that bypass the page cache (O_DIRECT), where the filesystem allows it.
+"""Reading and writing whole files around the page cache (O_DIRECT).
 
-A node writes each share once and reads it back rarely (a restore, a repair),
-so caching shares only evicts what is worth caching (the index, archives,
-small hot shares). Through the page cache, every MB also costs a copy into
-pages the kernel must first find and zero: measured on this machine's VM, 2 ms
-of system time per MB for pages not touched before, the largest single CPU
-cost of a backup on a 50-node testnet. O_DIRECT moves the bytes between the
-device and one reused, aligned buffer instead (2 GB/s, 0.02 ms of CPU per MB).
+A backup reads each large file once and a restore writes each one once:
+caching them only evicts what the user is working with, and filling cache
+pages costs CPU (in this machine's VM, 2 ms of system time per MB for pages
+never touched before). O_DIRECT moves the bytes between the device and one
+reused, aligned buffer instead (2 GB/s, 0.02 ms of CPU per MB); a file the
+user has cached stays cached.
 
-O_DIRECT wants block-aligned offsets, lengths and memory: writes are gathered
-in an aligned staging buffer (an anonymous mmap is page-aligned) and the tail
-is written padded to a block, then the file is cut back to its true length.
-Filesystems without O_DIRECT (tmpfs) refuse the open; the caller then falls
-back to ordinary I/O.
+O_DIRECT wants block-aligned offsets, lengths and memory: data is gathered in
+an aligned staging buffer (an anonymous mmap is page-aligned), the tail is
+written padded to a block and the file cut back to its true length.
+Filesystems without O_DIRECT (tmpfs) refuse the open: plain I/O then.
 """
 
 from __future__ import annotations
@@ -23,15 +21,10 @@ import os
 import threading
 
 from storage.fileio import write_all
-from storage.limits import MIB
 
 ALIGN = 4096  # the largest logical block size in use; every offset and length is a multiple
-STAGING_SIZE = 1 * MIB  # one write per MiB: 2.2 GB/s here, against 1.9 at 256 KiB
+STAGING_SIZE = 1024 * 1024  # one write per MiB: 2.2 GB/s here, against 1.9 at 256 KiB
 KEEP_SPARE = 4  # staging buffers kept for reuse (reused pages are already mapped)
-
-# Uploads smaller than this, and reads shorter than this, use the page cache:
-# small shares are the ones read again soon (check_load, archive-sized data).
-DIRECT_MIN = 128 * 1024
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -143,12 +136,6 @@ def _direct_pieces(fd: int, length: int, offset: int):
     finally:
         view.release()
         STAGING.give(buffer)
-
-
-def pread_direct(fd: int, length: int, offset: int) -> bytes:
-    """length bytes at offset through an O_DIRECT descriptor (short at end of file)."""
-    pieces = [bytes(piece) for piece in _direct_pieces(fd, length, offset)]
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def readinto_direct(fd: int, target: memoryview, offset: int) -> int:

@@ -1,0 +1,115 @@
+"""Large files read for a backup and written by a restore go around the page
+cache (flud/client/directio.py): exact bytes, exact sizes, unaligned tails,
+a full disk, and plain I/O where O_DIRECT is refused."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from flud.client import directio
+
+
+def _has_o_direct(path) -> bool:
+    probe = os.path.join(path, "probe")
+    open(probe, "wb").close()
+    try:
+        fd = directio.open_direct(probe, os.O_RDONLY)
+    finally:
+        os.unlink(probe)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+@pytest.fixture(params=[True, False], ids=["o_direct", "plain"])
+def direct_io(request, tmp_path, monkeypatch):
+    """Runs a test with O_DIRECT and again as on a filesystem that refuses it."""
+    if request.param and not _has_o_direct(tmp_path):
+        pytest.skip("this filesystem has no O_DIRECT")
+    opened = []
+    real = directio.open_direct
+
+    def spy(path, flags):
+        fd = real(path, flags) if request.param else None
+        opened.append(fd is not None)
+        return fd
+
+    monkeypatch.setattr(directio, "open_direct", spy)
+    return opened
+
+
+def _write(path, data, piece=300_007):
+    with directio.SequentialWriter(path) as out:
+        for start in range(0, len(data), piece):
+            out.write(memoryview(data)[start:start + piece])
+        out.finish()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, directio.STAGING_SIZE, 2 * directio.STAGING_SIZE + 4097])
+def test_sequential_writer_and_reader_round_trip(tmp_path, direct_io, size):
+    data = os.urandom(size)
+    path = str(tmp_path / "file")
+    _write(path, data)
+    assert len(direct_io) == 1  # O_DIRECT asked for once per file
+    assert os.path.getsize(path) == size  # the padded tail was cut back
+    with open(path, "rb") as f:
+        assert f.read() == data
+    got = []
+    with directio.SequentialReader(path) as f:
+        while True:
+            buffer = bytearray(2 * 1024 * 1024)  # a segment, as the backup reads it
+            n = f.readinto(buffer)
+            if not n:
+                break
+            del buffer[n:]  # the reader left no view of the buffer behind
+            got.append(bytes(buffer))
+    assert b"".join(got) == data
+    assert all(len(g) == 2 * 1024 * 1024 for g in got[:-1])
+
+
+def test_readinto_direct_at_unaligned_offsets_and_past_the_end(tmp_path):
+    if not _has_o_direct(tmp_path):
+        pytest.skip("this filesystem has no O_DIRECT")
+    data = os.urandom(directio.STAGING_SIZE + 5000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = directio.open_direct(str(path), os.O_RDONLY)
+    try:
+        for offset, length in [(1, 200_000), (4095, directio.STAGING_SIZE + 2), (len(data) - 3000, 10_000),
+                               (len(data) + 4096, 10)]:
+            target = bytearray(length)
+            n = directio.readinto_direct(fd, memoryview(target), offset)
+            assert bytes(target[:n]) == data[offset:offset + length], (offset, length)
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_fails_the_write_loudly(tmp_path, direct_io, monkeypatch):
+    path = str(tmp_path / "file")
+    writer = directio.SequentialWriter(path)
+
+    def full(fd, view):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError) as failure:
+        writer.write(os.urandom(directio.STAGING_SIZE))
+        writer.finish()
+    assert failure.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    writer.close()
+    writer.close()  # twice: a no-op
+
+
+def test_staging_buffers_are_reused_and_bounded():
+    pool = directio._StagingPool()
+    buffers = [pool.take() for _ in range(directio.KEEP_SPARE + 2)]
+    for b in buffers:
+        pool.give(b)
+    assert len(pool._spare) == directio.KEEP_SPARE
+    assert sum(b.closed for b in buffers) == 2
+    assert pool.take() is buffers[directio.KEEP_SPARE - 1]

@@ -1,0 +1,76 @@
+"""Large shares are streamed past the page cache: their clean pages are given
+back once they are durable, and a RETRIEVE stream asks for its next piece
+ahead and gives back what it read (storage/fileio.drop_cached)."""
+
+from __future__ import annotations
+
+import os
+
+import storage.disk as disk
+import storage.reader as reader_module
+from storage.disk import ShareStore
+from storage.fileio import STREAMED_MIN
+from storage.limits import IO_CHUNK
+
+from .helpers import ALICE, CAPACITY, key_of, read_all
+
+
+def _spy(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def spy(fd, *args):
+        calls.append((name, *args))
+        return real(fd, *args)
+
+    monkeypatch.setattr(module, name, spy)
+
+
+def test_a_durable_large_share_gives_its_pages_back_once_synced(tmp_path, monkeypatch):
+    calls = []
+    _spy(monkeypatch, disk, "drop_cached", calls)
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync",)), real_fsync(fd)))
+    store = ShareStore(tmp_path / "store", CAPACITY)
+    small, large = os.urandom(STREAMED_MIN - 1), os.urandom(STREAMED_MIN)
+    store.put(key_of(small), ALICE, small)
+    assert ("drop_cached",) not in calls  # small shares stay cached: read again soon
+    calls.clear()
+    store.put(key_of(large), ALICE, large)
+    assert calls.index(("drop_cached",)) > calls.index(("fsync",))  # only clean pages go
+    assert read_all(store, key_of(large), ALICE) == large
+    store.close()
+
+
+def test_a_store_that_does_not_sync_keeps_its_pages(tmp_path, monkeypatch):
+    calls = []
+    _spy(monkeypatch, disk, "drop_cached", calls)
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    data = os.urandom(STREAMED_MIN * 2)
+    store.put(key_of(data), ALICE, data)
+    assert calls == []
+    store.close()
+
+
+def test_a_retrieve_stream_reads_ahead_and_gives_back_what_it_read(tmp_path, monkeypatch):
+    calls = []
+    _spy(monkeypatch, reader_module, "read_soon", calls)
+    _spy(monkeypatch, reader_module, "drop_cached", calls)
+    store = ShareStore(tmp_path / "store", CAPACITY)
+    data = os.urandom(2 * IO_CHUNK + 999)
+    store.put(key_of(data), ALICE, data)
+    first = 64 * 1024
+    with store.open_reader(key_of(data), ALICE) as reader:
+        got = [reader.read(first)]  # a RETRIEVE's first piece, then IO_CHUNK pieces
+        while piece := reader.read(IO_CHUNK):
+            got.append(piece)
+    assert b"".join(got) == data
+    assert calls == [
+        ("read_soon", first, IO_CHUNK), ("drop_cached", 0, first),
+        ("read_soon", first + IO_CHUNK, len(data) - first - IO_CHUNK), ("drop_cached", first, IO_CHUNK),
+        ("drop_cached", first + IO_CHUNK, len(data) - first - IO_CHUNK),
+    ]
+    calls.clear()
+    with store.open_reader(key_of(data), ALICE, 10, STREAMED_MIN - 1) as reader:
+        assert reader.read() == data[10:10 + STREAMED_MIN - 1]
+    assert calls == []  # a short range: plain reads, cache kept
+    store.close()
