@@ -28,7 +28,7 @@ from storage.archives import STEP_INDEXED, STEP_RENAMED, STEP_SYNCED, ArchiveFil
 from storage.capacity import CapacityLedger, Reservation, needs_compaction
 from storage.errors import NotFound, StorageError, StoreClosed
 from storage.fileio import (STREAMED_MIN, disk_full_as_no_space, drop_cached, fsync_dir,
-                            make_dirs_durably, start_writeback, write_all)
+                            make_dirs_durably, start_writeback, write_all_pieces)
 from storage.index import Holding, Index
 from storage.interfaces import IShareStore
 from storage.layout import Layout, check_or_claim_format
@@ -59,11 +59,11 @@ class _DiskUpload(Upload):
         self.fd, self.path = tempfile.mkstemp(dir=store._layout.incoming, prefix=self.key.hex()[:16] + ".")
         self._flushed = 0  # bytes already handed to start_writeback
 
-    def _store_chunk(self, chunk: memoryview) -> None:
+    def _store_pieces(self, views: list[memoryview]) -> None:
         with disk_full_as_no_space("receiving an upload"):
-            write_all(self.fd, chunk)
+            write_all_pieces(self.fd, views)
         if self._store._durable:
-            written = self.received + len(chunk)
+            written = self.received + sum(len(view) for view in views)
             if written - self._flushed >= WRITEBACK_STEP:
                 start_writeback(self.fd, self._flushed, written - self._flushed)
                 self._flushed = written

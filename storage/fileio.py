@@ -36,6 +36,19 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
+def write_all_pieces(fd: int, views: list[memoryview]) -> None:
+    """write_all of several buffers, in one writev while the kernel takes them whole."""
+    if len(views) == 1:
+        return write_all(fd, views[0])
+    written = os.writev(fd, views)
+    for view in views:
+        if written >= len(view):
+            written -= len(view)
+            continue
+        write_all(fd, view[written:])  # a short writev: the rest one by one
+        written = 0
+
+
 def read_exactly(fd: int, length: int, offset: int) -> bytes:
     """pread that fails loudly if the file is shorter than the index says."""
     pieces = []

@@ -34,6 +34,9 @@ class IUpload(Interface):
         BadArchive as soon as an archive's bytes stop being an acceptable tar;
         NoSpace if the disk is full."""
 
+    def write_pieces(pieces):
+        """write() of several buffers in order, as one write to the disk."""
+
     def commit():
         """Check size and BLAKE3 against the key (HashMismatch) and, for an archive,
         every member (BadArchive), make it visible durably, return the keys

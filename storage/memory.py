@@ -41,8 +41,9 @@ class _MemoryUpload(Upload):
         self._store = store
         self._buffer = bytearray()
 
-    def _store_chunk(self, chunk: memoryview) -> None:
-        self._buffer += chunk
+    def _store_pieces(self, views: list[memoryview]) -> None:
+        for view in views:
+            self._buffer += view
 
     def _publish_share(self, reservation: Reservation) -> list[bytes]:
         return self._store._publish_share(self.key, self.owner, bytes(self._buffer), reservation)

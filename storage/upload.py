@@ -2,7 +2,7 @@
 
 The base class hashes every chunk as it arrives (and scans archives as they
 arrive), enforces the declared size and runs the state machine. A subclass only
-says where chunks go (_store_chunk), how to make them visible (_publish) and how
+says where chunks go (_store_pieces), how to make them visible (_publish) and how
 to throw them away (_discard). Any error in write() or commit() aborts the
 upload: the caller never has to clean up after a failure.
 """
@@ -44,18 +44,25 @@ class Upload:
         self.abort()  # a no-op once committed
 
     def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        self.write_pieces((chunk,))
+
+    def write_pieces(self, pieces) -> None:
+        """Several buffers in order (a frame as it arrived in TLS records):
+        each is hashed as it is, and the disk gets them in one call."""
         self._require_open("write to")
-        view = memoryview(chunk).cast("B")
         try:
-            if self.received + len(view) > self.size:
+            views = [memoryview(piece).cast("B") for piece in pieces]
+            length = sum(len(view) for view in views)
+            if self.received + length > self.size:
                 raise TooLarge(
                     f"upload of {self.key.hex()} sent more than the {self.size} bytes it declared"
                 )
-            self._hasher.update(view)
-            if self._scanner is not None:
-                self._scanner.feed(view)
-            self._store_chunk(view)
-            self.received += len(view)
+            for view in views:
+                self._hasher.update(view)
+                if self._scanner is not None:
+                    self._scanner.feed(view)
+            self._store_pieces(views)
+            self.received += length
         except Exception:
             self._fail()
             raise
@@ -103,7 +110,7 @@ class Upload:
 
     # --- for subclasses ------------------------------------------------------
 
-    def _store_chunk(self, chunk: memoryview) -> None:
+    def _store_pieces(self, views: list[memoryview]) -> None:
         raise NotImplementedError
 
     def _publish_share(self, reservation: Reservation) -> list[bytes]:

@@ -112,9 +112,7 @@ class NodeHandler:
         if entry is None:
             return
         try:
-            upload = entry[0]
-            for piece in pieces_of(data):
-                upload.write(piece)
+            entry[0].write_pieces(pieces_of(data))
             self.counters["bytes_stored_in"] += len(data)
             if end:
                 self._commit(conn, rid)

@@ -74,3 +74,31 @@ def test_a_retrieve_stream_reads_ahead_and_gives_back_what_it_read(tmp_path, mon
         assert reader.read() == data[10:10 + STREAMED_MIN - 1]
     assert calls == []  # a short range: plain reads, cache kept
     store.close()
+
+
+def test_pieces_are_hashed_in_order_and_written_in_one_call(tmp_path, monkeypatch):
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    data = os.urandom(100_000)
+    writes = []
+    real_writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, views: (writes.append(len(views)), real_writev(fd, views))[1])
+    with store.open_upload(key_of(data), ALICE, len(data)) as upload:
+        upload.write_pieces([data[:10], memoryview(data)[10:50_000], bytearray(data[50_000:])])
+        upload.commit()
+    assert writes == [3]
+    assert read_all(store, key_of(data), ALICE) == data
+    store.close()
+
+
+def test_a_short_writev_is_finished_piece_by_piece(tmp_path, monkeypatch):
+    from storage.fileio import write_all_pieces
+
+    real_writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, views: real_writev(fd, [views[0], views[1][:7]]))
+    pieces = [b"a" * 5, b"b" * 20, b"c" * 9]
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        write_all_pieces(fd, [memoryview(p) for p in pieces])
+    finally:
+        os.close(fd)
+    assert (tmp_path / "f").read_bytes() == b"".join(pieces)
