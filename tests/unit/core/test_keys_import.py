@@ -75,9 +75,14 @@ def test_a_node_and_its_peers_keys_build_p256_alone():
         "assert not Identity.verify(peer.public_der, b'hellO', peer.sign(b'hello'))\n"
         "print(len({id(c) for c in _curves.curves.values()}))\n"
     )
+    assert _run_fresh(code) == "1"
+
+
+def _run_fresh(code: str) -> str:
+    """What code prints, run in a fresh interpreter (nothing imported yet)."""
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip() == "1"
+    return out.stdout.strip()
 
 
 @pytest.mark.parametrize("seed", range(50))
@@ -105,6 +110,4 @@ def test_a_node_never_loads_pycryptodome_pem_pkcs8_aes_or_kdfs():
         "print([n for n in names if n in sys.modules\n"
         "       and type(sys.modules[n]).__name__ != '_LazyModule'])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.strip() == "[]"
+    assert _run_fresh(code) == "[]"

@@ -480,6 +480,25 @@ def test_a_corrupted_tls_record_closes_the_connection(pair):
 
 # ---- memory: what waits for the network ----------------------------------------------
 
+
+def _pause_past_read_buffer(connection) -> list:
+    """Pause the connection once its transport holds more than READ_BUFFER
+    (what abstract.FileDescriptor does with bufferSize); returns the sizes
+    written, in order."""
+    from flud.protocol.wire import READ_BUFFER
+
+    written = []
+    transport_write = connection.transport.write
+
+    def write(data):
+        transport_write(data)
+        written.append(len(data))
+        if sum(written) > READ_BUFFER:
+            connection.pauseProducing()
+
+    connection.transport.write = write
+    return written
+
 def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
         node, client_party, handlers):
     """A transport pauses its producer once it holds more than its bufferSize
@@ -496,16 +515,7 @@ def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
     pair = connect(node, server_handler, client_party, client_handler)
     pair.client.resumeProducing()  # the HELLO went out
     assert monitor.buffered_bytes == 0
-    written = []
-    transport_write = pair.client.transport.write
-
-    def write(data):  # what abstract.FileDescriptor does with bufferSize
-        transport_write(data)
-        written.append(len(data))
-        if sum(written) > READ_BUFFER:
-            pair.client.pauseProducing()
-
-    pair.client.transport.write = write
+    written = _pause_past_read_buffer(pair.client)
     data = bytes(range(256)) * (3 * 1024 * 1024 // 256)
     Outcome(PeerClient(pair.client).store(key_of(data), data))
     record_overhead = 64
@@ -572,16 +582,7 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
     server_handler, client_handler = handlers
     pair = connect(node, server_handler, client_party, client_handler)
     pair.client.resumeProducing()
-    written = []
-    transport_write = pair.client.transport.write
-
-    def write(data):
-        transport_write(data)
-        written.append(len(data))
-        if sum(written) > READ_BUFFER:
-            pair.client.pauseProducing()
-
-    pair.client.transport.write = write
+    written = _pause_past_read_buffer(pair.client)
     data = bytes(range(256)) * (2 * 1024 * 1024 // 256)
     Outcome(PeerClient(pair.client).store(key_of(data), data))
     per_turn = []
