@@ -147,7 +147,18 @@ def readinto_direct(fd: int, target: memoryview, offset: int) -> int:
     return filled
 
 
-class SequentialReader:
+class _ClosedOnExit:
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class SequentialReader(_ClosedOnExit):
     """A file read front to back in large pieces, around the page cache where
     the filesystem allows it (a backup reads each file once: caching it only
     evicts what the user is working with)."""
@@ -172,14 +183,8 @@ class SequentialReader:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> SequentialReader:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-class SequentialWriter:
+class SequentialWriter(_ClosedOnExit):
     """A new file written front to back, around the page cache where the
     filesystem allows it; finish() makes every byte durable."""
 
@@ -211,9 +216,3 @@ class SequentialWriter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-
-    def __enter__(self) -> SequentialWriter:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
