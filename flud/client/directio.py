@@ -164,17 +164,27 @@ class SequentialReader(_ClosedOnExit):
     evicts what the user is working with)."""
 
     def __init__(self, path: str) -> None:
+        self._path = path
         self._fd = open_direct(path, os.O_RDONLY)
         self._file = open(path, "rb", buffering=0) if self._fd is None else None
         self._offset = 0
 
     def readinto(self, buffer) -> int:
-        if self._file is not None:
-            return self._file.readinto(buffer)
-        with memoryview(buffer) as view, view.cast("B") as target:
-            got = readinto_direct(self._fd, target, self._offset)
-        self._offset += got
-        return got
+        if self._file is None:
+            try:
+                with memoryview(buffer) as view, view.cast("B") as target:
+                    got = readinto_direct(self._fd, target, self._offset)
+                self._offset += got
+                return got
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                # Opened, but refused at the read (some filesystems do): plain reads on.
+                self._file = open(self._path, "rb", buffering=0)
+                self._file.seek(self._offset)
+                os.close(self._fd)
+                self._fd = None
+        return self._file.readinto(buffer)
 
     def close(self) -> None:
         if self._file is not None:

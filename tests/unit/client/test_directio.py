@@ -113,3 +113,30 @@ def test_staging_buffers_are_reused_and_bounded():
     assert len(pool._spare) == directio.KEEP_SPARE
     assert sum(b.closed for b in buffers) == 2
     assert pool.take() is buffers[directio.KEEP_SPARE - 1]
+
+
+def test_a_reader_refused_at_the_read_goes_on_with_plain_reads(tmp_path, monkeypatch):
+    if not _has_o_direct(tmp_path):
+        pytest.skip("this filesystem has no O_DIRECT")
+    data = os.urandom(3 * 1024 * 1024 + 10)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    calls = []
+    real = directio.readinto_direct
+
+    def refuse_the_second(fd, target, offset):
+        calls.append(offset)
+        if len(calls) == 2:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(fd, target, offset)
+
+    monkeypatch.setattr(directio, "readinto_direct", refuse_the_second)
+    got = []
+    with directio.SequentialReader(str(path)) as f:
+        while True:
+            buffer = bytearray(2 * 1024 * 1024)
+            n = f.readinto(buffer)
+            if not n:
+                break
+            got.append(bytes(buffer[:n]))
+    assert b"".join(got) == data and calls == [0, 2 * 1024 * 1024]
