@@ -92,6 +92,11 @@ class SegmentCoder:
         the zero-padded last block and the parity are new buffers. Use
         bytes(share) where a real bytes object is needed.
         """
+        block_length, blocks = self.split(data)
+        return block_length, blocks + self.parity(blocks)
+
+    def split(self, data: Buffer) -> tuple[int, list[memoryview]]:
+        """(block_length, the k primary shares): views of `data`, the last padded."""
         view = memoryview(data).cast("B").toreadonly()
         block_length = self.block_length(len(view))
         blocks = [view[i * block_length : (i + 1) * block_length] for i in range(self.k)]
@@ -100,8 +105,14 @@ class SegmentCoder:
                 padded = bytearray(block_length)
                 padded[: len(block)] = block
                 blocks[i] = memoryview(padded).toreadonly()
-        parity = self._get_encoder().encode(blocks, list(range(self.k, self.n))) if self.n > self.k else []
-        return block_length, blocks + [memoryview(share).toreadonly() for share in parity]
+        return block_length, blocks
+
+    def parity(self, blocks: Sequence[Buffer]) -> list[memoryview]:
+        """The n-k parity shares of the k primary ones (from split)."""
+        if self.n == self.k:
+            return []
+        parity = self._get_encoder().encode(list(blocks), list(range(self.k, self.n)))
+        return [memoryview(share).toreadonly() for share in parity]
 
     # --- decoding -----------------------------------------------------------
 

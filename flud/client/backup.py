@@ -38,8 +38,8 @@ from flud.client import manifest as manifests
 from flud.client.scan import scan
 from flud.client.gather import settle_all
 from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
-from flud.client.segments import (StoreFailed, challenges_for, prepare_segment,
-                                  store_segment)
+from flud.client.segments import (SegmentUpload, StoreFailed, add_parity, challenges_for,
+                                  prepare_primaries)
 from flud.coding import SegmentCoder
 from flud.client.directio import SequentialReader
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
@@ -55,14 +55,13 @@ SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
 # (at least one bundle's shares). Fewer, larger calls: the small files are
 # the critical path of a mixed backup, and every call waits for the reactor.
 CALL_CREDIT_SHARE = 8
-LARGE_FILES_AT_ONCE = 3      # large files uploading at once (each with its window)
-# Segments of one file held at once (prepared or in flight). One 2 MiB
-# segment at 4-of-8 holds 2 MiB of ciphertext + 2 MiB of parity: the 4 MiB
-# per transfer. Measured here (4029-file home, 50 nodes): 2 MiB x 1 is 12%
-# faster than 1 MiB x 2 at the same footprint, because every STORE costs the
-# node a fixed ~1 ms and half as many STOREs carry the same bytes; the CPU
-# stays busy across files (LARGE_FILES_AT_ONCE) instead of within one.
-SEGMENT_WINDOW = 1
+LARGE_FILES_AT_ONCE = 3      # large files uploading at once
+# One segment's worth per file: a 2 MiB segment at 4-of-8 is 2 MiB of
+# ciphertext + 2 MiB of parity, the 4 MiB per transfer, held in two halves
+# (see _large). Measured here (4029-file home, 50 nodes): 2 MiB segments are
+# 12% faster than 1 MiB ones two at a time at the same footprint, because
+# every STORE costs the node a fixed ~1 ms and half as many STOREs carry the
+# same bytes.
 MAX_TARS_IN_FLIGHT = 16
 EMPTY = {"t": "E", "size": 0}
 
@@ -116,7 +115,6 @@ class Backup:
         self.k, self.n = cfg["k"], cfg["n"]
         self.segment_size = cfg["segment_size"]
         self.coder = SegmentCoder(self.k, self.n)
-        self.window = cfg.get("segment_window", SEGMENT_WINDOW)
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         # ciphertext (the k primary shares are views of it) + n-k parity shares
         self.segment_footprint = self.segment_size + self.coder.block_length(
@@ -529,51 +527,49 @@ class Backup:
 
     @defer.inlineCallbacks
     def _large(self, entry, known):
-        """Segments go out through a window of SEGMENT_WINDOW (one by default:
-        the next segment is read once the last one landed; several large files
-        run at once, so the CPU and the nodes' round trips still overlap).
-        Each landed segment is recorded at once."""
+        """One segment's footprint per file, used in two halves: the next
+        segment is read (into the ciphertext half) once this one's primary
+        shares have landed and its parity is coded, while the parity STOREs
+        are still under way; its own parity is coded once they have landed.
+        So reading, coding and the nodes' round trips overlap within one
+        file, and a transfer still holds at most one segment's worth
+        (ciphertext + parity). Each landed segment is recorded at once."""
         transfer = self.monitor.transfer("upload", entry.path)
         segments = {}
         digests = []
-        window = defer.DeferredSemaphore(self.window)
+        reading = defer.DeferredSemaphore(1)   # the ciphertext half
+        coding = defer.DeferredSemaphore(1)    # the parity half
         sending = []
         try:
+            # The process budget, shared by every transfer: when it is spent
+            # this waits instead of growing memory. Claimed whole, for the
+            # file: a half claimed alone could wait on a budget its other
+            # half holds.
+            yield transfer.reserve(self.segment_footprint, "segment")
             with SequentialReader(entry.path) as f:
                 while True:
-                    yield window.acquire()
+                    yield reading.acquire()
                     if any(d.called and isinstance(d.result, Failure) for d in sending):
-                        window.release()
+                        reading.release()
                         break  # a segment failed: stop reading, report below
-                    # The process budget, shared by every transfer: when it is
-                    # spent this waits instead of growing memory.
-                    yield transfer.reserve(self.segment_footprint, "segment")
-                    prep = yield self.pool.run(self._read_prepare, f)
+                    prep = yield self.pool.run(self._read_primaries, f)
                     if prep is None:
-                        transfer.unreserve(self.segment_footprint, "segment")
-                        window.release()
+                        reading.release()
                         break
                     index = len(digests)
                     digests.append(prep.digest)
                     self.counters["bytes_read"] += prep.length
-                    landed = self.index.segment(prep.key.hex())
-                    if landed is not None:  # sent by an earlier (interrupted) run
+                    if self.index.segment(prep.key.hex()) is not None:
+                        # sent by an earlier (interrupted) run
                         segments[index] = prep.key.hex()
                         self.progress.bytes_done(prep.length)
-                        prep = None  # its buffers go before the budget gets them back
-                        transfer.unreserve(self.segment_footprint, "segment")
-                        window.release()
+                        prep = None  # its buffer goes before the next one is read
+                        reading.release()
                         continue
-                    # maybeDeferred: a refusal at the start (too few nodes) must
-                    # also wait below for the segment already in flight
-                    d = defer.maybeDeferred(store_segment, self.network, prep, self.n,
-                                            self.counters, self.reactor)
-                    d.addCallback(self._segment_landed, prep, index, segments)
-                    d.addBoth(self._segment_done, window, transfer)
-                    sending.append(d)
+                    sending.append(self._send_segment(prep, index, segments, reading, coding))
                     # Only the upload holds the segment now: while the next one
                     # is read, this frame must not keep it alive as well.
-                    prep = d = None
+                    prep = None
                 yield settle_all(sending)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
@@ -598,26 +594,60 @@ class Backup:
         self.index.add_segment(key_hex, [key_hex, prep.length, prep.block_length, shares])
         self.progress.bytes_done(prep.length)
 
-    def _segment_done(self, result, window, transfer):
-        # The budget comes back, and the next segment is read, once the call
-        # stack that delivered this answer (it holds the segment) has unwound.
-        self.reactor.callLater(0, self._segment_freed, window, transfer)
+    @defer.inlineCallbacks
+    def _send_segment(self, prep, index, segments, reading, coding):
+        """The primaries' STOREs start now; the parity follows once coded."""
+        try:
+            upload = SegmentUpload(self.network, prep, self.n, self.counters, self.reactor)
+        except Exception:  # too few nodes: _large stops reading
+            self.reactor.callLater(0, reading.release)
+            raise
+        done = upload.start()
+        coded = self._code_parity(upload, coding)
+        # The ciphertext half comes back once nothing needs the primaries any
+        # more (landed, or the upload ended, and the parity coded from them);
+        # the next segment is read into it.
+        freed = defer.DeferredList([coded, upload.primaries_landed])
+        freed.addCallback(self._ciphertext_freed, upload, reading)
+        prep = None
+        shares = yield done
+        self._segment_landed(shares, upload.prep, index, segments)
+
+    @defer.inlineCallbacks
+    def _code_parity(self, upload, coding):
+        """Codes and sends the parity once the last segment's has landed.
+        Never fails: a failure here fails the upload instead."""
+        yield coding.acquire()
+        upload.done.addBoth(self._slot_freed, coding)
+        try:
+            yield self.pool.run(add_parity, self.home.secret, self.coder, upload.prep)
+        except Exception as err:
+            upload.abandon(err)
+        else:
+            upload.more_shares()
+
+    def _ciphertext_freed(self, _, upload, reading):
+        # The primaries are views of the segment's own buffer: dropping them
+        # frees it while the parity is still on its way.
+        for i in range(upload.primaries):
+            upload.prep.shares[i] = None
+        self._slot_freed(None, reading)
+
+    def _slot_freed(self, result, slot):
+        # The slot opens (and the next buffer is made) once the call stack
+        # that delivered this answer (it may hold the buffers) has unwound.
+        self.reactor.callLater(0, slot.release)
         return result
 
-    def _segment_freed(self, window, transfer):
-        if not transfer.closed:
-            transfer.unreserve(self.segment_footprint, "segment")
-        window.release()
-
-    def _read_prepare(self, f):
-        # Read into a buffer that is then encrypted in place (prepare_segment).
+    def _read_primaries(self, f):
+        # Read into a buffer that is then encrypted in place (prepare_primaries).
         data = bytearray(self.segment_size)
         got = f.readinto(data)
         if not got:
             return None
         if got < len(data):
             del data[got:]
-        return prepare_segment(self.home.secret, self.coder, data)
+        return prepare_primaries(self.home.secret, self.coder, data)
 
     def _remember(self, content_id, record):
         self._new_contents[content_id] = record

@@ -3,7 +3,7 @@
 prepare (CPU, in the pool): digest -> convergent key -> AES-CTR -> zfec into
 n shares -> BLAKE3 share keys -> VERIFY challenges.
 store: n STOREs to distinct nodes by rendezvous rank, with replacement and
-hedging (see _SegmentUpload).
+hedging (see SegmentUpload).
 fetch: ask the k cheapest holders (primaries first: no decode), add holders
 as shares fail their hash check or their node fails; decode; decrypt; check
 the plaintext against the convergent key.
@@ -65,19 +65,26 @@ class PreparedSegment:
     digest: bytes         # SHA-256 of the plaintext
     length: int           # plaintext bytes
     block_length: int
-    shares: list          # n share buffers (the first k are views of the ciphertext)
+    shares: list          # the k primary shares (views of the ciphertext), then the parity
     share_keys: list
     challenges: dict      # share key hex -> challenges
+    coded: bool = True    # False until add_parity: only the primaries so far
 
     @property
     def buffered(self) -> int:
-        return sum(len(s) for s in self.shares)
+        return sum(len(s) for s in self.shares if s is not None)
 
 
 def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
     """Encrypt, code and hash one segment. A writable `data` (a bytearray the
     segment was read into) is encrypted in place and becomes the primary
     shares: no second segment-sized buffer."""
+    return add_parity(secret, coder, prepare_primaries(secret, coder, data))
+
+
+def prepare_primaries(secret: bytes, coder, data) -> PreparedSegment:
+    """The first half of prepare_segment: encrypt and hash the k primary
+    shares, so their STOREs can start while the parity is coded."""
     digest = content_digest(data)
     key = convergent_key(secret, digest)
     if isinstance(data, bytearray):
@@ -85,13 +92,27 @@ def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
         ciphertext = data
     else:
         ciphertext = encrypt_ctr(key, data)
-    block_length, shares = coder.encode(ciphertext)
+    block_length, primaries = coder.split(ciphertext)
+    prep = PreparedSegment(key, digest, len(data), block_length, [], [], {}, coded=False)
+    _add_shares(secret, prep, primaries)
+    return prep
+
+
+def add_parity(secret: bytes, coder, prep: PreparedSegment) -> PreparedSegment:
+    """The second half: the parity shares of the primaries, hashed."""
+    _add_shares(secret, prep, coder.parity(prep.shares[:coder.k]))
+    prep.coded = True
+    return prep
+
+
+def _add_shares(secret: bytes, prep: PreparedSegment, shares: list) -> None:
     keys = [blake3.blake3(s).digest() for s in shares]
-    challenges = {k.hex(): challenges_for(secret, k, s) for k, s in zip(keys, shares)}
-    return PreparedSegment(key, digest, len(data), block_length, shares, keys, challenges)
+    prep.shares.extend(shares)
+    prep.share_keys.extend(keys)
+    prep.challenges.update((k.hex(), challenges_for(secret, k, s)) for k, s in zip(keys, shares))
 
 
-class _SegmentUpload:
+class SegmentUpload:
     """The STOREs of one segment: n shares to n distinct nodes, with replacement.
 
     A STORE that fails moves its share to the next node in rendezvous order.
@@ -108,23 +129,41 @@ class _SegmentUpload:
         self.keep = keep
         self.counters = counters
         self.clock = clock
-        total = len(prep.shares)
-        ranked = network.place(place_key or prep.share_keys[0], total * 3)
+        ranked = network.place(place_key or prep.share_keys[0], keep * 3)
         if len(ranked) < keep:
             raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
                               f"for one segment. Start more nodes or lower n.")
-        self.spare = iter(ranked[total:])
-        self.first = ranked[:total]
+        self.spare = iter(ranked[keep:])
+        self.first = ranked[:keep]
+        self.sizes = {}         # share index -> bytes
+        self.launched = 0       # shares handed over so far (the parity may come later)
         self.landed = {}        # share index -> node hex
         self.running = {}       # share index -> {node id: Deferred}
         self.attempts = {}
         self.done = defer.Deferred()
+        # Fires once shares 0..primaries-1 have all landed: the segment's own
+        # buffer (they are views of it) is then needed by no one.
+        self.primaries = len(prep.shares) if not prep.coded else 0
+        self.primaries_landed = defer.Deferred()
         self._hedge_call = None
 
     def start(self):
-        for index in range(len(self.prep.shares)):
-            self._launch(index, self.first[index])
+        """STOREs for every share the segment has now; more_shares() for the rest."""
+        self.more_shares()
         return self.done
+
+    def more_shares(self):
+        for index in range(self.launched, len(self.prep.shares)):
+            self.sizes[index] = len(self.prep.shares[index])
+            self._launch(index, self.first[index])
+        self.launched = len(self.prep.shares)
+        self._check_stuck()
+
+    def abandon(self, err):
+        """The rest of the shares will never come (coding them failed)."""
+        self.launched = self.keep  # nothing more to wait for
+        if not self.done.called:
+            self._finish_failed(err)
 
     def _launch(self, index, node_id):
         self.attempts[index] = self.attempts.get(index, 0) + 1
@@ -136,13 +175,16 @@ class _SegmentUpload:
     def _stored(self, _, index, node_id):
         self.running.get(index, {}).pop(node_id, None)
         if self.counters is not None:
-            self.counters["bytes_sent"] += len(self.prep.shares[index])
+            self.counters["bytes_sent"] += self.sizes[index]
             self.counters["stores"] += 1
         if index in self.landed:
             return  # a hedge that also finished: the share has two holders now
         self.landed[index] = node_id.hex()
         for other_node, other in list(self.running.pop(index, {}).items()):
             self.network.cancel(other_node, other)
+        if (self.primaries and not self.primaries_landed.called
+                and all(i in self.landed for i in range(self.primaries))):
+            self.primaries_landed.callback(None)
         if len(self.landed) >= self.keep:
             self._finish()
         elif len(self.landed) >= self.keep - 1 and self._hedge_call is None:
@@ -175,24 +217,31 @@ class _SegmentUpload:
                     self._launch(index, replacement)
 
     def _check_stuck(self):
-        """Nothing running and too few landed: no answer will come."""
-        if not any(self.running.values()) and not self.done.called:
+        """Nothing running, no share still to come and too few landed: no answer will come."""
+        if (self.launched >= self.keep and not any(self.running.values())
+                and not self.done.called):
             self._finish_failed()
 
     def _finish(self):
         if self._hedge_call is not None and self._hedge_call.active():
             self._hedge_call.cancel()
-        for index, attempts in self.running.items():
-            for node_id, d in attempts.items():
+        for index, attempts in list(self.running.items()):
+            for node_id, d in list(attempts.items()):
                 self.network.cancel(node_id, d)
         self.running.clear()
         self.done.callback(sorted([i, self.prep.share_keys[i].hex(), n]
                                   for i, n in self.landed.items()))
 
-    def _finish_failed(self):
+    def _finish_failed(self, err=None):
         if self._hedge_call is not None and self._hedge_call.active():
             self._hedge_call.cancel()
-        self.done.errback(StoreFailed(
+        for attempts in list(self.running.values()):
+            for node_id, d in list(attempts.items()):
+                self.network.cancel(node_id, d)
+        self.running.clear()
+        if self.primaries and not self.primaries_landed.called:
+            self.primaries_landed.callback(None)  # they are needed no more either
+        self.done.errback(err or StoreFailed(
             f"only {len(self.landed)} of {self.keep} shares of a segment could be stored: "
             f"too few nodes are reachable ({len(self.network.alive_ids())} answering). "
             f"Start more nodes, or make a client home with a lower --n"))
@@ -205,7 +254,7 @@ def store_segment(network, prep: PreparedSegment, keep: int, counters=None, cloc
     place_key: rank nodes by this instead of the first share's key."""
     if clock is None:
         from twisted.internet import reactor as clock
-    return _SegmentUpload(network, prep, keep, counters, clock, place_key).start()
+    return SegmentUpload(network, prep, keep, counters, clock, place_key).start()
 
 
 def _fits(share: bytes, key_hex: str) -> bool:

@@ -156,32 +156,94 @@ def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tm
 
 
 def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
-    """While the next segment is read, the last one is no longer referenced
-    by the reading loop: the upload's STOREs hold it, and it goes when they
-    end (the 4 MiB per transfer is the whole footprint)."""
+    """When the next segment is read, the last one's ciphertext is gone (its
+    primary shares landed; they were views of it) and at most its parity is
+    still on the way: one segment's worth (the 4 MiB per transfer) in all."""
     import gc
     import weakref
 
     from flud.client import backup as backup_module
 
     clock, home, network = world
+    k = home.config["k"]
     src = str(tmp_path / "src")
     os.makedirs(src)
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(random.Random(5).randbytes(4 * MIB + 5))
-    alive = []
-    real_prepare = Backup._read_prepare
+    seen = []
+    real_read = Backup._read_primaries
 
-    def read_prepare(self, f):
+    def read_primaries(self, f):
         gc.collect()
-        alive.append(sum(1 for ref in made if ref() is not None))
-        prep = real_prepare(self, f)
+        alive = [ref() for ref in made if ref() is not None]
+        seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
+                     sum(1 for p in alive if any(s is not None for s in p.shares[k:]))))
+        prep = real_read(self, f)
         if prep is not None:
             made.append(weakref.ref(prep))
         return prep
 
     made = []
-    monkeypatch.setattr(backup_module.Backup, "_read_prepare", read_prepare)
+    monkeypatch.setattr(backup_module.Backup, "_read_primaries", read_primaries)
     summary, _, _, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
-    assert alive == [0, 0, 0, 0]  # three segments, then the end of the file
+    assert len(seen) == 4  # three segments, then the end of the file
+    assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen
+
+
+def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tmp_path,
+                                                                       monkeypatch):
+    """Parity STOREs that answer slowly do not hold up the next segment's
+    read (only its parity, which waits for them): reading, coding and the
+    round trips overlap within one file, in one segment's footprint."""
+    import gc
+    import weakref
+
+    from twisted.internet import task
+
+    from flud.client import backup as backup_module
+
+    clock, home, network = world
+    k = home.config["k"]
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    data = random.Random(6).randbytes(5 * home.config["segment_size"])
+    with open(os.path.join(src, "large"), "wb") as f:
+        f.write(data)
+    made, seen, parity_keys = [], [], set()
+    real_read, real_call = Backup._read_primaries, network.call
+
+    def read_primaries(self, f):
+        gc.collect()
+        alive = [ref() for ref in made if ref() is not None]
+        for p in alive:
+            parity_keys.update(p.share_keys[k:])
+        seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
+                     sum(1 for p in alive if any(s is not None for s in p.shares[k:]))))
+        prep = real_read(self, f)
+        if prep is not None:
+            made.append(weakref.ref(prep))
+        return prep
+
+    def slow_parity(node_id, method, *args):
+        d = real_call(node_id, method, *args)
+        if method == "store" and args[0] in parity_keys_now():
+            return d.addCallback(lambda result: task.deferLater(clock, 0.1, lambda: result))
+        return d
+
+    def parity_keys_now():
+        for ref in made:
+            p = ref()
+            if p is not None and p.coded:
+                parity_keys.update(p.share_keys[k:])
+        return parity_keys
+
+    monkeypatch.setattr(backup_module.Backup, "_read_primaries", read_primaries)
+    monkeypatch.setattr(network, "call", slow_parity)
+    summary, monitor, _, _ = run_backup(world, [src], budget=64 * MIB)
+    assert summary["new"] == 1
+    assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen
+    assert sum(parities for _, parities in seen) >= 3, seen  # read while a parity was out
+    segment, n = home.config["segment_size"], home.config["n"]
+    assert monitor.peak_transfer_bytes <= segment + -(-segment // k) * (n - k)
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
