@@ -312,10 +312,15 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     return pieces
 
 
+def _writable(share) -> bool:
+    """A buffer the answer owns (a large one comes as a writable memoryview)."""
+    return isinstance(share, bytearray) or (isinstance(share, memoryview) and not share.readonly)
+
+
 def _decode_and_decrypt(coder, got, record, key) -> list:
     length, block_length = record["len"], record["bl"]
     primaries = [got.get(i) for i in range(coder.k)]
-    if all(isinstance(p, bytearray) and len(p) == block_length for p in primaries):
+    if all(_writable(p) and len(p) == block_length for p in primaries):
         # Systematic: the primaries are the ciphertext, block after block.
         pieces = []
         for i, share in enumerate(primaries):

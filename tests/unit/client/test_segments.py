@@ -18,14 +18,17 @@ def _prepared(length):
     return data, coder, prep, record
 
 
+@pytest.mark.parametrize("answer", [bytearray, lambda share: memoryview(bytearray(share))],
+                         ids=["bytearray", "writable view"])
 @pytest.mark.parametrize("length", [1, 4096, 100_003, 2 * 1024 * 1024])
-def test_primaries_are_decrypted_where_they_landed(length):
+def test_primaries_are_decrypted_where_they_landed(length, answer):
     data, coder, prep, record = _prepared(length)
-    got = {i: bytearray(prep.shares[i]) for i in range(coder.k)}
+    got = {i: answer(prep.shares[i]) for i in range(coder.k)}
+    owners = {i: share.obj if isinstance(share, memoryview) else share for i, share in got.items()}
     pieces = _decode_and_decrypt(coder, got, record, prep.key)
     assert b"".join(pieces) == data
     # No new buffer: every piece is a view of a share that was fetched.
-    assert all(piece.obj is got[i] for i, piece in enumerate(pieces))
+    assert all(piece.obj is owners[i] for i, piece in enumerate(pieces))
 
 
 def test_a_missing_primary_is_rebuilt_from_parity():

@@ -595,3 +595,22 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
     assert max(per_turn) <= bound + SEND_PIECE + 64
     assert max(per_turn) > bound - SEND_PIECE  # and it does fill up to it
     assert client_party.send_queue.held == sum(written)
+
+
+@pytest.mark.parametrize("total", [100_000, 5 * 1024 * 1024])
+def test_a_streamed_answer_lands_in_one_buffer_even_if_the_peer_sends_more(total):
+    """The answer buffer is made from the head's total (a bytearray, or for a
+    large answer a prefaulted mapping); bytes past the total still arrive."""
+    from flud.protocol.wire import POPULATE_MIN, _Pending
+
+    pending = _Pending(Op.RETRIEVE, None)
+    pending.head = messages.RetrieveResponse(total)
+    pending.expect(total)
+    assert (type(pending.buffer) is memoryview) == (total >= POPULATE_MIN)
+    data = bytes(range(256)) * (total // 256 + 1)
+    extra = b"more than announced"
+    for start in range(0, total, 300_001):
+        pending.add(memoryview(data)[start:min(total, start + 300_001)])
+    pending.add(extra)
+    pending.finish()
+    assert bytes(pending.head.data) == data[:total] + extra
