@@ -9,7 +9,7 @@ import json
 import sqlite3
 import zlib
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS = {
     1: [
@@ -24,6 +24,12 @@ _MIGRATIONS = {
         # Segments that landed, by convergent key: a re-run after an
         # interruption (or a duplicate file) does not send them again.
         """CREATE TABLE segments (seg_key TEXT PRIMARY KEY, record BLOB)""",
+    ],
+    # VERIFY challenges by share key (they were one JSON value in meta, read
+    # and rewritten whole by every run: ~3 MB of objects per GiB backed up).
+    2: [
+        """CREATE TABLE challenges (share_key TEXT PRIMARY KEY, record BLOB)""",
+        "_move_challenges_out_of_meta",
     ],
 }
 
@@ -59,9 +65,18 @@ class ClientIndex:
             with self.db:
                 self.db.execute("BEGIN")
                 for statement in _MIGRATIONS[version]:
-                    self.db.execute(statement)
+                    if statement.startswith("_"):
+                        getattr(self, statement)()
+                    else:
+                        self.db.execute(statement)
                 self.db.execute("DELETE FROM schema_version")
                 self.db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+
+    def _move_challenges_out_of_meta(self) -> None:
+        old = self.get_meta("challenges")
+        if old:
+            self.add_challenges(old.items(), transaction=False)
+        self.db.execute("DELETE FROM meta WHERE key='challenges'")
 
     def close(self) -> None:
         self.db.close()
@@ -93,6 +108,38 @@ class ClientIndex:
     def all_bundles(self) -> dict:
         return {bid: _unpack(rec) for bid, rec in self.db.execute(
             "SELECT bundle_id, record FROM bundles")}
+
+    def content_rows(self):
+        """(content id, record as stored: compact JSON bytes), one at a time."""
+        return self._rows("SELECT content_id, record FROM contents")
+
+    def bundle_rows(self):
+        return self._rows("SELECT bundle_id, record FROM bundles")
+
+    def challenge_rows(self):
+        """(share key hex, [[offset, span, digest hex], ...] as JSON bytes)."""
+        return self._rows("SELECT share_key, record FROM challenges")
+
+    def add_challenges(self, items, transaction: bool = True) -> None:
+        """items: (share key hex, challenges) as segments.challenges_for()."""
+        rows = ((key, _pack(record)) for key, record in items)
+        if not transaction:
+            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)", rows)
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)", rows)
+
+    def challenges(self, share_key: str):
+        row = self.db.execute("SELECT record FROM challenges WHERE share_key=?",
+                              (share_key,)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def _rows(self, query: str):
+        # A cursor of its own, read row by row: the table is never all in memory.
+        # Records are bytes whatever type they were stored as.
+        for key, record in self.db.execute(query):
+            yield key, record.encode() if isinstance(record, str) else record
 
     def known_contents(self) -> set:
         return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}

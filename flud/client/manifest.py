@@ -74,62 +74,140 @@ def _open_json(secret, purpose, blob):
     return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
 
 
+class ManifestIncomplete(Exception):
+    """An entry's content (or its bundle) is not in the index: an index bug."""
+
+
+# Entries are JSON-encoded this many at a time, and the JSON goes to the
+# compressor in pieces of about FLUSH_AT bytes.
+ENTRY_BATCH = 256
+FLUSH_AT = 64 * 1024
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class _Compressor:
+    """JSON text in pieces in, zlib out: the manifest's JSON is never whole."""
+
+    def __init__(self):
+        self._zlib = zlib.compressobj(COMPRESS_LEVEL)
+        self._pending = []
+        self._size = 0
+        self.out = bytearray()
+
+    def write(self, piece: bytes) -> None:
+        self._pending.append(piece)
+        self._size += len(piece)
+        if self._size >= FLUSH_AT:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.out += self._zlib.compress(b"".join(self._pending))
+        self._pending.clear()
+        self._size = 0
+
+    def finish(self) -> bytearray:
+        self._flush()
+        self.out += self._zlib.flush()
+        return self.out
+
+
+def _write_object(out, rows, wanted, seen) -> None:
+    """'{"key":record,...}' of the index rows whose key is wanted (records are
+    the index's compact JSON, written as they are); each record goes to seen."""
+    out.write(b"{")
+    first = True
+    for key, blob in rows:
+        if key in wanted:
+            out.write((b"" if first else b",") + _ENCODE(key).encode() + b":" + blob)
+            first = False
+            seen(key, blob)
+    out.write(b"}")
+
+
+def build_manifest(index, head: dict, entries: list, history: list) -> bytearray:
+    """The zlib-compressed JSON of a manifest (see _compress_json), streamed:
+    contents, bundles and challenges are read from the index a row at a time
+    and only the keys of what this snapshot uses are kept (a 1 GiB file's
+    manifest built as one dict peaked ~8 MB above the upload). head: the
+    small fields (version, snapshot, created, roots, k, n)."""
+    out = _Compressor()
+    out.write(_ENCODE(head)[:-1].encode() + b',"entries":[')
+    for start in range(0, len(entries), ENTRY_BATCH):
+        batch = _ENCODE(entries[start:start + ENTRY_BATCH])[1:-1].encode()
+        out.write((b"," if start else b"") + batch)
+    needed = {e[5] for e in entries if e[1] == "file"}
+    bundles, used, found = set(), set(), []
+
+    def content_seen(cid, blob):
+        record = json.loads(blob)
+        found.append(cid)
+        if record["t"] == "S":
+            bundles.add(record["b"])
+        for seg in record.get("segs", ()):
+            used.update(s[1] for s in seg[3])
+
+    def bundle_seen(bid, blob):
+        found.append(bid)
+        used.update(s[1] for s in json.loads(blob)["shares"])
+
+    out.write(b'],"contents":')
+    _write_object(out, index.content_rows(), needed, content_seen)
+    if len(found) != len(needed):
+        raise ManifestIncomplete(f"{len(needed) - len(found)} content record(s) of this "
+                                 f"snapshot are missing from the index")
+    found.clear()
+    out.write(b',"bundles":')
+    _write_object(out, index.bundle_rows(), bundles, bundle_seen)
+    if len(found) != len(bundles):
+        raise ManifestIncomplete(f"{len(bundles) - len(found)} bundle record(s) of this "
+                                 f"snapshot are missing from the index")
+    out.write(b',"challenges":')
+    _write_object(out, index.challenge_rows(), used, lambda key, blob: None)
+    out.write(b',"history":' + _ENCODE(history).encode() + b"}")
+    return out.finish()
+
+
 @defer.inlineCallbacks
 def publish(backup, entries, roots, started):
     """Build, store and point to the manifest of this run; returns the summary."""
     index, secret = backup.home.index, backup.home.secret
-    known_contents = {**index.all_contents(), **backup._new_contents}
-    known_bundles = {**index.all_bundles(), **backup._bundles}
-    contents, bundles = {}, {}
-    for entry in entries:
-        if entry[1] == "file" and entry[5] not in contents:
-            record = known_contents[entry[5]]
-            contents[entry[5]] = record
-            if record["t"] == "S" and record["b"] not in bundles:
-                bundles[record["b"]] = known_bundles[record["b"]]
     previous = index.snapshots()
     snapshot_id = (previous[-1]["id"] + 1) if previous else 1
-    challenges = index.get_meta("challenges", {})
-    used = _share_keys(contents, bundles)
-    manifest = {
-        "version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": time.time(),
-        "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n,
-        "entries": entries, "contents": contents, "bundles": bundles,
-        "challenges": {k: v for k, v in challenges.items() if k in used},
-        "history": [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
-                    for s in previous],
-    }
-    compressed = _compress_json(manifest)
-    blob = seal(derive_key(secret, "manifest"), compressed)
-    segments = []
-    for start in range(0, len(blob), backup.segment_size):
-        prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
-                                     blob[start:start + backup.segment_size])
-        # The manifest goes to the nodes that keep the root record: the same
-        # few connections serve both, and a total-loss restore finds both there.
-        shares = yield store_segment(backup.network, prep, backup.n, backup.counters,
-                                     backup.reactor, place_key=root_place_key(backup.network))
-        segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
-    manifest_ref = {"size": len(blob), "segs": segments}
-    yield put_root(backup.network, secret, backup.n,
-                   {"snapshot": snapshot_id, "manifest": manifest_ref, "created": manifest["created"]})
-    files = sum(1 for e in entries if e[1] == "file")
-    size = sum(e[4] for e in entries if e[1] == "file")
-    elapsed = backup.clock() - started
-    summary = {"files": files, "bytes": size, "elapsed": elapsed, "manifest_ref": manifest_ref,
-               **backup.summary, **backup.counters}
-    index.add_snapshot(snapshot_id, manifest["created"], summary, compressed)
+    created = time.time()
+    head = {"version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": created,
+            "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n}
+    history = [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
+               for s in previous]
+    # What the manifest holds while it is sealed and stored is counted.
+    memory = backup.monitor.transfer("manifest", f"manifest of snapshot {snapshot_id}")
+    try:
+        compressed = build_manifest(index, head, entries, history)
+        memory.hold(len(compressed), "compressed")
+        blob = seal(derive_key(secret, "manifest"), compressed)
+        memory.hold(len(blob), "sealed")
+        segments = []
+        for start in range(0, len(blob), backup.segment_size):
+            prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
+                                         blob[start:start + backup.segment_size])
+            # The manifest goes to the nodes that keep the root record: the same
+            # few connections serve both, and a total-loss restore finds both there.
+            shares = yield store_segment(backup.network, prep, backup.n, backup.counters,
+                                         backup.reactor,
+                                         place_key=root_place_key(backup.network))
+            segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
+        manifest_ref = {"size": len(blob), "segs": segments}
+        del blob
+        yield put_root(backup.network, secret, backup.n,
+                       {"snapshot": snapshot_id, "manifest": manifest_ref, "created": created})
+        files = sum(1 for e in entries if e[1] == "file")
+        size = sum(e[4] for e in entries if e[1] == "file")
+        elapsed = backup.clock() - started
+        summary = {"files": files, "bytes": size, "elapsed": elapsed,
+                   "manifest_ref": manifest_ref, **backup.summary, **backup.counters}
+        index.add_snapshot(snapshot_id, created, summary, compressed)
+    finally:
+        memory.close()
     return {"snapshot": snapshot_id, **summary}
-
-
-def _share_keys(contents, bundles) -> set:
-    keys = set()
-    for record in contents.values():
-        for seg in record.get("segs", ()):
-            keys.update(s[1] for s in seg[3])
-    for bundle in bundles.values():
-        keys.update(s[1] for s in bundle["shares"])
-    return keys
 
 
 def root_place_key(network) -> bytes:
