@@ -132,6 +132,42 @@ def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
     return nonce + ciphertext + tag
 
 
+def seal_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> bytearray:
+    """seal() without a second copy: buffer holds GCM_NONCE_LENGTH bytes of
+    headroom, then the plaintext; it becomes nonce | ciphertext | tag."""
+    _check_key(key)
+    if len(buffer) < GCM_NONCE_LENGTH:
+        raise ValueError("seal_in_place needs the nonce's headroom at the start of the buffer")
+    nonce = secrets.token_bytes(GCM_NONCE_LENGTH)
+    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
+    cipher.update(associated)
+    with memoryview(buffer) as view:
+        body = view[GCM_NONCE_LENGTH:]
+        cipher.encrypt(body, output=body)
+        body.release()
+    buffer[:GCM_NONCE_LENGTH] = nonce
+    buffer += cipher.digest()
+    return buffer
+
+
+def open_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> memoryview:
+    """open_sealed() of a bytearray, decrypted where it is: a view of the plaintext."""
+    _check_key(key)
+    if len(buffer) < SEALED_OVERHEAD:
+        raise IntegrityError(f"sealed record is {len(buffer)} bytes, shorter than its own header: truncated")
+    view = memoryview(buffer)
+    cipher = AES.new(key, AES.MODE_GCM, nonce=bytes(view[:GCM_NONCE_LENGTH]), mac_len=GCM_TAG_LENGTH)
+    cipher.update(associated)
+    body = view[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH]
+    tag = bytes(view[-GCM_TAG_LENGTH:])
+    cipher.decrypt(body, output=body)
+    try:
+        cipher.verify(tag)
+    except ValueError:
+        raise IntegrityError("sealed record failed its integrity check: changed, or another key") from None
+    return body
+
+
 def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
     """Inverse of seal(); IntegrityError if anything was changed or the key is wrong."""
     _check_key(key)

@@ -159,3 +159,23 @@ def test_crypt_ctr_in_place_matches_encrypt_ctr(offset, length):
 def test_crypt_ctr_in_place_refuses_read_only_buffers():
     with pytest.raises(ValueError, match="writable"):
         crypt_ctr_in_place(bytes(32), b"abc")
+
+
+def test_sealing_in_place_is_sealing_and_opens_in_place():
+    from flud.crypto import GCM_NONCE_LENGTH, open_in_place, seal_in_place
+
+    key = bytes(range(32))
+    plaintext = random.Random(9).randbytes(100_003)
+    buffer = bytearray(GCM_NONCE_LENGTH) + plaintext
+    sealed = seal_in_place(key, buffer, b"ctx")
+    assert sealed is buffer and len(sealed) == len(plaintext) + SEALED_OVERHEAD
+    assert open_sealed(key, bytes(sealed), b"ctx") == plaintext  # the same format as seal()
+    again = bytearray(seal(key, plaintext, b"ctx"))
+    view = open_in_place(key, again, b"ctx")
+    assert view.obj is again and bytes(view) == plaintext
+    tampered = bytearray(sealed)
+    tampered[GCM_NONCE_LENGTH + 5] ^= 1
+    with pytest.raises(IntegrityError):
+        open_in_place(key, tampered, b"ctx")
+    with pytest.raises(IntegrityError):
+        open_in_place(key, bytearray(sealed), b"other context")
