@@ -155,22 +155,13 @@ def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tm
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
 
 
-def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
-    """When the next segment is read, the last one's ciphertext is gone (its
-    primary shares landed; they were views of it) and at most its parity is
-    still on the way: one segment's worth (the 4 MiB per transfer) in all."""
+def _watch_segment_reads(monkeypatch, k):
+    """Before each segment is read: how many earlier segments' primary shares
+    and parity sets are still alive. Returns (weakrefs to the segments, that log)."""
     import gc
     import weakref
 
-    from flud.client import backup as backup_module
-
-    clock, home, network = world
-    k = home.config["k"]
-    src = str(tmp_path / "src")
-    os.makedirs(src)
-    with open(os.path.join(src, "large"), "wb") as f:
-        f.write(random.Random(5).randbytes(4 * MIB + 5))
-    seen = []
+    made, seen = [], []
     real_read = Backup._read_primaries
 
     def read_primaries(self, f):
@@ -183,8 +174,21 @@ def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
             made.append(weakref.ref(prep))
         return prep
 
-    made = []
-    monkeypatch.setattr(backup_module.Backup, "_read_primaries", read_primaries)
+    monkeypatch.setattr(Backup, "_read_primaries", read_primaries)
+    return made, seen
+
+
+def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
+    """When the next segment is read, the last one's ciphertext is gone (its
+    primary shares landed; they were views of it) and at most its parity is
+    still on the way: one segment's worth (the 4 MiB per transfer) in all."""
+    clock, home, network = world
+    k = home.config["k"]
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "large"), "wb") as f:
+        f.write(random.Random(5).randbytes(4 * MIB + 5))
+    made, seen = _watch_segment_reads(monkeypatch, k)
     summary, _, _, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
     assert len(seen) == 4  # three segments, then the end of the file
@@ -196,12 +200,7 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     """Parity STOREs that answer slowly do not hold up the next segment's
     read (only its parity, which waits for them): reading, coding and the
     round trips overlap within one file, in one segment's footprint."""
-    import gc
-    import weakref
-
     from twisted.internet import task
-
-    from flud.client import backup as backup_module
 
     clock, home, network = world
     k = home.config["k"]
@@ -210,20 +209,8 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     data = random.Random(6).randbytes(5 * home.config["segment_size"])
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(data)
-    made, seen, parity_keys = [], [], set()
-    real_read, real_call = Backup._read_primaries, network.call
-
-    def read_primaries(self, f):
-        gc.collect()
-        alive = [ref() for ref in made if ref() is not None]
-        for p in alive:
-            parity_keys.update(p.share_keys[k:])
-        seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
-                     sum(1 for p in alive if any(s is not None for s in p.shares[k:]))))
-        prep = real_read(self, f)
-        if prep is not None:
-            made.append(weakref.ref(prep))
-        return prep
+    made, seen = _watch_segment_reads(monkeypatch, k)
+    parity_keys, real_call = set(), network.call
 
     def slow_parity(node_id, method, *args):
         d = real_call(node_id, method, *args)
@@ -238,7 +225,6 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
                 parity_keys.update(p.share_keys[k:])
         return parity_keys
 
-    monkeypatch.setattr(backup_module.Backup, "_read_primaries", read_primaries)
     monkeypatch.setattr(network, "call", slow_parity)
     summary, monitor, _, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
