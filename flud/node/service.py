@@ -141,7 +141,7 @@ class NodeService(Service):
         self.roots = RootStore(os.path.join(self.home, "roots"))
         self.workers = CPUPool(self.reactor, size=STORE_WORKERS)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
-                                   stats=self.stats, monitor=self.monitor)
+                                   stats=self.stats, monitor=self.monitor, inline_commits=True)
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         factory = ConnectionFactory(self.local, self.handler, self.reactor)
         self._listening = self.reactor.listenTCP(self.port, factory, interface=self.host)

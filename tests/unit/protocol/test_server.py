@@ -783,3 +783,51 @@ def test_a_streamed_retrieve_lands_in_one_writable_buffer(any_store, tmp_path):
     assert isinstance(got, bytearray) and got == data
     part = ok(alice, alice.peer.retrieve(key, 5, 1000))  # small: inline, as before
     assert bytes(part) == data[5:1005]
+
+
+def test_a_commit_runs_inline_only_while_nothing_else_is_in_progress(tmp_path, memory_store):
+    """With inline commits on, an upload that is the node's only work is
+    committed on the spot; while a commit is in a worker or another upload is
+    open, commits go to the worker, so nothing waits on an fsync."""
+    held = []
+
+    def run_later(fn, *args):
+        d = defer.Deferred()
+        held.append((d, fn, args))
+        return d
+
+    def release_all():
+        while held:
+            d, fn, args = held.pop(0)
+            defer.maybeDeferred(fn, *args).chainDeferred(d)
+            alice.flush()
+
+    node = Node(tmp_path, memory_store, run_blocking=run_later)
+    alice = node.connect()
+    first = b"committed in a worker"
+    first_outcome = Outcome(alice.peer.store(key_of(first), first))
+    alice.flush()
+    assert len(held) == 1  # inline commits off: the worker
+
+    node.handler.inline_commits = True
+    second = b"a commit is in a worker: this one goes there too"
+    second_outcome = Outcome(alice.peer.store(key_of(second), second))
+    alice.flush()
+    assert len(held) == 2 and not second_outcome.fired
+    release_all()
+    assert first_outcome.fired and second_outcome.fired and node.handler._commits_in_workers == 0
+
+    lone = b"the node's only work"
+    ok(alice, alice.peer.store(key_of(lone), lone))
+    assert held == []  # committed inline
+
+    node.handler._uploads[("another connection", 1)] = (None, None)  # an upload streaming in
+    third = b"another upload is open"
+    third_outcome = Outcome(alice.peer.store(key_of(third), third))
+    alice.flush()
+    assert len(held) == 1 and not third_outcome.fired
+    del node.handler._uploads[("another connection", 1)]
+    release_all()
+    assert third_outcome.fired
+    for data in (first, second, lone, third):
+        assert memory_store.owners(key_of(data)) == {alice.identity.node_id}
