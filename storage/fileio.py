@@ -36,17 +36,23 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
+# Buffers per writev: the kernel refuses more than IOV_MAX (1024 on Linux).
+WRITEV_MAX = 1024
+
+
 def write_all_pieces(fd: int, views: list[memoryview]) -> None:
-    """write_all of several buffers, in one writev while the kernel takes them whole."""
+    """write_all of several buffers, a writev per WRITEV_MAX of them."""
     if len(views) == 1:
         return write_all(fd, views[0])
-    written = os.writev(fd, views)
-    for view in views:
-        if written >= len(view):
-            written -= len(view)
-            continue
-        write_all(fd, view[written:])  # a short writev: the rest one by one
-        written = 0
+    for start in range(0, len(views), WRITEV_MAX):
+        group = views[start:start + WRITEV_MAX]
+        written = os.writev(fd, group)
+        for view in group:
+            if written >= len(view):
+                written -= len(view)
+                continue
+            write_all(fd, view[written:])  # a short writev: the rest one by one
+            written = 0
 
 
 def read_exactly(fd: int, length: int, offset: int) -> bytes:

@@ -2,10 +2,10 @@
 
 Small files: encrypted one by one (convergent) into the aggregator, which
 codes bundles and fills one tar per destination node; each sealed tar is one
-STORE. Large files: one segment in flight per file, the next one prepared in
-the pool meanwhile (a window of two: measured in tools/bench). Everything that
-lands is written to the local index as it lands, so an interrupted run can
-be run again and sends only what is missing.
+STORE. Large files: one segment's footprint in flight per file, in two halves
+(see Backup._large). Everything that lands is written to the local index as
+it lands, so an interrupted run can be run again and sends only what is
+missing.
 
 Memory: every buffer comes out of the process budget (flud/memory.py) before
 it exists. A large file reserves its segment (kind "upload"). For small
@@ -35,19 +35,17 @@ from aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
 from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
 from aggregator.tarball import END_OF_ARCHIVE
 from flud.client import manifest as manifests
-from flud.client.scan import scan
+from flud.client.directio import SequentialReader
 from flud.client.gather import settle_all
 from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
+from flud.client.scan import scan
 from flud.client.segments import (SegmentUpload, StoreFailed, add_parity, challenges_for,
                                   prepare_primaries)
 from flud.coding import SegmentCoder
-from flud.client.directio import SequentialReader
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
 
 log = logging.getLogger("flud.client")
-
-MIB = 1024 * 1024
 
 SMALL_BATCH = 256            # small files handed to one pool call...
 SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first

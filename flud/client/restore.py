@@ -12,10 +12,10 @@ import os
 
 from twisted.internet import defer
 
+from flud.client.directio import SequentialWriter
 from flud.client.gather import settle_all
 from flud.client.segments import FetchFailed, fetch_segment_pieces
 from flud.coding import SegmentCoder, locate
-from flud.client.directio import SequentialWriter
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
 log = logging.getLogger("flud.client")

@@ -222,23 +222,24 @@ class SegmentUpload:
                 and not self.done.called):
             self._finish_failed()
 
-    def _finish(self):
-        if self._hedge_call is not None and self._hedge_call.active():
-            self._hedge_call.cancel()
-        for index, attempts in list(self.running.items()):
+    def _cancel_running(self):
+        # Cancelling fires errbacks that edit self.running: walk copies.
+        for attempts in list(self.running.values()):
             for node_id, d in list(attempts.items()):
                 self.network.cancel(node_id, d)
         self.running.clear()
+
+    def _finish(self):
+        if self._hedge_call is not None and self._hedge_call.active():
+            self._hedge_call.cancel()
+        self._cancel_running()
         self.done.callback(sorted([i, self.prep.share_keys[i].hex(), n]
                                   for i, n in self.landed.items()))
 
     def _finish_failed(self, err=None):
         if self._hedge_call is not None and self._hedge_call.active():
             self._hedge_call.cancel()
-        for attempts in list(self.running.values()):
-            for node_id, d in list(attempts.items()):
-                self.network.cancel(node_id, d)
-        self.running.clear()
+        self._cancel_running()
         if self.primaries and not self.primaries_landed.called:
             self.primaries_landed.callback(None)  # they are needed no more either
         self.done.errback(err or StoreFailed(

@@ -159,29 +159,21 @@ class FrameParser:
         return frames
 
     def _take(self, n: int) -> bytes:
-        self._size -= n
-        parts = []
-        chunks = self._chunks
-        while n:
-            first = chunks[0]
-            start = self._offset
-            available = len(first) - start
-            if available > n:
-                parts.append(first[start:start + n])
-                self._offset = start + n
-                break
-            parts.append(first[start:] if start else first)
-            chunks.popleft()
-            self._offset = 0
-            n -= available
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        """n bytes in one buffer (headers and message bodies are decoded whole)."""
+        parts = self._take_parts(n)
+        if len(parts) == 1:
+            return parts[0] if type(parts[0]) is bytes else bytes(parts[0])
+        return b"".join(parts)
 
     def _take_pieces(self, n: int):
         """n bytes as views of the chunks they arrived in (one view: as it is)."""
+        parts = self._take_parts(n)
+        return parts[0] if len(parts) == 1 else Pieces(parts, n)
+
+    def _take_parts(self, n: int) -> list:
         self._size -= n
         parts = []
         chunks = self._chunks
-        total = n
         while n:
             first = chunks[0]
             start = self._offset
@@ -194,7 +186,7 @@ class FrameParser:
             chunks.popleft()
             self._offset = 0
             n -= available
-        return parts[0] if len(parts) == 1 else Pieces(parts, total)
+        return parts
 
     def _check_header(self, header) -> None:
         length, frame_type, op, flags, reserved, _ = header

@@ -102,3 +102,26 @@ def test_a_short_writev_is_finished_piece_by_piece(tmp_path, monkeypatch):
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"".join(pieces)
+
+
+def test_more_pieces_than_one_writev_takes_are_written_in_groups(tmp_path, monkeypatch):
+    """A peer that sends tiny TLS records makes a frame of thousands of pieces:
+    the kernel takes at most IOV_MAX buffers per writev."""
+    from storage import fileio
+
+    real_writev, groups = os.writev, []
+
+    def bounded_writev(fd, views):
+        assert len(views) <= fileio.WRITEV_MAX
+        groups.append(len(views))
+        return real_writev(fd, views)
+
+    monkeypatch.setattr(os, "writev", bounded_writev)
+    pieces = [bytes([i % 251]) * 3 for i in range(2 * fileio.WRITEV_MAX + 5)]
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        fileio.write_all_pieces(fd, [memoryview(p) for p in pieces])
+    finally:
+        os.close(fd)
+    assert groups == [fileio.WRITEV_MAX, fileio.WRITEV_MAX, 5]
+    assert (tmp_path / "f").read_bytes() == b"".join(pieces)
