@@ -124,62 +124,63 @@ def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
     A random nonce is fine here: sealed records are few per key, far from the
     2**32 where random 96-bit nonces start to risk a collision.
     """
-    _check_key(key)
     nonce = secrets.token_bytes(GCM_NONCE_LENGTH)
-    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
-    cipher.update(associated)
-    ciphertext, tag = cipher.encrypt_and_digest(plaintext)
+    ciphertext, tag = _gcm(key, nonce, associated).encrypt_and_digest(plaintext)
     return nonce + ciphertext + tag
 
 
 def seal_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> bytearray:
     """seal() without a second copy: buffer holds GCM_NONCE_LENGTH bytes of
     headroom, then the plaintext; it becomes nonce | ciphertext | tag."""
-    _check_key(key)
     if len(buffer) < GCM_NONCE_LENGTH:
         raise ValueError("seal_in_place needs the nonce's headroom at the start of the buffer")
     nonce = secrets.token_bytes(GCM_NONCE_LENGTH)
-    cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
-    cipher.update(associated)
-    with memoryview(buffer) as view:
-        body = view[GCM_NONCE_LENGTH:]
+    cipher = _gcm(key, nonce, associated)
+    with memoryview(buffer) as view, view[GCM_NONCE_LENGTH:] as body:
         cipher.encrypt(body, output=body)
-        body.release()
     buffer[:GCM_NONCE_LENGTH] = nonce
     buffer += cipher.digest()
     return buffer
 
 
+def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
+    """Inverse of seal(); IntegrityError if anything was changed or the key is wrong."""
+    _check_sealed_length(blob)
+    cipher = _gcm(key, bytes(blob[:GCM_NONCE_LENGTH]), associated)
+    try:
+        return cipher.decrypt_and_verify(blob[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH],
+                                         blob[-GCM_TAG_LENGTH:])
+    except ValueError:
+        raise IntegrityError(_ALTERED) from None
+
+
 def open_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> memoryview:
     """open_sealed() of a bytearray, decrypted where it is: a view of the plaintext."""
-    _check_key(key)
-    if len(buffer) < SEALED_OVERHEAD:
-        raise IntegrityError(f"sealed record is {len(buffer)} bytes, shorter than its own header: truncated")
+    _check_sealed_length(buffer)
     view = memoryview(buffer)
-    cipher = AES.new(key, AES.MODE_GCM, nonce=bytes(view[:GCM_NONCE_LENGTH]), mac_len=GCM_TAG_LENGTH)
-    cipher.update(associated)
+    cipher = _gcm(key, bytes(view[:GCM_NONCE_LENGTH]), associated)
     body = view[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH]
-    tag = bytes(view[-GCM_TAG_LENGTH:])
     cipher.decrypt(body, output=body)
     try:
-        cipher.verify(tag)
+        cipher.verify(bytes(view[-GCM_TAG_LENGTH:]))
     except ValueError:
-        raise IntegrityError("sealed record failed its integrity check: changed, or another key") from None
+        raise IntegrityError(_ALTERED) from None
     return body
 
 
-def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
-    """Inverse of seal(); IntegrityError if anything was changed or the key is wrong."""
+_ALTERED = "sealed record failed its integrity check: it was altered, or the key is wrong"
+
+
+def _gcm(key: bytes, nonce: bytes, associated: bytes):
     _check_key(key)
-    if len(blob) < SEALED_OVERHEAD:
-        raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own header: truncated")
-    nonce, ciphertext, tag = blob[:GCM_NONCE_LENGTH], blob[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH], blob[-GCM_TAG_LENGTH:]
     cipher = AES.new(key, AES.MODE_GCM, nonce=nonce, mac_len=GCM_TAG_LENGTH)
     cipher.update(associated)
-    try:
-        return cipher.decrypt_and_verify(ciphertext, tag)
-    except ValueError:
-        raise IntegrityError("sealed record failed its integrity check: it was altered, or the key is wrong") from None
+    return cipher
+
+
+def _check_sealed_length(blob) -> None:
+    if len(blob) < SEALED_OVERHEAD:
+        raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own header: truncated")
 
 
 def derive_key(user_secret: bytes, purpose: str) -> bytes:

@@ -214,6 +214,10 @@ class SequentialWriter(_ClosedOnExit):
             else:
                 write_all(self.fd, octets)
 
+    def write_pieces(self, pieces) -> None:
+        for piece in pieces:
+            self.write(piece)
+
     def finish(self) -> None:
         if self._direct is not None:
             self._direct.finish()

@@ -106,14 +106,6 @@ class ClientIndex:
                               (content_id,)).fetchone()
         return _unpack(row[0]) if row else None
 
-    def all_contents(self) -> dict:
-        return {cid: _unpack(rec) for cid, rec in self.db.execute(
-            "SELECT content_id, record FROM contents")}
-
-    def all_bundles(self) -> dict:
-        return {bid: _unpack(rec) for bid, rec in self.db.execute(
-            "SELECT bundle_id, record FROM bundles")}
-
     def content_rows(self):
         """(content id, record as stored: compact JSON bytes), one at a time."""
         return self._rows("SELECT content_id, record FROM contents")

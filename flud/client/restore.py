@@ -142,8 +142,8 @@ class Restore:
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
                     pieces = yield ahead.pop(i)
-                    for piece in pieces:
-                        out.write(piece)
+                    # Disk writes wait for the device: in the pool, not on the reactor.
+                    yield self.pool.run(out.write_pieces, pieces)
                     length = sum(len(p) for p in pieces)
                     del pieces
                     transfer.unreserve(segs[i][1], "segment")
@@ -151,7 +151,7 @@ class Restore:
                         ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
                     self.summary["retrieves"] += self.segment_coder.k
                     self.progress.bytes_done(length)
-                out.finish()
+                yield self.pool.run(out.finish)
             self._finish(path, temp, entry)
         except BaseException:
             for d in ahead.values():
