@@ -95,9 +95,7 @@ class ClientIndex:
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
 
     def record_files(self, rows) -> None:
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?)", rows)
+        self._replace_rows("files", 6, rows)
 
     # ---- where contents and bundles are -------------------------------------
 
@@ -119,18 +117,24 @@ class ClientIndex:
 
     def add_challenges(self, items, transaction: bool = True) -> None:
         """items: (share key hex, challenges) as segments.challenges_for()."""
-        rows = ((key, _pack(record)) for key, record in items)
-        if not transaction:
-            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)", rows)
-            return
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)", rows)
+        self._replace_rows("challenges", 2, ((key, _pack(record)) for key, record in items),
+                           transaction)
 
     def challenges(self, share_key: str):
         row = self.db.execute("SELECT record FROM challenges WHERE share_key=?",
                               (share_key,)).fetchone()
         return _unpack(row[0]) if row else None
+
+    def _replace_rows(self, table: str, columns: int, rows, transaction: bool = True) -> None:
+        """INSERT OR REPLACE rows into table, in a transaction of their own
+        unless the caller is inside one (transaction=False)."""
+        sql = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * columns)})"
+        if not transaction:
+            self.db.executemany(sql, rows)
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(sql, rows)
 
     def _rows(self, query: str):
         # A cursor of its own, read row by row: the table is never all in memory.
@@ -142,10 +146,7 @@ class ClientIndex:
         return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}
 
     def add_contents(self, items) -> None:
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO contents VALUES (?,?)",
-                                ((cid, _pack(rec)) for cid, rec in items))
+        self._replace_rows("contents", 2, ((cid, _pack(rec)) for cid, rec in items))
 
     def segment(self, seg_key: str):
         row = self.db.execute("SELECT record FROM segments WHERE seg_key=?",
@@ -161,10 +162,7 @@ class ClientIndex:
         return _unpack(row[0]) if row else None
 
     def add_bundles(self, items) -> None:
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR REPLACE INTO bundles VALUES (?,?)",
-                                ((bid, _pack(rec)) for bid, rec in items))
+        self._replace_rows("bundles", 2, ((bid, _pack(rec)) for bid, rec in items))
 
     # ---- snapshots ----------------------------------------------------------
 
