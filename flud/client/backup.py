@@ -39,8 +39,9 @@ from flud.client.directio import SequentialReader
 from flud.client.gather import settle_all
 from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
 from flud.client.scan import scan
-from flud.client.segments import (SegmentUpload, StoreFailed, add_parity, challenges_for,
-                                  prepare_primaries)
+from flud.client.extents import (BLOCK_HASH, EXTENT_SEGMENTS, MAX_EXTENT_ATTEMPTS,
+                                 ExtentFailed, ExtentUpload, StreamHashes, stream_id)
+from flud.client.segments import StoreFailed, add_parity, challenges_for, prepare_primaries
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
 from flud.protocol.messages import KIND_ARCHIVE
@@ -64,8 +65,20 @@ MAX_TARS_IN_FLIGHT = 16
 EMPTY = {"t": "E", "size": 0}
 
 
+EXTENT_PREFIX = "E"          # an extent's index row: "E" + its first segment's key
+
+
 class FileChanged(Exception):
     pass
+
+
+class _ResendExtent(Exception):
+    """An earlier run's extent no longer matches the file: send it anew."""
+
+
+def _hash_blocks(hashes, shares, indexes):
+    for i in indexes:
+        hashes[i].update(shares[i])
 
 
 def _read_small(entry):
@@ -525,19 +538,11 @@ class Backup:
 
     @defer.inlineCallbacks
     def _large(self, entry, known):
-        """One segment's footprint per file, used in two halves: the next
-        segment is read (into the ciphertext half) once this one's primary
-        shares have landed and its parity is coded, while the parity STOREs
-        are still under way; its own parity is coded once they have landed.
-        So reading, coding and the nodes' round trips overlap within one
-        file, and a transfer still holds at most one segment's worth
-        (ciphertext + parity). Each landed segment is recorded at once."""
+        """A large file goes in extents (flud/client/extents.py), one after
+        another, each from one segment's footprint (see _extent)."""
         transfer = self.monitor.transfer("upload", entry.path)
-        segments = {}
-        digests = []
-        reading = defer.DeferredSemaphore(1)   # the ciphertext half
-        coding = defer.DeferredSemaphore(1)    # the parity half
-        sending = []
+        extents, digests = [], []
+        segments = -(-entry.size // self.segment_size)
         try:
             # The process budget, shared by every transfer: when it is spent
             # this waits instead of growing memory. Claimed whole, for the
@@ -545,30 +550,11 @@ class Backup:
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
             with SequentialReader(entry.path) as f:
-                while True:
-                    yield reading.acquire()
-                    if any(d.called and isinstance(d.result, Failure) for d in sending):
-                        reading.release()
-                        break  # a segment failed: stop reading, report below
-                    prep = yield self.pool.run(self._read_primaries, f)
-                    if prep is None:
-                        reading.release()
-                        break
-                    index = len(digests)
-                    digests.append(prep.digest)
-                    self.counters["bytes_read"] += prep.length
-                    if self.index.segment(prep.key.hex()) is not None:
-                        # sent by an earlier (interrupted) run
-                        segments[index] = prep.key.hex()
-                        self.progress.bytes_done(prep.length)
-                        prep = None  # its buffer goes before the next one is read
-                        reading.release()
-                        continue
-                    sending.append(self._send_segment(prep, index, segments, reading, coding))
-                    # Only the upload holds the segment now: while the next one
-                    # is read, this frame must not keep it alive as well.
-                    prep = None
-                yield settle_all(sending)
+                for first in range(0, segments, EXTENT_SEGMENTS):
+                    record, seg_digests = yield self._extent(
+                        entry, f, first, min(EXTENT_SEGMENTS, segments - first))
+                    extents.append(record)
+                    digests.extend(seg_digests)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
@@ -579,73 +565,169 @@ class Backup:
         if content_id in known or content_id in self._new_contents:
             self.summary["dedup"] += 1
             return content_id
-        # Each landed segment's record went to the index as it landed: only
-        # its key was kept meanwhile (a 1 GiB file has 512 of them).
-        return self._remember(content_id, {
-            "t": "L", "size": entry.size,
-            "segs": [self.index.segment(segments[i]) for i in range(len(digests))]})
-
-    def _segment_landed(self, shares, prep, index, segments):
-        key_hex = prep.key.hex()
-        segments[index] = key_hex
-        self._challenges.update(prep.challenges)
-        self.index.add_segment(key_hex, [key_hex, prep.length, prep.block_length, shares])
-        self.progress.bytes_done(prep.length)
+        return self._remember(content_id, {"t": "L", "size": entry.size, "ext": extents})
 
     @defer.inlineCallbacks
-    def _send_segment(self, prep, index, segments, reading, coding):
-        """The primaries' STOREs start now; the parity follows once coded."""
+    def _extent(self, entry, f, first, count):
+        """Segments first..first+count-1 as one extent; (its record, their
+        digests). A failed extent is sent again from its start, to nodes
+        that have not failed."""
+        resume = True
+        for attempt in range(1, MAX_EXTENT_ATTEMPTS + 1):
+            f.seek(first * self.segment_size)
+            try:
+                result = yield self._extent_once(entry, f, first, count, resume)
+            except _ResendExtent:
+                resume = False
+                continue
+            except ExtentFailed as err:
+                if attempt == MAX_EXTENT_ATTEMPTS:
+                    raise StoreFailed(f"an extent of {entry.path} failed {attempt} times, "
+                                      f"last on {err}. Check the nodes "
+                                      f"(`flud testnet status`) and run the backup again.")
+                log.warning("an extent of %s failed on %s; sending it again", entry.path, err)
+                continue
+            return result
+        raise StoreFailed(f"an extent of {entry.path} could not be sent")
+
+    @defer.inlineCallbacks
+    def _extent_once(self, entry, f, first, count, resume):
+        """One segment's footprint, used in two halves: the next segment is
+        read (into the ciphertext half) once this one's primary shares are
+        taken by their streams and its parity is coded, while the parity is
+        still being taken; its own parity is coded once that is done. So
+        reading, coding and sending overlap, and the file still holds at
+        most one segment's worth (ciphertext + parity)."""
+        sizes = [min(self.segment_size, entry.size - j * self.segment_size)
+                 for j in range(first, first + count)]
+        stream_size = sum(self.coder.block_length(length) for length in sizes)
+        reading = defer.DeferredSemaphore(1)   # the ciphertext half
+        coding = defer.DeferredSemaphore(1)    # the parity half
+        segs, digests, sending = [None] * count, [], []
+        upload = hashes = None
         try:
-            upload = SegmentUpload(self.network, prep, self.n, self.counters, self.reactor)
-        except Exception:  # too few nodes: _large stops reading
-            self.reactor.callLater(0, reading.release)
+            for pos, length in enumerate(sizes):
+                yield reading.acquire()
+                if any(d.called and isinstance(d.result, Failure) for d in sending):
+                    reading.release()
+                    break  # a segment failed: stop reading, report below
+                prep = yield self.pool.run(self._read_extent_segment, entry, f, length, hashes)
+                digests.append(prep.digest)
+                self.counters["bytes_read"] += length
+                if pos == 0:
+                    if resume:
+                        done = yield self._resumed(entry, f, prep, sizes)
+                        if done is not None:
+                            reading.release()
+                            return done, [prep.digest] + done.pop("_digests")
+                    nodes, hashes = self._extent_streams(prep, stream_size)
+                    yield self.pool.run(_hash_blocks, hashes, prep.shares, range(self.k))
+                    upload = ExtentUpload(self.network, nodes, stream_size, self.reactor)
+                    yield upload.open()
+                sending.append(self._feed_segment(upload, prep, hashes, reading, coding,
+                                                  segs, pos))
+                # Only the upload holds the segment now: while the next one
+                # is read, this frame must not keep it alive as well.
+                prep = None
+            yield settle_all(sending)
+            keys = [h.key.digest() for h in hashes]
+            yield upload.finish(keys)
+        except BaseException:
+            for d in sending:
+                d.addErrback(lambda _: None)
+            if upload is not None:
+                upload.cancel()
             raise
-        done = upload.start()
-        coded = self._code_parity(upload, coding)
-        # The ciphertext half comes back once nothing needs the primaries any
-        # more (landed, or the upload ended, and the parity coded from them);
-        # the next segment is read into it.
-        freed = defer.DeferredList([coded, upload.primaries_landed])
-        freed.addCallback(self._ciphertext_freed, upload, reading)
-        prep = None
-        shares = yield done
-        self._segment_landed(shares, upload.prep, index, segments)
+        record = {"shares": [[i, key.hex(), node.hex()] for i, (key, node)
+                             in enumerate(zip(keys, upload.nodes))], "segs": segs}
+        # The record and its challenges are kept at once: a run that is
+        # interrupted later does not send this extent again.
+        self.index.add_challenges([(key.hex(), h.challenges()) for key, h in zip(keys, hashes)])
+        self.index.add_segment(EXTENT_PREFIX + segs[0][0], record)
+        self.counters["stores"] += self.n
+        self.counters["bytes_sent"] += self.n * stream_size
+        self.progress.bytes_done(sum(sizes))
+        return record, digests
+
+    def _extent_streams(self, prep, stream_size):
+        """The extent's n nodes (ranked by its first block) and stream hashes."""
+        nodes = self.network.place(prep.share_keys[0], self.n)
+        if len(nodes) < self.n:
+            raise StoreFailed(f"only {len(nodes)} nodes are reachable; {self.n} are needed "
+                              f"for a large file. Start more nodes or lower n.")
+        hashes = [StreamHashes(self.home.secret, stream_id(prep.share_keys[0], i), stream_size)
+                  for i in range(self.n)]
+        return nodes, hashes
 
     @defer.inlineCallbacks
-    def _code_parity(self, upload, coding):
-        """Codes and sends the parity once the last segment's has landed.
-        Never fails: a failure here fails the upload instead."""
-        yield coding.acquire()
-        upload.done.addBoth(self._slot_freed, coding)
-        try:
-            yield self.pool.run(add_parity, self.home.secret, self.coder, upload.prep)
-        except Exception as err:
-            upload.abandon(err)
-        else:
-            upload.more_shares()
+    def _resumed(self, entry, f, prep, sizes):
+        """The record of this extent if an earlier (interrupted) run sent it
+        and the file still reads the same (every segment's key matches)."""
+        record = self.index.segment(EXTENT_PREFIX + prep.key.hex())
+        if record is None or len(record["segs"]) != len(sizes):
+            return None
+        digests = []
+        for pos in range(1, len(sizes)):
+            digest, key = yield self.pool.run(self._segment_key, entry, f, sizes[pos])
+            if key.hex() != record["segs"][pos][0]:
+                raise _ResendExtent()
+            digests.append(digest)
+        self.progress.bytes_done(sum(sizes))
+        record["_digests"] = digests
+        return record
 
-    def _ciphertext_freed(self, _, upload, reading):
-        # The primaries are views of the segment's own buffer: dropping them
-        # frees it while the parity is still on its way.
-        for i in range(upload.primaries):
-            upload.prep.shares[i] = None
-        self._slot_freed(None, reading)
+    def _segment_key(self, entry, f, length):
+        data = self._read_exactly(entry, f, length)
+        digest = content_digest(data)
+        return digest, convergent_key(self.home.secret, digest)
+
+    def _read_exactly(self, entry, f, length):
+        data = bytearray(length)
+        if f.readinto(data) != length:
+            raise FileChanged(f"{entry.path} changed while it was backed up")
+        return data
+
+    def _read_extent_segment(self, entry, f, length, hashes):
+        # Read into a buffer that is then encrypted in place (prepare_primaries).
+        data = self._read_exactly(entry, f, length)
+        prep = prepare_primaries(self.home.secret, self.coder, data, challenges=False)
+        if hashes is not None:
+            _hash_blocks(hashes, prep.shares, range(self.k))
+        return prep
+
+    def _parity_hashed(self, prep, hashes):
+        add_parity(self.home.secret, self.coder, prep, challenges=False)
+        _hash_blocks(hashes, prep.shares, range(self.k, self.n))
+
+    @defer.inlineCallbacks
+    def _feed_segment(self, upload, prep, hashes, reading, coding, segs, pos):
+        """The primaries go to their streams now; the parity once coded."""
+        primaries = upload.feed(prep.shares, range(self.k))
+        parity = None
+        try:
+            yield coding.acquire()
+            try:
+                yield self.pool.run(self._parity_hashed, prep, hashes)
+                parity = upload.feed(prep.shares, range(self.k, self.n))
+            finally:
+                (parity or defer.succeed(None)).addBoth(self._slot_freed, coding)
+            yield primaries
+        finally:
+            primaries.addErrback(lambda _: None)
+            # The primaries are views of the segment's own buffer: dropping
+            # them frees it while the parity is still being taken.
+            for i in range(min(self.k, len(prep.shares))):
+                prep.shares[i] = None
+            self._slot_freed(None, reading)
+        yield parity
+        segs[pos] = [prep.key.hex(), prep.length, prep.block_length,
+                     b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex()]
 
     def _slot_freed(self, result, slot):
         # The slot opens (and the next buffer is made) once the call stack
         # that delivered this answer (it may hold the buffers) has unwound.
         self.reactor.callLater(0, slot.release)
         return result
-
-    def _read_primaries(self, f):
-        # Read into a buffer that is then encrypted in place (prepare_primaries).
-        data = bytearray(self.segment_size)
-        got = f.readinto(data)
-        if not got:
-            return None
-        if got < len(data):
-            del data[got:]
-        return prepare_primaries(self.home.secret, self.coder, data)
 
     def _remember(self, content_id, record):
         self._new_contents[content_id] = record

@@ -186,6 +186,12 @@ class SequentialReader(_ClosedOnExit):
                 self._fd = None
         return self._file.readinto(buffer)
 
+    def seek(self, offset: int) -> None:
+        """Read on from offset (an extent sent again starts over)."""
+        self._offset = offset
+        if self._file is not None:
+            self._file.seek(offset)
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()

@@ -148,6 +148,8 @@ def build_manifest(index, head: dict, entries: list, history: list,
             bundles.add(record["b"])
         for seg in record.get("segs", ()):
             used.update(s[1] for s in seg[3])
+        for extent in record.get("ext", ()):
+            used.update(s[1] for s in extent["shares"])
 
     def bundle_seen(bid, blob):
         found.append(bid)

@@ -132,6 +132,10 @@ class Network:
         d.addCallback(lambda p: getattr(p, method)(*args, **kwargs))
         return d
 
+    def open_store(self, node_id: bytes, size: int):
+        """Fires with a StreamedStore of `size` bytes open on that node."""
+        return self.peer(node_id).addCallback(lambda p: p.open_store(size))
+
     def cancel(self, node_id: bytes, d) -> None:
         """Abandon a request made with call() (its Deferred fails CANCELLED)."""
         conn = self.net.pool.connection(node_id)

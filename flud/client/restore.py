@@ -14,7 +14,8 @@ from twisted.internet import defer
 
 from flud.client.directio import SequentialWriter
 from flud.client.gather import settle_all
-from flud.client.segments import FetchFailed, fetch_segment_pieces
+from flud.client.segments import (FetchFailed, extent_segments, fetch_record,
+                                  fetch_segment_pieces)
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
@@ -122,16 +123,17 @@ class Restore:
         record = self.manifest["contents"][entry[5]]
         transfer = self.monitor.transfer("download", entry[0])
         path, temp = self._paths(dest, entry)
-        segs = record["segs"]
+        segs = extent_segments(record)
+        lengths = {}
         ahead = {}
 
         @defer.inlineCallbacks
         def fetch(i):
-            key_hex, length, block_length, shares = segs[i]
+            seg = fetch_record(segs[i])
+            lengths[i] = seg["len"]
             # The k shares, decrypted where they landed (a segment that needs
             # a zfec decode briefly holds two more buffers of its size).
-            yield transfer.reserve(length, "segment")
-            seg = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
+            yield transfer.reserve(seg["len"], "segment")
             pieces = yield fetch_segment_pieces(self.network, self.pool, self.segment_coder,
                                                 self.home.secret, seg, self.report_bad)
             return pieces
@@ -146,7 +148,7 @@ class Restore:
                     yield self.pool.run(out.write_pieces, pieces)
                     length = sum(len(p) for p in pieces)
                     del pieces
-                    transfer.unreserve(segs[i][1], "segment")
+                    transfer.unreserve(lengths.pop(i), "segment")
                     if i + SEGMENT_WINDOW < len(segs):
                         ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
                     self.summary["retrieves"] += self.segment_coder.k

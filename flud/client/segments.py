@@ -82,9 +82,10 @@ def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
     return add_parity(secret, coder, prepare_primaries(secret, coder, data))
 
 
-def prepare_primaries(secret: bytes, coder, data) -> PreparedSegment:
+def prepare_primaries(secret: bytes, coder, data, challenges: bool = True) -> PreparedSegment:
     """The first half of prepare_segment: encrypt and hash the k primary
-    shares, so their STOREs can start while the parity is coded."""
+    shares, so their STOREs can start while the parity is coded.
+    challenges=False: a share of an extent stream (its stream has them)."""
     digest = content_digest(data)
     key = convergent_key(secret, digest)
     if isinstance(data, bytearray):
@@ -94,22 +95,25 @@ def prepare_primaries(secret: bytes, coder, data) -> PreparedSegment:
         ciphertext = encrypt_ctr(key, data)
     block_length, primaries = coder.split(ciphertext)
     prep = PreparedSegment(key, digest, len(data), block_length, [], [], {}, coded=False)
-    _add_shares(secret, prep, primaries)
+    _add_shares(secret, prep, primaries, challenges)
     return prep
 
 
-def add_parity(secret: bytes, coder, prep: PreparedSegment) -> PreparedSegment:
+def add_parity(secret: bytes, coder, prep: PreparedSegment,
+               challenges: bool = True) -> PreparedSegment:
     """The second half: the parity shares of the primaries, hashed."""
-    _add_shares(secret, prep, coder.parity(prep.shares[:coder.k]))
+    _add_shares(secret, prep, coder.parity(prep.shares[:coder.k]), challenges)
     prep.coded = True
     return prep
 
 
-def _add_shares(secret: bytes, prep: PreparedSegment, shares: list) -> None:
+def _add_shares(secret: bytes, prep: PreparedSegment, shares: list, challenges: bool) -> None:
     keys = [blake3.blake3(s).digest() for s in shares]
     prep.shares.extend(shares)
     prep.share_keys.extend(keys)
-    prep.challenges.update((k.hex(), challenges_for(secret, k, s)) for k, s in zip(keys, shares))
+    if challenges:
+        prep.challenges.update((k.hex(), challenges_for(secret, k, s))
+                               for k, s in zip(keys, shares))
 
 
 class SegmentUpload:
@@ -258,13 +262,44 @@ def store_segment(network, prep: PreparedSegment, keep: int, counters=None, cloc
     return SegmentUpload(network, prep, keep, counters, clock, place_key).start()
 
 
-def _fits(share: bytes, key_hex: str) -> bool:
-    return blake3.blake3(share).hexdigest() == key_hex
+def _fits(share: bytes, holder) -> bool:
+    """A whole share matches its key; a block of a stream its recorded hash."""
+    if len(holder) > 3:
+        return blake3.blake3(share).digest()[:len(holder[4]) // 2].hex() == holder[4]
+    return blake3.blake3(share).hexdigest() == holder[1]
+
+
+def extent_segments(record) -> list:
+    """A large content's segments as fetch records (see fetch_segment_pieces),
+    made when asked for: [(extent, position, offset in its streams)]."""
+    if "segs" in record:  # one STORE per share (before extents)
+        return [(None, seg, 0) for seg in record["segs"]]
+    plan = []
+    for extent in record["ext"]:
+        offset = 0
+        for pos, seg in enumerate(extent["segs"]):
+            plan.append((extent, pos, offset))
+            offset += seg[2]
+    return plan
+
+
+def fetch_record(planned) -> dict:
+    extent, seg, offset = planned
+    if extent is None:
+        key_hex, length, block_length, shares = seg
+        return {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
+    key_hex, length, block_length, hashes_hex = extent["segs"][seg]
+    width = len(hashes_hex) // len(extent["shares"])
+    shares = [[i, stream_hex, node_hex, offset, hashes_hex[i * width:(i + 1) * width]]
+              for i, stream_hex, node_hex in extent["shares"]]
+    return {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
 
 
 @defer.inlineCallbacks
 def fetch_segment(network, pool, coder, secret, record, report=None):
-    """record: {"key", "len", "bl", "shares": [[i, key hex, node hex]]} -> plaintext."""
+    """record: {"key", "len", "bl", "shares": [[i, key hex, node hex]]} -> plaintext.
+    A share [i, stream key hex, node hex, offset, block hash hex] is the
+    segment's block at offset in an extent's stream."""
     pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -281,8 +316,9 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     failures = []
 
     def ask(holder):
-        index, key_hex, node_hex = holder
-        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex))
+        index, key_hex, node_hex = holder[:3]
+        where = (holder[3], record["bl"]) if len(holder) > 3 else ()
+        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where)
         d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d
 
@@ -291,8 +327,8 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
         results = yield defer.DeferredList(active)
         active = []
         for _, (status, holder, value) in results:
-            index, key_hex, node_hex = holder
-            if status == "ok" and _fits(value, key_hex):
+            index, key_hex, node_hex = holder[:3]
+            if status == "ok" and _fits(value, holder):
                 got[index] = value
                 continue
             why = "corrupt (hash mismatch)" if status == "ok" else value.getErrorMessage()

@@ -21,6 +21,9 @@ def share_locations(manifest) -> list:
         for seg in record.get("segs", ()):
             for _, key_hex, node_hex in seg[3]:
                 out[key_hex] = node_hex
+        for extent in record.get("ext", ()):
+            for _, key_hex, node_hex in extent["shares"]:
+                out[key_hex] = node_hex
     for bundle in manifest["bundles"].values():
         for _, key_hex, node_hex in bundle["shares"]:
             out[key_hex] = node_hex
@@ -47,9 +50,12 @@ def verify(network, secret, manifest, round_number, sample=1.0, rng=None):
         if not challenges:
             return
         index = round_number % len(challenges)
-        offset, length, expected = challenges[index]
+        offset, length, expected = challenges[index][:3]
         key = bytes.fromhex(key_hex)
-        nonce = challenge_nonce(secret, key, index)
+        # An extent's stream records its nonces (they come from what was
+        # known before its key); a share's derive from its key.
+        nonce = (bytes.fromhex(challenges[index][3]) if len(challenges[index]) > 3
+                 else challenge_nonce(secret, key, index))
         try:
             digest = yield network.call(bytes.fromhex(node_hex), "verify", key, nonce,
                                         offset, length)

@@ -1,10 +1,11 @@
 """A peer as seen by a caller: typed calls that return Deferreds."""
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
-from flud.protocol.wire import BytesSource
+from flud.protocol.wire import BytesSource, FedSource
 
 
 class ClientOnlyHandler:
@@ -72,6 +73,16 @@ class PeerClient:
         return self.conn.request(Op.STORE, messages.StoreRequest(key, kind, size),
                                  source=BytesSource(data))
 
+    def open_store(self, size: int) -> "StreamedStore":
+        """A STORE whose bytes are fed as they are made (KIND_STREAMED_SHARE):
+        a share of `size` bytes, then its key, known only at the end."""
+        source = FedSource(size + messages.KEY_SIZE)
+        answer = self.conn.request(
+            Op.STORE, messages.StoreRequest(bytes(messages.KEY_SIZE),
+                                            messages.KIND_STREAMED_SHARE, size),
+            source=source)
+        return StreamedStore(self.conn, source, answer)
+
     def retrieve(self, key: bytes, offset: int = 0, length: int = messages.TO_END,
                  sink=None) -> defer.Deferred:
         """Fires with the bytes (or with the total, when a sink took them)."""
@@ -94,3 +105,45 @@ class PeerClient:
 
     def root_get(self) -> defer.Deferred:
         return self.conn.request(Op.ROOT_GET, messages.Empty()).addCallback(lambda r: r.record)
+
+
+class StreamedStore:
+    """One open streamed STORE: feed() the share piece by piece, then
+    finish() with its key; that fires when the node has committed it."""
+
+    def __init__(self, conn, source, answer):
+        self.conn = conn
+        self.node_id = conn.peer_id
+        self._source = source
+        self._answer = answer
+        self._outcome = None   # the answer, once it came
+        self._waiter = None
+        answer.addBoth(self._answered)
+
+    def feed(self, data) -> defer.Deferred:
+        """Fires once the connection has taken all of `data` (it is in TLS
+        records on their way, the caller's buffer no longer needed)."""
+        return self._source.feed(data)
+
+    def finish(self, key: bytes) -> defer.Deferred:
+        self._source.feed(bytes(key)).addErrback(lambda _: None)  # the answer says it
+        self._waiter = defer.Deferred()
+        if self._outcome is not None:
+            self._answered(self._outcome)
+        return self._waiter
+
+    def cancel(self) -> None:
+        if self._outcome is None:
+            self.conn.cancel(self._answer)
+
+    def _answered(self, outcome):
+        # Kept here: an answer nobody waits for yet (an early refusal, a
+        # cancel) is reported by finish(), not logged as unhandled.
+        self._outcome = outcome
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            if isinstance(outcome, Failure):
+                waiter.errback(outcome)
+            else:
+                waiter.callback(outcome)
+        return None

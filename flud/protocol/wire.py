@@ -96,6 +96,74 @@ class BytesSource:
         self._view.release()
 
 
+class FedSource:
+    """Request bytes handed over as they are made: a share streamed across a
+    file's segments. The total is declared up front; feed() queues a buffer
+    (kept as a view, not copied) and its Deferred fires once the pump has
+    taken every byte of it, so the feeder may move on. The pump parks a
+    stream whose source has nothing yet, and feed() wakes it."""
+
+    def __init__(self, total: int):
+        self._unfed = total   # bytes still to be fed
+        self._untaken = total  # bytes still to be taken by the pump
+        self._queue = collections.deque()  # [view, Deferred]
+        self._taken = []       # Deferreds to fire once the pump has unwound
+        self._closed = None
+        self.wake = None       # set by a connection that parked this source
+
+    @property
+    def remaining(self) -> int:
+        return self._untaken
+
+    def feed(self, data) -> defer.Deferred:
+        if self._closed is not None:
+            return defer.fail(self._closed)
+        view = memoryview(data).cast("B")
+        if len(view) > self._unfed:
+            return defer.fail(ValueError(f"fed {len(view)} bytes with {self._unfed} to go"))
+        self._unfed -= len(view)
+        done = defer.Deferred()
+        if not len(view):
+            done.callback(None)
+            return done
+        self._queue.append([view, done])
+        wake, self.wake = self.wake, None
+        if wake is not None:
+            wake()
+        return done
+
+    def read(self, n: int):
+        """Up to n bytes of what was fed, or None when nothing waits."""
+        if not self._queue:
+            return None
+        item = self._queue[0]
+        piece, rest = item[0][:n], item[0][n:]
+        self._untaken -= len(piece)
+        if len(rest):
+            item[0] = rest
+        else:
+            self._queue.popleft()
+            self._taken.append(item[1])
+        return piece
+
+    def settle(self) -> None:
+        """Fires the feeds the pump has taken whole (called after it unwound:
+        a feeder's callback may feed again or cancel)."""
+        taken, self._taken = self._taken, []
+        for done in taken:
+            done.callback(None)
+
+    def close(self, reason: BaseException = None) -> None:
+        if self._closed is not None:
+            return
+        self._closed = reason or ConnectionLost("the request ended before all was fed")
+        self.wake = None
+        # What the pump took is settled by the pump; what it never took fails.
+        queue, self._queue = self._queue, collections.deque()
+        for _, done in queue:
+            done.errback(self._closed)
+
+
 class _Stream:
     __slots__ = ("rid", "source", "is_response", "on_done", "held")
 
@@ -173,6 +241,7 @@ class Connection(protocol.Protocol):
         self._hello_sent = False
         self._pending = {}
         self._streams = collections.deque()
+        self._parked = {}  # rid -> stream whose FedSource has nothing yet
         self._paused = False
         self._plain = collections.deque()  # frames waiting to be encrypted
         self._plain_bytes = 0
@@ -228,9 +297,10 @@ class Connection(protocol.Protocol):
         lost = ConnectionLost(f"connection to {self.describe()} was lost")
         for item in pending.values():
             item.deferred.errback(lost)
-        for stream in self._streams:
+        for stream in list(self._streams) + list(self._parked.values()):
             stream.source.close()
         self._streams.clear()
+        self._parked.clear()
         self._plain.clear()
         self._plain_bytes = 0
         self._count_queued(0)
@@ -426,6 +496,10 @@ class Connection(protocol.Protocol):
             item.add(piece)
 
     def _drop_stream(self, rid):
+        parked = self._parked.pop(rid, None)
+        if parked is not None:
+            parked.source.close()
+            return
         for stream in self._streams:
             if stream.rid == rid:
                 self._streams.remove(stream)
@@ -438,6 +512,7 @@ class Connection(protocol.Protocol):
         A stream's next chunk is read only once everything before it is
         encrypted: one chunk read ahead per connection, not per stream."""
         session = self.session
+        fed = []
         while self._streams and not self.closed and not self._plain and self._may_send():
             stream = self._streams.popleft()
             chunk, stream.held = stream.held, None
@@ -448,6 +523,11 @@ class Connection(protocol.Protocol):
                     stream.source.close()
                     self._stream_failed(stream, err)
                     continue
+                if chunk is None:  # a FedSource with nothing yet: park it
+                    self._park(stream)
+                    continue
+                if type(stream.source) is FedSource:
+                    fed.append(stream.source)
                 if self._paused:
                     # Reading paused us: keep the chunk with its stream, so a
                     # cancel before the resume drops it unsent.
@@ -466,6 +546,17 @@ class Connection(protocol.Protocol):
             else:
                 self._streams.append(stream)
             self._flush()
+        for source in fed:
+            source.settle()
+
+    def _park(self, stream):
+        self._parked[stream.rid] = stream
+        stream.source.wake = lambda: self._unpark(stream)
+
+    def _unpark(self, stream):
+        if self._parked.pop(stream.rid, None) is stream and not self.closed:
+            self._streams.append(stream)
+            self._pump()
 
     def _stream_failed(self, stream, err):
         """A source failed mid-stream: fail that one request, keep the connection."""
@@ -561,7 +652,8 @@ class Connection(protocol.Protocol):
             self._fail(AuthenticationFailed("the peer did not complete the handshake in time"))
             return
         idle = self.clock.seconds() - self._last_activity
-        busy = self.session.open_inbound or self.session.open_outbound or self._streams
+        busy = (self.session.open_inbound or self.session.open_outbound or self._streams
+                or self._parked)
         if idle >= IDLE_TIMEOUT and not busy:
             log.debug("closing idle connection to %s", self.describe())
             self.transport.loseConnection()

@@ -3,6 +3,7 @@
 Each node is a MemoryShareStore; every call answers after a delay on an
 injected task.Clock, so many transfers overlap without sockets or sleeps.
 """
+import blake3
 from twisted.internet import task
 from twisted.python.failure import Failure
 
@@ -86,6 +87,14 @@ class FakeNetwork:
 
         return task.deferLater(self.clock, self.delay, answer)
 
+    def open_store(self, node_id, size):
+        self.calls["open_store"] = self.calls.get("open_store", 0) + 1
+        node = self.nodes[node_id]
+        if not node.up:
+            return task.deferLater(self.clock, self.delay, _raise,
+                                   ConnectionError(f"node {node_id.hex()[:8]} is down"))
+        return task.deferLater(self.clock, self.delay, FakeStreamedStore, self, node, size)
+
     def cancel(self, node_id, d):
         d.cancel()
 
@@ -94,6 +103,45 @@ class FakeNetwork:
 
     def close(self):
         pass
+
+
+def _raise(err):
+    raise err
+
+
+class FakeStreamedStore:
+    """A streamed STORE on a FakeNode: fed bytes are taken after a tick;
+    finish() checks the size and the trailing key, then stores the share."""
+
+    def __init__(self, network, node, size):
+        self.network, self.node, self.size = network, node, size
+        self.received = bytearray()
+        self.cancelled = False
+
+    def feed(self, data):
+        def take():
+            if self.cancelled:
+                raise RemoteError(ErrorCode.CANCELLED, "cancelled")
+            if not self.node.up:
+                raise ConnectionError("the node went down mid-stream")
+            self.received += data
+            if len(self.received) > self.size:
+                raise RemoteError(ErrorCode.MALFORMED, "more than the declared size")
+        return task.deferLater(self.network.clock, self.network.delay / 4, take)
+
+    def finish(self, key):
+        def commit():
+            if self.cancelled:
+                raise RemoteError(ErrorCode.CANCELLED, "cancelled")
+            if not self.node.up:
+                raise ConnectionError("the node went down mid-stream")
+            if len(self.received) != self.size or blake3.blake3(self.received).digest() != key:
+                raise RemoteError(ErrorCode.HASH_MISMATCH, "stream does not match its key")
+            self.node.store_(self.network.client_id, key, self.received)
+        return task.deferLater(self.network.clock, self.network.delay, commit)
+
+    def cancel(self):
+        self.cancelled = True
 
 
 def run_until(clock, d, step=0.005, limit=200000):

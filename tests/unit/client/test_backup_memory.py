@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from flud.client.extents import ExtentUpload
 from flud.client.backup import Backup
 from flud.client.home import create_home
 from flud.client.progress import Progress
@@ -162,19 +163,18 @@ def _watch_segment_reads(monkeypatch, k):
     import weakref
 
     made, seen = [], []
-    real_read = Backup._read_primaries
+    real_read = Backup._read_extent_segment
 
-    def read_primaries(self, f):
+    def read_segment(self, entry, f, length, hashes):
         gc.collect()
         alive = [ref() for ref in made if ref() is not None]
         seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
                      sum(1 for p in alive if any(s is not None for s in p.shares[k:]))))
-        prep = real_read(self, f)
-        if prep is not None:
-            made.append(weakref.ref(prep))
+        prep = real_read(self, entry, f, length, hashes)
+        made.append(weakref.ref(prep))
         return prep
 
-    monkeypatch.setattr(Backup, "_read_primaries", read_primaries)
+    monkeypatch.setattr(Backup, "_read_extent_segment", read_segment)
     return made, seen
 
 
@@ -191,15 +191,15 @@ def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
     made, seen = _watch_segment_reads(monkeypatch, k)
     summary, _, _, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
-    assert len(seen) == 4  # three segments, then the end of the file
+    assert len(seen) == 3  # three segments
     assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen
 
 
 def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tmp_path,
                                                                        monkeypatch):
-    """Parity STOREs that answer slowly do not hold up the next segment's
-    read (only its parity, which waits for them): reading, coding and the
-    round trips overlap within one file, in one segment's footprint."""
+    """Parity that its streams take slowly does not hold up the next
+    segment's read (only its parity, which waits for it): reading, coding
+    and sending overlap within one file, in one segment's footprint."""
     from twisted.internet import task
 
     clock, home, network = world
@@ -210,22 +210,15 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(data)
     made, seen = _watch_segment_reads(monkeypatch, k)
-    parity_keys, real_call = set(), network.call
+    real_feed = ExtentUpload.feed
 
-    def slow_parity(node_id, method, *args):
-        d = real_call(node_id, method, *args)
-        if method == "store" and args[0] in parity_keys_now():
+    def slow_parity(self, shares, indexes):
+        d = real_feed(self, shares, indexes)
+        if indexes[0] >= k:
             return d.addCallback(lambda result: task.deferLater(clock, 0.1, lambda: result))
         return d
 
-    def parity_keys_now():
-        for ref in made:
-            p = ref()
-            if p is not None and p.coded:
-                parity_keys.update(p.share_keys[k:])
-        return parity_keys
-
-    monkeypatch.setattr(network, "call", slow_parity)
+    monkeypatch.setattr(ExtentUpload, "feed", slow_parity)
     summary, monitor, _, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
     assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen

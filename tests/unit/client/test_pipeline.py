@@ -103,11 +103,11 @@ def test_restore_survives_n_minus_k_lost_nodes_and_a_corrupt_share(world, tmp_pa
     clock, home, network = world
     manifest = home.index.manifest(summary["snapshot"])
     big = next(r for r in manifest["contents"].values() if r["t"] == "L")
-    holders = [bytes.fromhex(node) for _, _, node in big["segs"][0][3]]
+    holders = [bytes.fromhex(node) for _, _, node in big["ext"][0]["shares"]]
     for node_id in holders[:home.config["n"] - home.config["k"] - 1]:
         network.nodes[node_id].up = False
     # the first primary still up is asked for sure: corrupt its share
-    index, key_hex, node_hex = big["segs"][0][3][home.config["n"] - home.config["k"] - 1]
+    index, key_hex, node_hex = big["ext"][0]["shares"][home.config["n"] - home.config["k"] - 1]
     bad_key = bytes.fromhex(key_hex)
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bad_key)
     restored, job = run_restore(world, str(tmp_path / "out"), manifest)

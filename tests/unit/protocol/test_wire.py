@@ -12,7 +12,8 @@ from flud.protocol.codec import DATA_CHUNK, FLAG_END, FrameType, Op, encode_fram
 from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCode,
                                   RemoteError)
 from flud.protocol.tls import hello_transcript
-from flud.protocol.wire import (HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, BytesSource, Connection)
+from flud.protocol.wire import (HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, BytesSource, Connection,
+                                FedSource)
 from tests.unit.protocol.helpers import (Outcome, RecordingHandler, TCPStringTransport,
                                          connect, key_of, make_party, send_raw)
 
@@ -614,3 +615,60 @@ def test_a_streamed_answer_lands_in_one_buffer_even_if_the_peer_sends_more(total
     pending.add(extra)
     pending.finish()
     assert bytes(pending.head.data) == data[:total] + extra
+
+
+# ---- a request source fed over time (a share streamed across segments) ---------
+
+def _fed_store(pair, size):
+    source = FedSource(size)
+    d = pair.client.request(Op.STORE, messages.StoreRequest(key_of(b"s"), 0, size), source=source)
+    return source, d, Outcome(d)
+
+
+def test_a_fed_stream_parks_until_fed_and_each_feed_fires_once_taken(pair, handlers):
+    server_handler, _ = handlers
+    source, _, outcome = _fed_store(pair, 3 * DATA_CHUNK + 10)
+    pair.flush()
+    assert server_handler.data == []  # nothing fed: no empty DATA frames either
+    first = Outcome(source.feed(bytearray(b"a" * (2 * DATA_CHUNK))))
+    pair.flush()
+    assert first.fired
+    second = Outcome(source.feed(memoryview(b"b" * (DATA_CHUNK + 10))))
+    pair.flush()
+    assert second.fired
+    got = b"".join(data for _, _, data, _ in server_handler.data)
+    assert got == b"a" * (2 * DATA_CHUNK) + b"b" * (DATA_CHUNK + 10)
+    assert [end for *_, end in server_handler.data] == [False, False, False, True]
+    assert not outcome.fired  # the answer is the node's to give
+
+
+def test_a_fed_stream_refuses_more_than_it_declared(pair):
+    source, _, _ = _fed_store(pair, 10)
+    assert Outcome(source.feed(b"x" * 11)).failure(ValueError)
+
+
+def test_cancelling_a_parked_stream_fails_what_was_not_taken(pair, handlers):
+    server_handler, _ = handlers
+    source, d, outcome = _fed_store(pair, 4 * DATA_CHUNK)
+    pair.flush()
+    pair.server.pauseProducing()  # the node reads slowly...
+    pair.client.pauseProducing()  # ...so our transport holds on to what we write
+    waiting = Outcome(source.feed(b"c" * (3 * DATA_CHUNK)))
+    pair.client.cancel(d)
+    assert waiting.failure(ConnectionLost)
+    assert outcome.failure(RemoteError).code == ErrorCode.CANCELLED
+    late = Outcome(source.feed(b"d"))
+    assert late.failure(ConnectionLost)
+    pair.client.resumeProducing()
+    pair.server.resumeProducing()
+    pair.flush()
+    assert not pair.client.closed
+
+
+def test_a_lost_connection_fails_a_parked_streams_feeds(pair):
+    source, _, outcome = _fed_store(pair, 2 * DATA_CHUNK)
+    pair.flush()
+    pair.server.close()
+    pair.flush()
+    outcome.failure(ConnectionLost)
+    assert Outcome(source.feed(b"e")).failure(ConnectionLost)

@@ -1,0 +1,158 @@
+"""A large file's extents: one streamed STORE per node per extent.
+
+An extent is up to EXTENT_SEGMENTS consecutive segments of a file. Its n
+share streams go to n distinct nodes (rendezvous rank of its first block);
+stream i is share i of every segment, back to back. A node so pays one STORE
+(one file, one fsync, one index row) per extent instead of one per segment:
+on a 50-node testnet that fixed price was half of a node's CPU per byte.
+
+A segment's shares are fed to the streams as views of the segment's own
+buffers and let go once every stream has taken its share (it is in TLS
+records on its way), so a file still holds one segment's footprint. A
+stream's key, BLAKE3 of the whole stream, is known only at its end: the
+STORE carries it last (KIND_STREAMED_SHARE) and the node checks it before
+the share becomes visible. Each block's own BLAKE3 is recorded too, so a
+restore fetches a segment's blocks by range and checks each one.
+
+A node that fails, refuses or stalls fails the extent; the backup then sends
+the extent again from its first segment to nodes that have not failed.
+"""
+import logging
+
+import blake3
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
+from flud.protocol.errors import ErrorCode, RemoteError
+
+log = logging.getLogger("flud.client")
+
+# 16 x 2 MiB: a node's share of an extent is 4 MiB at 4-of-8 (one STORE,
+# against 16). Larger extents save little more and cost more on a retry.
+EXTENT_SEGMENTS = 16
+MAX_EXTENT_ATTEMPTS = 3
+# A stream that takes nothing for this long fails its extent (a node that
+# hangs without closing its connection would otherwise stall the file).
+STALL_TIMEOUT = 60.0
+BLOCK_HASH = 16  # bytes of each block's BLAKE3 kept in the manifest
+
+
+class ExtentFailed(Exception):
+    pass
+
+
+def stream_id(first_block_key: bytes, share_index: int) -> bytes:
+    """What a stream's challenge nonces derive from: known before its key."""
+    return first_block_key + bytes([share_index])
+
+
+class StreamHashes:
+    """A share stream's hashes, built as its blocks go by: its key, and two
+    VERIFY challenges (the whole stream; a CHALLENGE_SPAN spot check). The
+    nonces come from the user secret and are recorded with the challenges."""
+
+    def __init__(self, secret: bytes, identity: bytes, size: int):
+        self.size = size
+        self.nonces = (challenge_nonce(secret, identity, 0), challenge_nonce(secret, identity, 1))
+        self.key = blake3.blake3()
+        self.whole = blake3.blake3(self.nonces[0])
+        self.span = min(size, CHALLENGE_SPAN)
+        self.span_offset = int.from_bytes(self.nonces[1][:8], "big") % (size - self.span + 1)
+        self.spot = blake3.blake3(self.nonces[1])
+        self.position = 0
+
+    def update(self, block) -> None:
+        self.key.update(block)
+        self.whole.update(block)
+        start = max(self.span_offset, self.position)
+        end = min(self.span_offset + self.span, self.position + len(block))
+        if start < end:
+            self.spot.update(block[start - self.position:end - self.position])
+        self.position += len(block)
+
+    def challenges(self) -> list:
+        """[[offset, length, expected digest hex, nonce hex]], as verify reads them."""
+        return [[0, self.size, self.whole.digest()[:16].hex(), self.nonces[0].hex()],
+                [self.span_offset, self.span, self.spot.digest()[:16].hex(),
+                 self.nonces[1].hex()]]
+
+
+class ExtentUpload:
+    """The n streamed STOREs of one extent."""
+
+    def __init__(self, network, nodes, size, clock):
+        self.network = network
+        self.nodes = nodes
+        self.size = size
+        self.clock = clock
+        self.streams = []
+
+    @defer.inlineCallbacks
+    def open(self):
+        results = yield defer.DeferredList(
+            [self.network.open_store(node, self.size) for node in self.nodes],
+            consumeErrors=True)
+        self.streams = [value if ok else None for ok, value in results]
+        for (ok, value), node in zip(results, self.nodes):
+            if not ok:
+                self.cancel()
+                self._blame(node, value)
+                raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}")
+
+    def feed(self, shares, indexes) -> defer.Deferred:
+        """Fires once stream i has taken shares[i], for every i in indexes."""
+        return self._all({i: self.streams[i].feed(shares[i]) for i in indexes}, "took nothing")
+
+    def finish(self, keys) -> defer.Deferred:
+        """Fires once every node has committed its stream under its key."""
+        return self._all({i: s.finish(keys[i]) for i, s in enumerate(self.streams)},
+                         "did not commit")
+
+    def cancel(self) -> None:
+        for stream in self.streams:
+            if stream is not None:
+                stream.cancel()
+
+    def _all(self, waiting: dict, stalled_means: str) -> defer.Deferred:
+        """One Deferred for the streams' Deferreds: the first failure (or a
+        stall) fails it, names its node and cancels the extent."""
+        result = defer.Deferred()
+        left = set(waiting)
+
+        def fail(why, node):
+            if not result.called:
+                if timer.active():
+                    timer.cancel()
+                # Called first: what the cancel fails next is not blamed.
+                result.errback(ExtentFailed(f"node {node.hex()[:12]}: {why}"))
+                self.cancel()
+
+        def one_done(outcome, i):
+            left.discard(i)
+            node = self.nodes[i]
+            if isinstance(outcome, Failure):
+                if not result.called:
+                    self._blame(node, outcome)
+                fail(outcome.getErrorMessage(), node)
+            elif not left and not result.called:
+                timer.cancel()
+                result.callback(None)
+
+        def stalled():
+            slow = min(left)
+            self.network.mark_failed(self.nodes[slow])
+            fail(f"{stalled_means} in {STALL_TIMEOUT:.0f} s", self.nodes[slow])
+
+        timer = self.clock.callLater(STALL_TIMEOUT, stalled)
+        for i, d in waiting.items():
+            d.addBoth(one_done, i)
+        if not waiting:
+            timer.cancel()
+            result.callback(None)
+        return result
+
+    def _blame(self, node, failure) -> None:
+        # Our own cancel is not the node's fault.
+        if not (failure.check(RemoteError) and failure.value.code == ErrorCode.CANCELLED):
+            self.network.mark_failed(node)
