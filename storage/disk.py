@@ -37,7 +37,7 @@ from storage.reader import FileReader, Reader, StreamingFileReader, verify_diges
 from storage.recovery import recover
 from storage.tarscan import TarMember, member_span
 from storage.upload import Upload
-from storage.validation import check_key, check_owner, check_range, check_upload
+from storage.validation import check_key, check_owner, check_range, check_upload, check_upload_key
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ class _DiskUpload(Upload):
     def __init__(self, store: ShareStore, *args: object) -> None:
         super().__init__(*args)
         self._store = store
-        self.fd, self.path = tempfile.mkstemp(dir=store._layout.incoming, prefix=self.key.hex()[:16] + ".")
+        # A streamed share's key is known only at commit: its temp file is "streamed.*".
+        prefix = self.key.hex()[:16] if self.key is not None else "streamed"
+        self.fd, self.path = tempfile.mkstemp(dir=store._layout.incoming, prefix=prefix + ".")
         self._flushed = 0  # bytes already handed to start_writeback
 
     def _store_pieces(self, views: list[memoryview]) -> None:
@@ -119,8 +121,8 @@ class ShareStore:
 
     # --- uploads -------------------------------------------------------------
 
-    def open_upload(self, key: bytes, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
-        key, owner = check_key(key), check_owner(owner)
+    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
+        key, owner = check_upload_key(key, kind), check_owner(owner)
         check_upload(size, kind)
         self._require_open()
         reservation = self._ledger.reserve(size)

@@ -38,7 +38,8 @@ class IUpload(Interface):
         """write() of several buffers in order, as one write to the disk."""
 
     def commit():
-        """Check size and BLAKE3 against the key (HashMismatch) and, for an archive,
+        """Check size and BLAKE3 against the key (HashMismatch; for a streamed
+        share, the key its data ended with) and, for an archive,
         every member (BadArchive), make it visible durably, return the keys
         stored: [key] for a share, the member keys in tar order for an archive.
         UploadClosed if already committed or aborted."""
@@ -49,7 +50,7 @@ class IUpload(Interface):
 
 class IShareStore(Interface):
     def open_upload(key, owner, size, kind="share"):
-        """Start an upload of `size` bytes; kind "share" or "archive".
+        """Start an upload of `size` bytes; kind "share", "archive" or "streamed share".
 
         BadKey (key or owner not 32 bytes), TooLarge (size over MAX_SHARE_SIZE,
         or MAX_ARCHIVE_UPLOAD for an archive), NoSpace (capacity; `size` bytes
@@ -59,6 +60,11 @@ class IShareStore(Interface):
         ustar/GNU tar whose members are named by the hex BLAKE3 of their data;
         they are appended to the owner's archive and become readable by their
         own keys. Members the owner already holds are skipped (stored as garbage).
+
+        A "streamed share" is opened with key None: its data is `size` bytes of
+        share then its 32-byte key, which is not stored. Committed, it is a
+        share of that key like any other. (Its sender only knows the key once
+        it has sent the share.)
         """
 
     def put(key, owner, data, kind="share"):

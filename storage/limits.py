@@ -22,4 +22,6 @@ COMPACT_MIN_BYTES = 1 * MIB
 
 KIND_SHARE = "share"
 KIND_ARCHIVE = "archive"
-KINDS = (KIND_SHARE, KIND_ARCHIVE)
+# A share whose key is only known once it is all sent: the key follows its data.
+KIND_STREAMED_SHARE = "streamed share"
+KINDS = (KIND_SHARE, KIND_ARCHIVE, KIND_STREAMED_SHARE)

@@ -20,7 +20,7 @@ from storage.limits import KIND_SHARE
 from storage.reader import BytesReader, Reader, verify_digest
 from storage.tarscan import TAR_BLOCK, TarMember, member_span
 from storage.upload import Upload
-from storage.validation import check_key, check_owner, check_range, check_upload
+from storage.validation import check_key, check_owner, check_range, check_upload, check_upload_key
 
 
 @dataclass
@@ -70,8 +70,8 @@ class MemoryShareStore:
         self._archives: dict[bytes, _Archive] = {}
         self._closed = False
 
-    def open_upload(self, key: bytes, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
-        key, owner = check_key(key), check_owner(owner)
+    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
+        key, owner = check_upload_key(key, kind), check_owner(owner)
         check_upload(size, kind)
         self._require_open()
         return _MemoryUpload(self, key, owner, size, kind, self._ledger.reserve(size))

@@ -5,6 +5,10 @@ arrive), enforces the declared size and runs the state machine. A subclass only
 says where chunks go (_store_pieces), how to make them visible (_publish) and how
 to throw them away (_discard). Any error in write() or commit() aborts the
 upload: the caller never has to clean up after a failure.
+
+A streamed share is sent before its key is known, so its key follows its data:
+the last KEY_LENGTH bytes written are set aside (never stored) and commit
+checks the share against them, then publishes it as a share of that key.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import blake3
 
 from storage.capacity import Reservation
 from storage.errors import HashMismatch, TooLarge, UploadClosed
-from storage.limits import KIND_ARCHIVE
+from storage.limits import KEY_LENGTH, KIND_ARCHIVE, KIND_STREAMED_SHARE
 from storage.tarscan import TarMember, TarScanner
 
 
@@ -26,12 +30,14 @@ class UploadState(enum.Enum):
 
 
 class Upload:
-    def __init__(self, key: bytes, owner: bytes, size: int, kind: str, reservation: Reservation) -> None:
-        self.key = key
+    def __init__(self, key: bytes | None, owner: bytes, size: int, kind: str, reservation: Reservation) -> None:
+        self.key = key  # None for a streamed share until commit has checked its trailer
         self.owner = owner
-        self.size = size
+        self.size = size  # of the stored bytes: a streamed share's trailing key is not stored
         self.kind = kind
-        self.received = 0
+        self.received = 0  # stored bytes so far
+        self._trailer = bytearray() if kind == KIND_STREAMED_SHARE else None
+        self._expected = size + KEY_LENGTH if self._trailer is not None else size
         self.state = UploadState.OPEN
         self._reservation = reservation
         self._hasher = blake3.blake3()
@@ -53,10 +59,11 @@ class Upload:
         try:
             views = [memoryview(piece).cast("B") for piece in pieces]
             length = sum(len(view) for view in views)
-            if self.received + length > self.size:
-                raise TooLarge(
-                    f"upload of {self.key.hex()} sent more than the {self.size} bytes it declared"
-                )
+            if self._arrived + length > self._expected:
+                raise TooLarge(f"upload of {self.label} sent more than the {self._expected} bytes it declared")
+            if self._trailer is not None:
+                views = self._set_trailer_aside(views)
+                length = sum(len(view) for view in views)
             for view in views:
                 self._hasher.update(view)
                 if self._scanner is not None:
@@ -71,12 +78,14 @@ class Upload:
         """Check the bytes against the key and make them visible; returns the keys stored."""
         self._require_open("commit")
         try:
-            if self.received != self.size:
-                raise HashMismatch(f"upload of {self.key.hex()} got {self.received} bytes, expected {self.size}")
-            if self._hasher.digest() != self.key:
+            if self._arrived != self._expected:
+                raise HashMismatch(f"upload of {self.label} got {self._arrived} bytes, expected {self._expected}")
+            key = self.key if self._trailer is None else bytes(self._trailer)
+            if self._hasher.digest() != key:
                 raise HashMismatch(
-                    f"uploaded data does not match its key {self.key.hex()} (BLAKE3 is {self._hasher.hexdigest()})"
+                    f"uploaded data does not match its key {key.hex()} (BLAKE3 is {self._hasher.hexdigest()})"
                 )
+            self.key = key
             if self._scanner is not None:
                 members, body_length = self._scanner.finish()
                 keys = self._publish_archive(members, body_length, self._reservation)
@@ -94,9 +103,34 @@ class Upload:
         if self.state is UploadState.OPEN:
             self._fail()
 
+    @property
+    def label(self) -> str:
+        """The key in hex, for messages; a streamed share has none before commit."""
+        return self.key.hex() if self.key is not None else "a streamed share"
+
+    @property
+    def _arrived(self) -> int:
+        return self.received + (len(self._trailer) if self._trailer is not None else 0)
+
+    def _set_trailer_aside(self, views: list[memoryview]) -> list[memoryview]:
+        """The views' share bytes, uncopied; the bytes past `size` (at most the
+        KEY_LENGTH of the key, write_pieces checked) are copied to the trailer."""
+        room = self.size - self.received
+        share = []
+        for view in views:
+            if len(view) <= room:
+                share.append(view)
+                room -= len(view)
+                continue
+            if room:
+                share.append(view[:room])
+            self._trailer += view[room:]
+            room = 0
+        return share
+
     def _require_open(self, action: str) -> None:
         if self.state is not UploadState.OPEN:
-            raise UploadClosed(f"cannot {action} the upload of {self.key.hex()}: it is already {self.state.value}")
+            raise UploadClosed(f"cannot {action} the upload of {self.label}: it is already {self.state.value}")
 
     def _fail(self) -> None:
         self.state = UploadState.ABORTED

@@ -6,6 +6,7 @@ from storage.errors import BadKey, BadRange, TooLarge
 from storage.limits import (
     KEY_LENGTH,
     KIND_ARCHIVE,
+    KIND_STREAMED_SHARE,
     KINDS,
     MAX_ARCHIVE_UPLOAD,
     MAX_SHARE_SIZE,
@@ -25,6 +26,15 @@ def check_owner(owner: bytes) -> bytes:
         length = len(owner) if isinstance(owner, (bytes, bytearray)) else type(owner).__name__
         raise BadKey(f"an owner id is exactly {OWNER_LENGTH} bytes, got {length}")
     return bytes(owner)
+
+
+def check_upload_key(key: bytes | None, kind: str) -> bytes | None:
+    """A streamed share's key comes after its data, so it is opened with None."""
+    if kind != KIND_STREAMED_SHARE:
+        return check_key(key)
+    if key is not None:
+        raise ValueError("a streamed share's key follows its data: open it with key None")
+    return None
 
 
 def check_upload(size: int, kind: str) -> None:

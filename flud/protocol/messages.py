@@ -26,7 +26,12 @@ ROLE_CLIENT = 2
 
 KIND_SHARE = 0
 KIND_ARCHIVE = 1
-_KIND_NAMES = {KIND_SHARE: "share", KIND_ARCHIVE: "archive"}
+# A share sent before its key is known: the key field is zero and the data is
+# the share then its 32-byte key.
+KIND_STREAMED_SHARE = 2
+_KIND_NAMES = {KIND_SHARE: "share", KIND_ARCHIVE: "archive",
+               KIND_STREAMED_SHARE: "streamed share"}
+NO_KEY = bytes(KEY_SIZE)
 
 PEER_ALIVE = 0x01
 PEER_NODE = 0x02
@@ -218,14 +223,26 @@ class StoreRequest:
         key, kind, size = r.unpack(_STORE_HEAD)
         if kind not in _KIND_NAMES:
             raise malformed(f"STORE kind {kind} is unknown")
-        data = r.rest()
-        if len(data) > size:
+        if kind == KIND_STREAMED_SHARE and key != NO_KEY:
+            raise malformed("a streamed share's key field must be zero: its key follows its data")
+        request = cls(key, kind, size, r.rest())
+        if len(request.data) > request.data_length:
             raise malformed("STORE carries more bytes than its size")
-        return cls(key, kind, size, data)
+        return request
 
     @property
     def kind_name(self) -> str:
         return _KIND_NAMES[self.kind]
+
+    @property
+    def data_length(self) -> int:
+        """The bytes that follow the head: size, plus the key of a streamed share."""
+        return self.size + KEY_SIZE if self.kind == KIND_STREAMED_SHARE else self.size
+
+    @property
+    def content_key(self) -> bytes | None:
+        """The key, or None for a streamed share (whose key ends its data)."""
+        return None if self.kind == KIND_STREAMED_SHARE else self.key
 
 
 @dataclass(slots=True)

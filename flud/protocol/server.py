@@ -149,11 +149,12 @@ class NodeHandler:
         conn.respond(rid, messages.Stats(values))
 
     def _store(self, conn, rid, message, end):
-        upload = self.store.open_upload(message.key, conn.peer_id, message.size,
-                                        message.kind_name)
+        key = message.content_key  # None for a streamed share: checked at commit
+        upload = self.store.open_upload(key, conn.peer_id, message.size, message.kind_name)
         transfer = None
         if self.monitor is not None:
-            transfer = self.monitor.transfer("store", message.key.hex()[:16])
+            name = key.hex()[:16] if key is not None else "streamed"
+            transfer = self.monitor.transfer("store", name)
         self._uploads[(conn, rid)] = (upload, transfer)
         self.counters["stores"] += 1
         self.request_data(conn, rid, message.data, end)

@@ -566,3 +566,146 @@ def test_closed_store_refuses_calls(store):
         store.size(key_of(data), ALICE)
     with pytest.raises(StoreClosed):
         store.put(key_of(b"y"), ALICE, b"y")
+
+
+# --- streamed shares: the key follows the data ---------------------------------------
+
+
+def open_streamed(store, owner: bytes, size: int):
+    return store.open_upload(None, owner, size, kind="streamed share")
+
+
+def put_streamed(store, owner: bytes, data: bytes, trailer: bytes | None = None) -> list[bytes]:
+    with open_streamed(store, owner, len(data)) as upload:
+        upload.write(data + (key_of(data) if trailer is None else trailer))
+        return upload.commit()
+
+
+def test_streamed_share_is_stored_under_the_key_it_ends_with(store):
+    data = random_bytes(100_003)
+    key = key_of(data)
+    upload = open_streamed(store, ALICE, len(data))
+    assert store.stats()["reserved"] == len(data)  # the key is not stored, nor reserved
+    blob = memoryview(data + key)
+    for start in range(0, len(blob), 4096):
+        upload.write(blob[start : start + 4096])
+    assert store.owners(key) == set()  # not visible before commit
+    assert upload.commit() == [key]
+    assert store.size(key, ALICE) == len(data) and read_all(store, key, ALICE) == data
+    assert read_all(store, key, ALICE, offset=4000, length=5000) == data[4000:9000]
+    assert store.verify(key, ALICE, b"n", 7, 100) == blake3.blake3(b"n" + data[7:107]).digest()
+    stats = store.stats()
+    assert (stats["shares"], stats["bytes_stored"], stats["reserved"]) == (1, len(data), 0)
+    store.delete(key, ALICE)
+    assert store.owners(key) == set() and store.stats()["free"] == CAPACITY
+
+
+@pytest.mark.parametrize("in_share,in_next", [(0, 0), (0, 32), (5, 0), (5, 1), (5, 16), (5, 31), (1, 32)])
+def test_streamed_share_with_its_key_split_across_pieces_and_writes(store, in_share, in_next):
+    """The key may start in one piece of a frame and end in the next frame."""
+    data = random_bytes(3000)
+    blob = data + key_of(data)
+    cut = len(data) - in_share
+    upload = open_streamed(store, ALICE, len(data))
+    upload.write_pieces([blob[:cut], memoryview(blob)[cut : cut + in_share + 32 - in_next]])
+    upload.write_pieces([blob[cut + in_share + 32 - in_next :]])
+    assert upload.commit() == [key_of(data)]
+    assert read_all(store, key_of(data), ALICE) == data
+
+
+def test_streamed_share_written_a_byte_at_a_time(store):
+    data = random_bytes(50)
+    blob = data + key_of(data)
+    with open_streamed(store, ALICE, len(data)) as upload:
+        for i in range(len(blob)):
+            upload.write(blob[i : i + 1])
+        assert upload.commit() == [key_of(data)]
+    assert read_all(store, key_of(data), ALICE) == data
+
+
+def test_empty_streamed_share(store):
+    assert put_streamed(store, ALICE, b"") == [key_of(b"")]
+    assert read_all(store, key_of(b""), ALICE) == b""
+
+
+@pytest.mark.parametrize("spoil", ["key", "data"])
+def test_streamed_share_not_matching_its_key_leaves_nothing(store, spoil):
+    data = random_bytes(5000)
+    trailer = key_of(data)
+    if spoil == "key":
+        trailer = key_of(b"another share")
+    else:
+        data = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(HashMismatch, match="does not match its key"):
+        put_streamed(store, ALICE, data, trailer)
+    assert store.owners(trailer) == store.owners(key_of(data)) == set() and store.keys(ALICE) == []
+    stats = store.stats()
+    assert (stats["shares"], stats["bytes_stored"], stats["free"]) == (0, 0, CAPACITY)
+
+
+def test_streamed_share_of_a_key_already_held_adds_its_owner_once(store):
+    data = random_bytes(5000)
+    key = key_of(data)
+    store.put(key, BOB, data)
+    assert put_streamed(store, ALICE, data) == [key]
+    assert put_streamed(store, ALICE, data) == [key]
+    assert store.owners(key) == {ALICE, BOB}
+    stats = store.stats()
+    assert (stats["shares"], stats["bytes_stored"], stats["reserved"]) == (1, len(data), 0)
+    assert stats["free"] == CAPACITY - len(data)
+    store.delete(key, BOB)
+    assert read_all(store, key, ALICE) == data
+    store.delete(key, ALICE)
+    assert store.stats()["free"] == CAPACITY
+
+
+@pytest.mark.parametrize("trailer_bytes", [0, 31])
+def test_streamed_share_missing_key_bytes(store, trailer_bytes):
+    data = random_bytes(1000)
+    upload = open_streamed(store, ALICE, len(data))
+    upload.write(data + key_of(data)[:trailer_bytes])
+    with pytest.raises(HashMismatch, match=f"got {1000 + trailer_bytes} bytes, expected 1032"):
+        upload.commit()
+    assert store.owners(key_of(data)) == set() and store.stats()["free"] == CAPACITY
+
+
+def test_streamed_share_with_bytes_after_its_key(store):
+    data = random_bytes(1000)
+    upload = open_streamed(store, ALICE, len(data))
+    upload.write(data + key_of(data)[:20])
+    with pytest.raises(TooLarge):
+        upload.write(key_of(data)[20:] + b"x")
+    with pytest.raises(UploadClosed):
+        upload.commit()
+    assert store.owners(key_of(data)) == set() and store.stats()["free"] == CAPACITY
+
+
+def test_streamed_share_aborted_mid_stream(store):
+    data = random_bytes(10_000)
+    with open_streamed(store, ALICE, len(data)) as upload:
+        upload.write(data[:6000])
+    assert upload.state.value == "aborted"
+    stats = store.stats()
+    assert (stats["reserved"], stats["free"], stats["shares"]) == (0, CAPACITY, 0)
+    upload = open_streamed(store, ALICE, len(data))
+    upload.write(data + key_of(data)[:1])  # into the key
+    upload.abort()
+    assert store.owners(key_of(data)) == set() and store.stats()["free"] == CAPACITY
+
+
+def test_streamed_share_space_is_its_size(make_store):
+    data = random_bytes(6000)
+    with pytest.raises(NoSpace):
+        put_streamed(make_store(capacity=len(data) - 1), ALICE, data)
+    store = make_store(capacity=len(data))
+    put_streamed(store, ALICE, data)  # its key takes no space
+    assert store.stats()["free"] == 0
+    with pytest.raises(TooLarge):
+        open_streamed(store, ALICE, MAX_SHARE_SIZE + 1)
+
+
+def test_streamed_share_is_opened_without_a_key(store):
+    with pytest.raises(ValueError):
+        store.open_upload(key_of(b"x"), ALICE, 1, kind="streamed share")
+    with pytest.raises(BadKey):
+        store.open_upload(None, ALICE, 1)

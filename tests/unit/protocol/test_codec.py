@@ -16,8 +16,8 @@ from flud.protocol import codec, messages, session, wire
 from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame,
                                  FrameParser, FrameType, Op, encode_frame)
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
-from flud.protocol.messages import (KIND_ARCHIVE, KIND_SHARE, MAX_NONCE, MAX_PEERS_LIST,
-                                    MAX_ROOT_RECORD, TO_END)
+from flud.protocol.messages import (KIND_ARCHIVE, KIND_SHARE, KIND_STREAMED_SHARE, MAX_NONCE,
+                                    MAX_PEERS_LIST, MAX_ROOT_RECORD, NO_KEY, TO_END)
 from tests.unit.protocol.helpers import key_of
 
 DOC = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
@@ -86,6 +86,16 @@ def test_store_example_bytes():
     assert messages.decode_request(frame.op, frame.payload) == request
 
 
+def test_streamed_store_example_bytes():
+    m = re.search(r"The same as a streamed share, rid (\d+): header `([0-9a-f ]+)`, body\s*`([0-9a-f \n]+)`", DOC)
+    assert m, "the streamed STORE example is missing from docs/protocol.md"
+    rid, header, body = int(m.group(1)), unhex(m.group(2)), unhex(m.group(3))
+    data = b"abc"
+    request = messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, len(data), data + key_of(data))
+    assert encode_frame(FrameType.REQUEST, Op.STORE, FLAG_END, rid, request.encode()) == header + body
+    assert messages.decode_request(Op.STORE, body) == request
+
+
 # ---- the doc's tables ------------------------------------------------------------
 
 def test_frame_types_match_the_doc():
@@ -147,6 +157,8 @@ ROUND_TRIPS = [
     messages.StoreRequest(KEY, KIND_SHARE, 3, b"abc"),
     messages.StoreRequest(KEY, KIND_ARCHIVE, 10 ** 9, b""),
     messages.StoreRequest(KEY, KIND_SHARE, 0),
+    messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 3, b"abc" + KEY),
+    messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 10 ** 7, b"a" * 1000),
     messages.RetrieveRequest(KEY),
     messages.RetrieveRequest(KEY, 5, 7),
     messages.RetrieveResponse(0),
@@ -204,6 +216,7 @@ FIXED_LAYOUTS = [
     (messages.Hello(1, messages.ROLE_NODE, 1, b"k" * 91, b"s" * 70, "host"), messages.Hello.decode),
     (messages.PeerList([messages.PeerInfo(b"\x01" * 32, "host", 1)] * 2), messages.PeerList.decode),
     (messages.StoreRequest(KEY, KIND_SHARE, 3, b""), messages.StoreRequest.decode),
+    (messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 3, b""), messages.StoreRequest.decode),
     (messages.RetrieveRequest(KEY, 1, 2), messages.RetrieveRequest.decode),
     (messages.RetrieveResponse(0), messages.RetrieveResponse.decode),
     (messages.VerifyRequest(KEY, b"nonce"), messages.VerifyRequest.decode),
@@ -278,7 +291,7 @@ def test_hello_length_bounds():
         malformed(excinfo)
 
 
-@pytest.mark.parametrize("kind", [2, 7, 255])
+@pytest.mark.parametrize("kind", [3, 7, 255])
 def test_bad_store_kind_is_malformed(kind):
     body = struct.pack(">32sBQ", KEY, kind, 3) + b"abc"
     with pytest.raises(RemoteError) as excinfo:
@@ -289,6 +302,24 @@ def test_bad_store_kind_is_malformed(kind):
 def test_store_inline_bytes_over_its_size_are_malformed():
     with pytest.raises(RemoteError) as excinfo:
         messages.StoreRequest.decode(struct.pack(">32sBQ", KEY, 0, 2) + b"abc")
+    malformed(excinfo)
+
+
+def test_a_streamed_share_carries_its_key_after_its_size():
+    body = struct.pack(">32sBQ", NO_KEY, KIND_STREAMED_SHARE, 3) + b"abc" + KEY
+    request = messages.StoreRequest.decode(body)
+    assert (request.kind_name, request.data_length, request.content_key) == ("streamed share", 35, None)
+    assert (messages.StoreRequest(KEY, KIND_SHARE, 3).data_length,
+            messages.StoreRequest(KEY, KIND_SHARE, 3).content_key) == (3, KEY)
+    with pytest.raises(RemoteError) as excinfo:
+        messages.StoreRequest.decode(body + b"x")
+    malformed(excinfo)
+
+
+@pytest.mark.parametrize("key", [KEY, b"\x00" * 31 + b"\x01"])
+def test_a_streamed_share_with_a_key_field_is_malformed(key):
+    with pytest.raises(RemoteError) as excinfo:
+        messages.StoreRequest.decode(struct.pack(">32sBQ", key, KIND_STREAMED_SHARE, 3) + b"abc")
     malformed(excinfo)
 
 

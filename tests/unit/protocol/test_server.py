@@ -16,7 +16,7 @@ from flud.protocol import messages
 from flud.protocol.client import ClientOnlyHandler, PeerClient
 from flud.protocol.codec import DATA_CHUNK, FrameType, Op
 from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
-from flud.protocol.messages import KIND_ARCHIVE, TO_END
+from flud.protocol.messages import KIND_ARCHIVE, KIND_STREAMED_SHARE, NO_KEY, TO_END
 from flud.protocol.server import NodeHandler, FIRST_PIECE
 from flud.protocol.wire import BytesSource
 from storage.disk import ShareStore
@@ -831,3 +831,182 @@ def test_a_commit_runs_inline_only_while_nothing_else_is_in_progress(tmp_path, m
     assert third_outcome.fired
     for data in (first, second, lone, third):
         assert memory_store.owners(key_of(data)) == {alice.identity.node_id}
+
+
+# ---- streamed shares: the key follows the data --------------------------------------------
+
+def streamed_request(data, trailer=None, inline=0, key=NO_KEY):
+    """A kind-2 STORE: `inline` bytes in the request, the rest (the share,
+    then its key) in DATA frames."""
+    blob = data + (key_of(data) if trailer is None else trailer)
+    request = messages.StoreRequest(key, KIND_STREAMED_SHARE, len(data), blob[:inline])
+    return request, BytesSource(blob[inline:])
+
+
+def store_streamed(pair, data, **kwargs):
+    request, source = streamed_request(data, **kwargs)
+    return pair.client.request(Op.STORE, request, source=source)
+
+
+def test_streamed_share_in_data_frames_then_ranges_and_verify(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(3 * MIB + 990)
+    key = key_of(data)
+    assert ok(alice, store_streamed(alice, data, inline=1000)) == messages.Empty()
+    # Its key straddles the last two DATA frames: 10 bytes in one, 22 in the next.
+    assert [size for _, size, _ in node.handler.chunks] == [1000] + [DATA_CHUNK] * 3 + [22]
+    assert any_store.size(key, alice.identity.node_id) == len(data)
+    assert ok(alice, alice.peer.retrieve(key)) == data
+    start = DATA_CHUNK - 3
+    assert ok(alice, alice.peer.retrieve(key, start, 2 * MIB)) == data[start:start + 2 * MIB]
+    nonce = b"nonce"
+    assert ok(alice, alice.peer.verify(key, nonce, 5, 70_000)) == \
+        blake3.blake3(nonce + data[5:70_005]).digest()
+    assert any_store.stats()["reserved"] == 0
+    incoming_is_empty(any_store)
+    ok(alice, alice.peer.delete(key))
+    nothing_held(any_store)
+
+
+def test_streamed_share_all_inline(alice, node):
+    data = b"a small streamed share"
+    assert ok(alice, store_streamed(alice, data, inline=len(data) + 32)) == messages.Empty()
+    assert ok(alice, alice.peer.retrieve(key_of(data))) == data
+
+
+def test_streamed_share_with_a_key_field_is_malformed(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(2 * MIB)
+    code = error_code(alice, store_streamed(alice, data, inline=100, key=key_of(data)))
+    assert code == ErrorCode.MALFORMED
+    assert node.handler.chunks == []  # refused at its head; its DATA frames are dropped
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+@pytest.mark.parametrize("size", [10, 3 * MIB])
+def test_streamed_share_not_matching_its_key(any_store, tmp_path, size):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(size)
+    wrong = key_of(data + b"!")
+    assert error_code(alice, store_streamed(alice, data, trailer=wrong)) == ErrorCode.HASH_MISMATCH
+    for key in (wrong, key_of(data)):
+        assert error_code(alice, alice.peer.retrieve(key)) == ErrorCode.NOT_FOUND
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+
+
+@pytest.mark.parametrize("trailer,code", [
+    (lambda key: key[:31], ErrorCode.HASH_MISMATCH),
+    (lambda key: b"", ErrorCode.HASH_MISMATCH),
+    (lambda key: key + b"x", ErrorCode.TOO_LARGE),
+], ids=["short key", "no key", "byte after the key"])
+def test_streamed_share_of_the_wrong_length(node, alice, trailer, code):
+    data = pattern(2 * MIB)
+    assert error_code(alice, store_streamed(alice, data, trailer=trailer(key_of(data)))) == code
+    nothing_held(node.store)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()
+
+
+def test_streamed_share_inline_bytes_past_its_key_are_malformed(node, alice):
+    request = messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 3, b"abc" + key_of(b"abc") + b"x")
+    assert error_code(alice, alice.client.request(Op.STORE, request)) == ErrorCode.MALFORMED
+    nothing_held(node.store)
+
+
+def test_streamed_share_declared_over_the_limit(node, alice):
+    request = messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 2 ** 30 + 1, b"x")
+    assert error_code(alice, alice.client.request(Op.STORE, request)) == ErrorCode.TOO_LARGE
+    nothing_held(node.store)
+
+
+def test_streamed_share_of_a_key_held_adds_an_owner_and_no_copy(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice, bob = node.connect(), node.connect()
+    data = pattern(3 * MIB, 4)
+    key = key_of(data)
+    ok(bob, bob.peer.store(key, data))
+    ok(alice, store_streamed(alice, data))
+    ok(alice, store_streamed(alice, data))
+    assert any_store.owners(key) == {alice.identity.node_id, bob.identity.node_id}
+    stats = any_store.stats()
+    assert (stats["shares"], stats["bytes_stored"], stats["reserved"]) == (1, len(data), 0)
+    ok(bob, bob.peer.delete(key))
+    assert ok(alice, alice.peer.retrieve(key)) == data
+
+
+def test_no_space_for_a_streamed_share_is_its_size(tmp_path):
+    store = MemoryShareStore(MIB)
+    node = Node(tmp_path, store)
+    alice = node.connect()
+    assert error_code(alice, store_streamed(alice, pattern(MIB + 1))) == ErrorCode.NO_SPACE
+    fits = pattern(MIB, 3)
+    ok(alice, store_streamed(alice, fits))  # its key takes no space
+    assert store.stats()["free"] == 0
+
+
+def start_streamed_upload(pair, data):
+    """A kind-2 STORE with one DATA frame sent, the rest held back."""
+    request, _ = streamed_request(data)
+    source = PauseAfterFirstRead(data + key_of(data), pair.client)
+    source.read(0)  # the request carries no inline bytes
+    pair.client.resumeProducing()
+    d = pair.client.request(Op.STORE, request, source=source)
+    outcome = Outcome(d)
+    pair.flush()
+    return d, outcome
+
+
+def test_cancel_mid_streamed_share_leaves_nothing(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(4 * MIB)
+    d, outcome = start_streamed_upload(alice, data)
+    assert [size for _, size, _ in node.handler.chunks] == [0, DATA_CHUNK]
+    assert any_store.stats()["reserved"] == len(data)
+    alice.client.cancel(d)
+    alice.flush()
+    alice.client.resumeProducing()
+    alice.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.CANCELLED
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    assert error_code(alice, alice.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
+    ok(alice, store_streamed(alice, data))  # the space is there again
+    assert ok(alice, alice.peer.retrieve(key_of(data))) == data
+
+
+def test_peer_disconnecting_mid_streamed_share_leaves_nothing(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(4 * MIB)
+    _, outcome = start_streamed_upload(alice, data)
+    alice.client.transport.loseConnection()
+    alice.flush()
+    outcome.failure(ConnectionLost)
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+
+
+def test_streamed_share_commits_inline_and_closes_its_transfer(tmp_path, memory_store):
+    from flud.memory import MemoryMonitor
+
+    def never(fn, *args):
+        raise AssertionError("the lone commit went to a worker")
+
+    monitor = MemoryMonitor(rss_reader=lambda: 0)
+    node = Node(tmp_path, memory_store, run_blocking=never, inline_commits=True, monitor=monitor)
+    alice = node.connect()
+    data = pattern(3 * MIB)
+    _, outcome = start_streamed_upload(alice, data)
+    assert [(t["kind"], t["name"]) for t in monitor.snapshot()["transfers"]] == [("store", "streamed")]
+    for _ in range(4):  # the source pauses the connection after each DATA frame
+        alice.client.resumeProducing()
+        alice.flush()
+    assert outcome.result() == messages.Empty()
+    assert monitor.active_transfers == 0
+    assert memory_store.owners(key_of(data)) == {alice.identity.node_id}
