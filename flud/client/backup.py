@@ -712,6 +712,10 @@ class Backup:
             finally:
                 (parity or defer.succeed(None)).addBoth(self._slot_freed, coding)
             yield primaries
+        except BaseException:
+            if parity is not None:
+                parity.addErrback(lambda _: None)  # the first failure is reported
+            raise
         finally:
             primaries.addErrback(lambda _: None)
             # The primaries are views of the segment's own buffer: dropping

@@ -40,7 +40,8 @@ class FakeNode:
         return data
 
     def verify(self, owner, key, nonce, offset, length):
-        return self.store.verify(key, owner, nonce, offset, length)
+        digest = self.store.verify(key, owner, nonce, offset, length)
+        return bytes(32) if key in self.corrupt else digest
 
     def delete(self, owner, key):
         self.store.delete(key, owner)
