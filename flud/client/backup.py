@@ -39,8 +39,8 @@ from flud.client.directio import SequentialReader
 from flud.client.gather import settle_all
 from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
 from flud.client.scan import scan
-from flud.client.extents import (BLOCK_HASH, EXTENT_SEGMENTS, MAX_EXTENT_ATTEMPTS,
-                                 ExtentFailed, ExtentUpload, StreamHashes, stream_id)
+from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
+                                 StreamHashes, segments_per_extent, stream_id)
 from flud.client.segments import StoreFailed, add_parity, challenges_for, prepare_primaries
 from flud.coding import SegmentCoder
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
@@ -55,12 +55,13 @@ SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
 # the critical path of a mixed backup, and every call waits for the reactor.
 CALL_CREDIT_SHARE = 8
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
-# One segment's worth per file: a 2 MiB segment at 4-of-8 is 2 MiB of
-# ciphertext + 2 MiB of parity, the 4 MiB per transfer, held in two halves
-# (see _large). Measured here (4029-file home, 50 nodes): 2 MiB segments are
-# 12% faster than 1 MiB ones two at a time at the same footprint, because
-# every STORE costs the node a fixed ~1 ms and half as many STOREs carry the
-# same bytes.
+# What one large file may hold: the ciphertext of a few segments and the
+# parity of one (see _extent_once). 2 MiB segments (the default) at 4-of-8:
+# 2 + 2 MiB, one segment at a time in two halves. 1 MiB ones: 3 x 1 + 1 MiB,
+# so the next segments are read while one is coded (measured on 1 GiB: +7%
+# up, but a restore then makes twice the RETRIEVEs: -20% down).
+FILE_FOOTPRINT = 4 * 1024 * 1024
+MAX_SEGMENT_WINDOW = 3
 MAX_TARS_IN_FLIGHT = 16
 EMPTY = {"t": "E", "size": 0}
 
@@ -70,6 +71,16 @@ EXTENT_PREFIX = "E"          # an extent's index row: "E" + its first segment's 
 
 class FileChanged(Exception):
     pass
+
+
+class _SentExtent:
+    """An extent whose streams are all fed; `committed` fires once every
+    node has committed its stream (and the index knows the extent)."""
+
+    def __init__(self, first, count, record, digests, committed):
+        self.first, self.count = first, count
+        self.record, self.digests, self.committed = record, digests, committed
+        self.attempt = 1
 
 
 class _ResendExtent(Exception):
@@ -127,9 +138,12 @@ class Backup:
         self.segment_size = cfg["segment_size"]
         self.coder = SegmentCoder(self.k, self.n)
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
-        # ciphertext (the k primary shares are views of it) + n-k parity shares
-        self.segment_footprint = self.segment_size + self.coder.block_length(
-            self.segment_size) * (self.n - self.k)
+        # A file holds the ciphertext (the k primary shares are views of it) of
+        # up to segment_window segments and the n-k parity shares of one.
+        parity = self.coder.block_length(self.segment_size) * (self.n - self.k)
+        self.segment_window = max(1, min(MAX_SEGMENT_WINDOW,
+                                         (FILE_FOOTPRINT - parity) // self.segment_size))
+        self.segment_footprint = self.segment_window * self.segment_size + parity
         self.policy = self._small_policy(cfg["small_file_limit"])
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
@@ -539,10 +553,12 @@ class Backup:
     @defer.inlineCallbacks
     def _large(self, entry, known):
         """A large file goes in extents (flud/client/extents.py), one after
-        another, each from one segment's footprint (see _extent)."""
+        another, each from one segment's footprint (see _extent_once). An
+        extent's nodes commit it while the next one is sent."""
         transfer = self.monitor.transfer("upload", entry.path)
         extents, digests = [], []
         segments = -(-entry.size // self.segment_size)
+        committing = []  # sent extents whose commit is still to be seen
         try:
             # The process budget, shared by every transfer: when it is spent
             # this waits instead of growing memory. Claimed whole, for the
@@ -550,14 +566,25 @@ class Backup:
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
             with SequentialReader(entry.path) as f:
-                for first in range(0, segments, EXTENT_SEGMENTS):
-                    record, seg_digests = yield self._extent(
-                        entry, f, first, min(EXTENT_SEGMENTS, segments - first))
-                    extents.append(record)
-                    digests.extend(seg_digests)
+                per_extent = segments_per_extent(self.segment_size)
+                for first in range(0, segments, per_extent):
+                    sent = yield self._extent(entry, f, first, min(per_extent, segments - first))
+                    digests.extend(sent.digests)
+                    committing.append(sent)
+                    if len(committing) > 1:
+                        extents.append((yield self._committed(entry, f, committing[0])).record)
+                        committing.pop(0)
+                if committing:
+                    extents.append((yield self._committed(entry, f, committing[0])).record)
+                    committing.pop(0)
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
+        except BaseException:
+            # Their commits still count: a run that is started again then
+            # finds those extents sent.
+            yield settle_all([s.committed for s in committing]).addErrback(lambda _: None)
+            raise
         finally:
             transfer.close()
         content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
@@ -568,27 +595,42 @@ class Backup:
         return self._remember(content_id, {"t": "L", "size": entry.size, "ext": extents})
 
     @defer.inlineCallbacks
-    def _extent(self, entry, f, first, count):
-        """Segments first..first+count-1 as one extent; (its record, their
-        digests). A failed extent is sent again from its start, to nodes
-        that have not failed."""
+    def _extent(self, entry, f, first, count, attempt=1):
+        """Segments first..first+count-1 sent as one extent (its commit still
+        to come: _committed). One that fails is sent again from its start,
+        to nodes that have not failed."""
         resume = True
-        for attempt in range(1, MAX_EXTENT_ATTEMPTS + 1):
+        while True:
             f.seek(first * self.segment_size)
             try:
-                result = yield self._extent_once(entry, f, first, count, resume)
+                sent = yield self._extent_once(entry, f, first, count, resume)
             except _ResendExtent:
                 resume = False
                 continue
             except ExtentFailed as err:
-                if attempt == MAX_EXTENT_ATTEMPTS:
-                    raise StoreFailed(f"an extent of {entry.path} failed {attempt} times, "
-                                      f"last on {err}. Check the nodes "
-                                      f"(`flud testnet status`) and run the backup again.")
-                log.warning("an extent of %s failed on %s; sending it again", entry.path, err)
+                attempt = self._next_attempt(entry, attempt, err)
                 continue
-            return result
-        raise StoreFailed(f"an extent of {entry.path} could not be sent")
+            sent.attempt = attempt
+            return sent
+
+    @defer.inlineCallbacks
+    def _committed(self, entry, f, sent):
+        """Waits for a sent extent's commit; one that fails is sent again."""
+        while True:
+            try:
+                yield sent.committed
+                return sent
+            except ExtentFailed as err:
+                attempt = self._next_attempt(entry, sent.attempt, err)
+                sent = yield self._extent(entry, f, sent.first, sent.count, attempt)
+
+    def _next_attempt(self, entry, attempt, err):
+        if attempt >= MAX_EXTENT_ATTEMPTS:
+            raise StoreFailed(f"an extent of {entry.path} failed {attempt} times, last on "
+                              f"{err}. Check the nodes (`flud testnet status`) and run the "
+                              f"backup again.")
+        log.warning("an extent of %s failed on %s; sending it again", entry.path, err)
+        return attempt + 1
 
     @defer.inlineCallbacks
     def _extent_once(self, entry, f, first, count, resume):
@@ -601,7 +643,7 @@ class Backup:
         sizes = [min(self.segment_size, entry.size - j * self.segment_size)
                  for j in range(first, first + count)]
         stream_size = sum(self.coder.block_length(length) for length in sizes)
-        reading = defer.DeferredSemaphore(1)   # the ciphertext half
+        reading = defer.DeferredSemaphore(self.segment_window)  # the ciphertexts
         coding = defer.DeferredSemaphore(1)    # the parity half
         segs, digests, sending = [None] * count, [], []
         upload = hashes = None
@@ -616,10 +658,11 @@ class Backup:
                 self.counters["bytes_read"] += length
                 if pos == 0:
                     if resume:
-                        done = yield self._resumed(entry, f, prep, sizes)
-                        if done is not None:
+                        record = yield self._resumed(entry, f, prep, sizes, digests)
+                        if record is not None:
                             reading.release()
-                            return done, [prep.digest] + done.pop("_digests")
+                            return _SentExtent(first, count, record, digests,
+                                               defer.succeed(None))
                     nodes, hashes = self._extent_streams(prep, stream_size)
                     yield self.pool.run(_hash_blocks, hashes, prep.shares, range(self.k))
                     upload = ExtentUpload(self.network, nodes, stream_size, self.reactor)
@@ -630,24 +673,28 @@ class Backup:
                 # is read, this frame must not keep it alive as well.
                 prep = None
             yield settle_all(sending)
-            keys = [h.key.digest() for h in hashes]
-            yield upload.finish(keys)
         except BaseException:
             for d in sending:
                 d.addErrback(lambda _: None)
             if upload is not None:
                 upload.cancel()
             raise
+        keys = [h.key.digest() for h in hashes]
         record = {"shares": [[i, key.hex(), node.hex()] for i, (key, node)
                              in enumerate(zip(keys, upload.nodes))], "segs": segs}
+        committed = upload.finish(keys)
+        committed.addCallback(self._extent_committed, record, keys, hashes, sum(sizes),
+                              stream_size)
+        return _SentExtent(first, count, record, digests, committed)
+
+    def _extent_committed(self, _, record, keys, hashes, length, stream_size):
         # The record and its challenges are kept at once: a run that is
         # interrupted later does not send this extent again.
         self.index.add_challenges([(key.hex(), h.challenges()) for key, h in zip(keys, hashes)])
-        self.index.add_segment(EXTENT_PREFIX + segs[0][0], record)
+        self.index.add_segment(EXTENT_PREFIX + record["segs"][0][0], record)
         self.counters["stores"] += self.n
         self.counters["bytes_sent"] += self.n * stream_size
-        self.progress.bytes_done(sum(sizes))
-        return record, digests
+        self.progress.bytes_done(length)
 
     def _extent_streams(self, prep, stream_size):
         """The extent's n nodes (ranked by its first block) and stream hashes."""
@@ -660,20 +707,19 @@ class Backup:
         return nodes, hashes
 
     @defer.inlineCallbacks
-    def _resumed(self, entry, f, prep, sizes):
+    def _resumed(self, entry, f, prep, sizes, digests):
         """The record of this extent if an earlier (interrupted) run sent it
-        and the file still reads the same (every segment's key matches)."""
+        and the file still reads the same (every segment's key matches);
+        their digests are added to `digests`."""
         record = self.index.segment(EXTENT_PREFIX + prep.key.hex())
         if record is None or len(record["segs"]) != len(sizes):
             return None
-        digests = []
         for pos in range(1, len(sizes)):
             digest, key = yield self.pool.run(self._segment_key, entry, f, sizes[pos])
             if key.hex() != record["segs"][pos][0]:
                 raise _ResendExtent()
             digests.append(digest)
         self.progress.bytes_done(sum(sizes))
-        record["_digests"] = digests
         return record
 
     def _segment_key(self, entry, f, length):

@@ -1,6 +1,6 @@
 """A large file's extents: one streamed STORE per node per extent.
 
-An extent is up to EXTENT_SEGMENTS consecutive segments of a file. Its n
+An extent is up to EXTENT_BYTES of a file, in consecutive segments. Its n
 share streams go to n distinct nodes (rendezvous rank of its first block);
 stream i is share i of every segment, back to back. A node so pays one STORE
 (one file, one fsync, one index row) per extent instead of one per segment:
@@ -28,9 +28,10 @@ from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
 
-# 16 x 2 MiB: a node's share of an extent is 4 MiB at 4-of-8 (one STORE,
-# against 16). Larger extents save little more and cost more on a retry.
-EXTENT_SEGMENTS = 16
+# 32 MiB of a file: a node's share of it is 4 MiB at 4-of-8, one STORE
+# (against 32 with a STORE per 1 MiB segment). Larger extents save little
+# more and cost more on a retry.
+EXTENT_BYTES = 32 * 1024 * 1024
 MAX_EXTENT_ATTEMPTS = 3
 # A stream that takes nothing for this long fails its extent (a node that
 # hangs without closing its connection would otherwise stall the file).
@@ -40,6 +41,10 @@ BLOCK_HASH = 16  # bytes of each block's BLAKE3 kept in the manifest
 
 class ExtentFailed(Exception):
     pass
+
+
+def segments_per_extent(segment_size: int) -> int:
+    return max(1, EXTENT_BYTES // segment_size)
 
 
 def stream_id(first_block_key: bytes, share_index: int) -> bytes:

@@ -22,9 +22,9 @@ from flud.crypto import content_digest, convergent_key, decrypt_ctr
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
-# Segments of one file fetched ahead: each holds only its k shares (the
-# plaintext is decrypted into them), 2 x 2 MiB = 4 MiB per transfer.
-SEGMENT_WINDOW = 2
+# What one file's fetches may hold: each segment only its k shares (the
+# plaintext is decrypted into them), so 4 x 1 MiB segments are fetched ahead.
+FILE_FOOTPRINT = 4 * 1024 * 1024
 BESIDE_SUFFIX = ".flud-restored"
 
 
@@ -119,7 +119,7 @@ class Restore:
 
     @defer.inlineCallbacks
     def _large(self, dest, entry):
-        """Fetch up to SEGMENT_WINDOW segments ahead; write them in order."""
+        """Fetch a window of segments ahead (FILE_FOOTPRINT); write them in order."""
         record = self.manifest["contents"][entry[5]]
         transfer = self.monitor.transfer("download", entry[0])
         path, temp = self._paths(dest, entry)
@@ -140,7 +140,8 @@ class Restore:
 
         try:
             with SequentialWriter(temp) as out:
-                for i in range(min(SEGMENT_WINDOW, len(segs))):
+                window = max(2, FILE_FOOTPRINT // max(1, fetch_record(segs[0])["len"]))
+                for i in range(min(window, len(segs))):
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
                     pieces = yield ahead.pop(i)
@@ -149,8 +150,8 @@ class Restore:
                     length = sum(len(p) for p in pieces)
                     del pieces
                     transfer.unreserve(lengths.pop(i), "segment")
-                    if i + SEGMENT_WINDOW < len(segs):
-                        ahead[i + SEGMENT_WINDOW] = fetch(i + SEGMENT_WINDOW)
+                    if i + window < len(segs):
+                        ahead[i + window] = fetch(i + window)
                     self.summary["retrieves"] += self.segment_coder.k
                     self.progress.bytes_done(length)
                 yield self.pool.run(out.finish)

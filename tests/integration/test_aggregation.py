@@ -68,17 +68,18 @@ def test_mix_backup_sends_few_stores(mix):
     stores, tars = int(m.group(1)), int(m.group(2))
 
     manifest = manifest_of(mix["home"])
-    large_segments = sum(len(r.get("segs", ())) for r in manifest["contents"].values())
+    large_extents = sum(len(r.get("ext", ())) for r in manifest["contents"].values())
     from flud.client.home import ClientHome
     client = ClientHome(mix["home"])
     try:
         manifest_segments = len(client.index.snapshots()[-1]["manifest_ref"]["segs"])
     finally:
         client.close()
-    # at most one tar per destination node; every other STORE is a share of a
-    # large file's segment or of the manifest (n, plus one long-tail spare)
+    # at most one tar per destination node; every other STORE is a share
+    # stream of a large file's extent or a share of the manifest (n, plus one
+    # long-tail spare)
     assert 0 < tars <= NODES, output(proc)
-    assert stores - tars <= (large_segments + manifest_segments) * (N + 1), output(proc)
+    assert stores - tars <= (large_extents + manifest_segments) * (N + 1), output(proc)
     assert stores < MIX_FILES * N // 4, output(proc)
     # the nodes saw those STOREs, plus the spares the long-tail cut started and
     # cancelled (a hedge per slow share at most): still far fewer than one per file

@@ -61,13 +61,13 @@ class Backed:
     def name(self) -> str:
         return os.path.basename(self.src)
 
-    def big_segments(self) -> list:
-        """[[key, len, block_len, [[share index, share key hex, node hex]]]] of big.bin."""
+    def big_extents(self) -> list:
+        """[{"shares": [[share index, stream key hex, node hex]], "segs": [...]}] of big.bin."""
         rel = os.path.join(self.name, "media", "big.bin")
         entry = next(e for e in self.manifest["entries"] if e[0] == rel)
         record = self.manifest["contents"][entry[5]]
         assert record["t"] == "L", record
-        return record["segs"]
+        return record["ext"]
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +105,11 @@ def test_backup_summary_and_restore_identical(backed, tmp_path):
     out = backed.proc.stdout
     files = sum(1 for e in backed.manifest["entries"] if e[1] == "file")
     assert re.search(rf"\b{files} files \({files} new, 0 changed, 0 unchanged, 0 skipped", out), out
-    segments = backed.big_segments()
-    assert len(segments) == -(-BIG_SIZE // SEGMENT_SIZE)
-    for seg in segments:  # n shares on n distinct nodes
-        assert len(seg[3]) == N and len({node for _, _, node in seg[3]}) == N, seg
+    extents = backed.big_extents()
+    assert sum(len(e["segs"]) for e in extents) == -(-BIG_SIZE // SEGMENT_SIZE)
+    for extent in extents:  # n share streams on n distinct nodes
+        holders = {node for _, _, node in extent["shares"]}
+        assert len(extent["shares"]) == N and len(holders) == N, extent["shares"]
 
     proc = restore(backed, tmp_path / "dest")
     assert_identical(backed, tmp_path / "dest")
@@ -134,8 +135,8 @@ def test_second_backup_of_unchanged_tree_sends_no_file_data(backed):
 
 
 def test_corrupt_share_is_detected_named_and_skipped(net, backed, tmp_path):
-    seg = backed.big_segments()[0]
-    index, key_hex, node_hex = min(seg[3])          # a primary share: restore asks for it first
+    extent = backed.big_extents()[0]
+    index, key_hex, node_hex = min(extent["shares"])  # a primary: restore asks for it first
     assert index < K
     holder = net.index_of(node_hex)
     path = net.share_path(holder, key_hex)
@@ -231,9 +232,9 @@ def test_fifo_is_skipped_with_a_warning_and_counted(net, tmp_path):
 
 
 def test_restore_with_n_minus_k_holders_stopped(net, backed, tmp_path):
-    seg = backed.big_segments()[0]
+    extent = backed.big_extents()[0]
     # the holders of the primaries first (so restore must decode), never node 0
-    holders = [net.index_of(node) for _, _, node in sorted(seg[3])]
+    holders = [net.index_of(node) for _, _, node in sorted(extent["shares"])]
     victims = [i for i in holders if i != 0][:N - K]
     assert len(victims) == N - K
     try:
@@ -250,11 +251,14 @@ def test_restore_with_n_minus_k_holders_stopped(net, backed, tmp_path):
                 net.restart(i)
 
 
-def _share_files(home) -> int:
-    count = 0
-    for _, _, files in os.walk(os.path.join(home, "store", "shares")):
-        count += len(files)
-    return count
+def _receiving_a_stream(net):
+    """A node (never node 0) with a streamed share coming in, or None."""
+    for i, node in enumerate(net.nodes):
+        incoming = os.path.join(node["home"], "store", "incoming")
+        if i and os.path.isdir(incoming) and any(
+                name.startswith("streamed.") for name in os.listdir(incoming)):
+            return i
+    return None
 
 
 def test_node_killed_in_the_middle_of_a_backup(net, tmp_path):
@@ -263,15 +267,16 @@ def test_node_killed_in_the_middle_of_a_backup(net, tmp_path):
     write_random(src / "small.txt", 5000, 41)
     home = tmp_path / "home"
     init_client(home, net)
-    victim = 7
-    node = net.nodes[victim]
-    before = _share_files(node["home"])
     backup = flud_popen("backup", src, "--home", home)
+    victim = None
     try:
-        # kill it once the backup is storing shares on it: a holder, mid-run
-        wait_until(lambda: _share_files(node["home"]) > before or backup.poll() is not None,
-                   60, "the backup to store a share on the victim", interval=0.01)
-        assert backup.poll() is None, "the backup finished before the node could be killed"
+        # kill a node while an extent's stream is coming in to it: mid-run
+        wait_until(lambda: _receiving_a_stream(net) is not None or backup.poll() is not None,
+                   60, "the backup to stream a share to a node", interval=0.005)
+        victim = _receiving_a_stream(net)
+        assert backup.poll() is None and victim is not None, \
+            "the backup finished before a node could be killed"
+        node = net.nodes[victim]
         net.stop(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         stdout, stderr = backup.communicate(timeout=120)
@@ -279,20 +284,21 @@ def test_node_killed_in_the_middle_of_a_backup(net, tmp_path):
         if backup.poll() is None:
             backup.kill()
             backup.communicate(timeout=10)
-    assert backup.returncode == 0, f"exit {backup.returncode}\n{stdout}\n{stderr}"
-    assert node["node_id"][:12] in stderr, "the backup never noticed the killed node:\n" + stderr
-    print(f"backup went on {time.monotonic() - killed_at:.1f} s after the kill")
-
-    manifest = manifest_of(home)
-    entry = next(e for e in manifest["entries"] if e[0].endswith("big.bin"))
-    for seg in manifest["contents"][entry[5]]["segs"]:
-        assert len({n for _, _, n in seg[3]}) == N, seg
     try:
+        assert backup.returncode == 0, f"exit {backup.returncode}\n{stdout}\n{stderr}"
+        assert node["node_id"][:12] in stderr, "the backup never noticed the killed node:\n" + stderr
+        print(f"backup went on {time.monotonic() - killed_at:.1f} s after the kill")
+        manifest = manifest_of(home)
+        entry = next(e for e in manifest["entries"] if e[0].endswith("big.bin"))
+        for extent in manifest["contents"][entry[5]]["ext"]:
+            holders = {n for _, _, n in extent["shares"]}
+            assert len(holders) == N and node["node_id"] not in holders, extent["shares"]
         restore(str(home), tmp_path / "dest")   # with the victim still down
         problems = compare_trees(src, tmp_path / "dest" / "tree")
         assert problems == [], problems
     finally:
-        net.restart(victim)
+        if victim is not None:
+            net.restart(victim)
 
 
 # ---- too few nodes: a testnet of its own ----------------------------------------------

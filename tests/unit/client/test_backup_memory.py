@@ -178,21 +178,29 @@ def _watch_segment_reads(monkeypatch, k):
     return made, seen
 
 
-def test_a_large_file_holds_one_segment_not_two(world, tmp_path, monkeypatch):
-    """When the next segment is read, the last one's ciphertext is gone (its
-    primary shares landed; they were views of it) and at most its parity is
-    still on the way: one segment's worth (the 4 MiB per transfer) in all."""
+def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_path,
+                                                                   monkeypatch):
+    """When the next segment is read, at most window-1 earlier segments'
+    ciphertexts are alive (their primary shares are views of them; a
+    segment's goes once its primaries are taken and its parity coded) and at
+    most one parity set: the 4 MiB per transfer in all."""
     clock, home, network = world
     k = home.config["k"]
+    home.config["segment_size"] = MIB  # 2 MiB ones (the default) leave room for one
     src = str(tmp_path / "src")
     os.makedirs(src)
     with open(os.path.join(src, "large"), "wb") as f:
-        f.write(random.Random(5).randbytes(4 * MIB + 5))
+        f.write(random.Random(5).randbytes(9 * MIB + 5))
     made, seen = _watch_segment_reads(monkeypatch, k)
-    summary, _, _, _ = run_backup(world, [src], budget=64 * MIB)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
-    assert len(seen) == 3  # three segments
-    assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen
+    assert len(seen) == 10  # ten segments
+    window = job.segment_window
+    assert window == 3  # 1 MiB segments at 4-of-8: 3 ciphertexts + 1 parity = 4 MiB
+    assert all(primaries <= (window - 1) * k and parities <= 1
+               for primaries, parities in seen), seen
+    assert max(primaries for primaries, _ in seen) == (window - 1) * k, seen  # it overlaps
+    assert monitor.peak_transfer_bytes <= 4 * MIB
 
 
 def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tmp_path,
@@ -219,10 +227,12 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
         return d
 
     monkeypatch.setattr(ExtentUpload, "feed", slow_parity)
-    summary, monitor, _, _ = run_backup(world, [src], budget=64 * MIB)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 1
-    assert all(primaries == 0 and parities <= 1 for primaries, parities in seen), seen
+    window = job.segment_window
+    assert all(primaries <= (window - 1) * k and parities <= 1
+               for primaries, parities in seen), seen
     assert sum(parities for _, parities in seen) >= 3, seen  # read while a parity was out
     segment, n = home.config["segment_size"], home.config["n"]
-    assert monitor.peak_transfer_bytes <= segment + -(-segment // k) * (n - k)
+    assert monitor.peak_transfer_bytes <= window * segment + -(-segment // k) * (n - k)
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))

@@ -7,7 +7,7 @@ import pytest
 from twisted.internet import defer
 
 from flud.client import extents
-from flud.client.extents import EXTENT_SEGMENTS, STALL_TIMEOUT
+from flud.client.extents import STALL_TIMEOUT
 from flud.client.segments import StoreFailed
 from flud.client.verify import verify
 from tests.unit.client.fakes import FakeStreamedStore, make_world, run_until
@@ -18,16 +18,18 @@ SEGMENT = 64 * 1024
 
 
 @pytest.fixture
-def world(tmp_path):
+def world(tmp_path, monkeypatch):
     clock, home, network = make_world(tmp_path, nodes=12)
-    home.config["segment_size"] = SEGMENT  # small extents: the same code, less to code
+    # small segments and extents: the same code, less to code
+    home.config["segment_size"] = SEGMENT
+    monkeypatch.setattr(extents, "EXTENT_BYTES", 16 * SEGMENT)
     return clock, home, network
 
 
 def _large_tree(tmp_path, extents_count=2.5, seed=1):
     src = str(tmp_path / "src")
     os.makedirs(src)
-    size = int(extents_count * EXTENT_SEGMENTS * SEGMENT) + 123
+    size = int(extents_count * extents.EXTENT_BYTES) + 123
     with open(os.path.join(src, "large.bin"), "wb") as f:
         f.write(random.Random(seed).randbytes(size))
     return src, size
