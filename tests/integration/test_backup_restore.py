@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from flud.client import extents
 from flud.client.home import DEFAULTS
 from tests.integration.helpers import (Testnet, compare_trees, flud, flud_popen, init_client,
                                        manifest_of, output, wait_gone, wait_until,
@@ -23,6 +24,7 @@ NODES = 12
 K, N = 4, 8
 BIG_SIZE = 64 * MIB + 12345          # not a whole number of segments
 SEGMENT_SIZE = DEFAULTS["segment_size"]
+EXTENT_BYTES = extents.EXTENT_BYTES
 PASSPHRASE = "correct horse battery staple"
 
 
@@ -184,8 +186,8 @@ def test_total_loss_restore_from_exported_key(net, backed, tmp_path):
     assert check.returncode == 0, output(check)
     total = next(line for line in check.stdout.splitlines() if line.startswith("total "))
     confirmed, missing, corrupt, unreachable = map(int, total.split()[1:])
-    big_shares = -(-BIG_SIZE // SEGMENT_SIZE) * N
-    assert confirmed > big_shares and missing == corrupt == unreachable == 0, check.stdout
+    big_streams = -(-BIG_SIZE // EXTENT_BYTES) * N  # one share stream per node per extent
+    assert confirmed > big_streams and missing == corrupt == unreachable == 0, check.stdout
 
 
 def test_wrong_passphrase_is_a_clear_error(net, backed, tmp_path):
