@@ -4,7 +4,7 @@ Small files: encrypted one by one (convergent) into the aggregator, which
 codes bundles and fills one tar per destination node; each sealed tar is one
 STORE. Large files: in extents, one streamed STORE per node per extent
 (flud/client/extents.py), from one segment's footprint per file used in two
-halves (see Backup._extent_once). Everything that lands is written to the
+halves (flud/client/large.py). Everything that lands is written to the
 local index as it lands, so an interrupted run can be run again and sends
 only what is missing.
 
