@@ -242,6 +242,7 @@ class Connection(protocol.Protocol):
         self._pending = {}
         self._streams = collections.deque()
         self._parked = {}  # rid -> stream whose FedSource has nothing yet
+        self._unsettled = []  # FedSources whose taken bytes may still be in _plain
         self._paused = False
         self._plain = collections.deque()  # frames waiting to be encrypted
         self._plain_bytes = 0
@@ -303,6 +304,7 @@ class Connection(protocol.Protocol):
         self._parked.clear()
         self._plain.clear()
         self._plain_bytes = 0
+        self._settle_fed()  # nothing holds their buffers now; the requests failed above
         self._count_queued(0)
         if not self.ready.called:
             self.ready.errback(lost)
@@ -546,6 +548,15 @@ class Connection(protocol.Protocol):
             else:
                 self._streams.append(stream)
             self._flush()
+        self._unsettled.extend(fed)
+        self._settle_fed()
+
+    def _settle_fed(self):
+        """A fed buffer is let go only once no frame waiting to be encrypted
+        still holds a view of it (a paused transport can leave one there)."""
+        if self._plain or not self._unsettled:
+            return
+        fed, self._unsettled = self._unsettled, []
         for source in fed:
             source.settle()
 
@@ -607,6 +618,8 @@ class Connection(protocol.Protocol):
         if wrote and getattr(self.local, "send_queue", None) is not None:
             backlog = _transport_backlog(self.transport)
             self._count_queued(self._queued + wrote if backlog is None else backlog)
+        if not plain:
+            self._settle_fed()
 
     def _may_send(self) -> bool:
         """Not paused by the transport, or paused but still inside a wider

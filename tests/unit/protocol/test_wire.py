@@ -672,3 +672,30 @@ def test_a_lost_connection_fails_a_parked_streams_feeds(pair):
     pair.flush()
     outcome.failure(ConnectionLost)
     assert Outcome(source.feed(b"e")).failure(ConnectionLost)
+
+
+def test_a_feed_is_let_go_only_once_its_bytes_are_encrypted(pair, handlers, monkeypatch):
+    """A transport that pauses us mid-chunk leaves the rest of a fed chunk
+    waiting to be encrypted (a view of the feeder's buffer): the feed fires
+    only after that."""
+    server_handler, _ = handlers
+    source, _, _ = _fed_store(pair, DATA_CHUNK)
+    pair.flush()
+    conn = pair.client
+    allowed = [True]
+    monkeypatch.setattr(conn, "_may_send", lambda: allowed[0])
+    real_write = conn.transport.write
+
+    def write_then_pause(data):
+        real_write(data)
+        allowed[0] = False  # the transport is full after one record
+
+    monkeypatch.setattr(conn.transport, "write", write_then_pause)
+    fed = Outcome(source.feed(bytearray(b"f" * DATA_CHUNK)))
+    assert not fed.fired and conn._plain  # taken, not yet encrypted
+    monkeypatch.setattr(conn.transport, "write", real_write)
+    allowed[0] = True
+    conn.resumeProducing()
+    pair.flush()
+    assert fed.fired and not conn._plain
+    assert b"".join(data for _, _, data, _ in server_handler.data) == b"f" * DATA_CHUNK
