@@ -113,7 +113,6 @@ class StreamedStore:
 
     def __init__(self, conn, source, answer):
         self.conn = conn
-        self.node_id = conn.peer_id
         self._source = source
         self._answer = answer
         self._outcome = None   # the answer, once it came

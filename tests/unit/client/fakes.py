@@ -121,10 +121,7 @@ class FakeStreamedStore:
 
     def feed(self, data):
         def take():
-            if self.cancelled:
-                raise RemoteError(ErrorCode.CANCELLED, "cancelled")
-            if not self.node.up:
-                raise ConnectionError("the node went down mid-stream")
+            self._check_open()
             self.received += data
             if len(self.received) > self.size:
                 raise RemoteError(ErrorCode.MALFORMED, "more than the declared size")
@@ -132,10 +129,7 @@ class FakeStreamedStore:
 
     def finish(self, key):
         def commit():
-            if self.cancelled:
-                raise RemoteError(ErrorCode.CANCELLED, "cancelled")
-            if not self.node.up:
-                raise ConnectionError("the node went down mid-stream")
+            self._check_open()
             if len(self.received) != self.size or blake3.blake3(self.received).digest() != key:
                 raise RemoteError(ErrorCode.HASH_MISMATCH, "stream does not match its key")
             self.node.store_(self.network.client_id, key, self.received)
@@ -143,6 +137,12 @@ class FakeStreamedStore:
 
     def cancel(self):
         self.cancelled = True
+
+    def _check_open(self):
+        if self.cancelled:
+            raise RemoteError(ErrorCode.CANCELLED, "cancelled")
+        if not self.node.up:
+            raise ConnectionError("the node went down mid-stream")
 
 
 def run_until(clock, d, step=0.005, limit=200000):

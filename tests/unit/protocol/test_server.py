@@ -385,9 +385,13 @@ def start_upload(pair, data):
     """A STORE with its inline part and one DATA frame sent, the rest held back."""
     source = PauseAfterFirstRead(data, pair.client)
     head = bytes(source.read(DATA_CHUNK))
+    return _start_held(pair, messages.StoreRequest(key_of(data), 0, len(data), head), source)
+
+
+def _start_held(pair, request, source):
+    """Send a STORE whose source pauses the client after its first DATA frame."""
     pair.client.resumeProducing()
-    d = pair.client.request(Op.STORE, messages.StoreRequest(key_of(data), 0, len(data), head),
-                            source=source)
+    d = pair.client.request(Op.STORE, request, source=source)
     outcome = Outcome(d)
     pair.flush()
     return d, outcome
@@ -954,11 +958,7 @@ def start_streamed_upload(pair, data):
     request, _ = streamed_request(data)
     source = PauseAfterFirstRead(data + key_of(data), pair.client)
     source.read(0)  # the request carries no inline bytes
-    pair.client.resumeProducing()
-    d = pair.client.request(Op.STORE, request, source=source)
-    outcome = Outcome(d)
-    pair.flush()
-    return d, outcome
+    return _start_held(pair, request, source)
 
 
 def test_cancel_mid_streamed_share_leaves_nothing(any_store, tmp_path):
