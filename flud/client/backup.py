@@ -36,7 +36,7 @@ from aggregator.tarball import END_OF_ARCHIVE
 from flud.client import manifest as manifests
 from flud.client.gather import settle_all
 from flud.client.large import FILE_FOOTPRINT, MAX_SEGMENT_WINDOW, FileChanged, LargeFiles
-from flud.client.network import SEND_ALLOWANCE_MAX, SEND_ALLOWANCE_SHARE
+from flud.client.network import network_share
 from flud.client.scan import scan
 from flud.client.segments import StoreFailed, challenges_for
 from flud.coding import SegmentCoder
@@ -128,18 +128,23 @@ class Backup(LargeFiles):
 
     def _small_policy(self, small_file_limit):
         """The aggregator's own bound comes out of the budget: what is left
-        once the TLS send queues' allowance, the large files' segments and
-        one small-file call are counted (never more than its default, never
-        less than one tar)."""
+        once the connections' share, the large files' segments and one
+        small-file call are counted (never more than its default, never less
+        than one tar)."""
         policy = FlushPolicy(small_file_limit=small_file_limit)
         budget = self.monitor.budget_bytes
-        left = (budget - min(SEND_ALLOWANCE_MAX, budget // SEND_ALLOWANCE_SHARE)
+        left = (budget - self._network_bytes()
                 - self.parallel_files * self.segment_footprint
                 - policy.bundle_target - self._work_bytes(policy, policy.small_file_limit)
                 - self._credit_bytes(policy, SMALL_BATCH_BYTES, 0, 0))
         least = max(policy.tar_target, 2 * policy.bundle_target + 1)
         return FlushPolicy(small_file_limit=small_file_limit,
                            max_pending_bytes=min(DEFAULT_MAX_PENDING_BYTES, max(least, left)))
+
+    def _network_bytes(self) -> int:
+        """The budget a run reserves for its connections (network_share)."""
+        nodes = len(getattr(self.network, "nodes", ()))
+        return sum(network_share(self.monitor.budget_bytes, nodes, self.segment_footprint).values())
 
     def _work_bytes(self, policy, largest):
         """Held only during a pool call: the file being read and encrypted,
@@ -194,7 +199,8 @@ class Backup(LargeFiles):
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
         count_sends = getattr(self.network, "count_sends", None)
-        sends = count_sends(self.monitor) if count_sends is not None else None
+        sends = (count_sends(self.monitor, keep=self.segment_footprint)
+                 if count_sends is not None else None)
         try:
             if small:
                 self._bundle_memory = self.monitor.transfer("bundle", "open bundle")

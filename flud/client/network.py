@@ -14,6 +14,28 @@ CONNECT_TIMEOUT = 10.0
 # wire.READ_BUFFER), so what the connections queue is inside the budget too.
 SEND_ALLOWANCE_SHARE = 16
 SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
+# What one TLS connection itself holds while a run uses it: OpenSSL's state
+# and record buffers, the two memory BIOs, Twisted's transport (measured
+# here: 55 KB a connection idle, about twice that busy). A run reserves it
+# for every known node up front, at most an eighth of the budget, so the
+# budget bounds the connections too: with 16 uploads and 50 nodes their
+# ~5 MB used to sit on top of a budget spent on segments.
+CONNECTION_BYTES = 96 * 1024
+CONNECTIONS_SHARE = 8
+
+
+def network_share(budget: int, node_count: int, keep: int = 0) -> dict:
+    """What a run reserves from the budget for its connections, by label:
+    the send queues' allowance and the connections' own state. Never more
+    than budget - keep, so `keep` bytes (a segment) always fit beside it."""
+    wanted = {"allowance": min(SEND_ALLOWANCE_MAX, budget // SEND_ALLOWANCE_SHARE),
+              "connections": min(node_count * CONNECTION_BYTES, budget // CONNECTIONS_SHARE)}
+    room = max(0, budget - keep)
+    share = {}
+    for label, nbytes in wanted.items():
+        share[label] = min(nbytes, room)
+        room -= share[label]
+    return share
 
 
 # The memory transfer follows the queues once they moved this much (or
@@ -142,17 +164,20 @@ class Network:
         if conn is not None:
             conn.cancel(d)
 
-    def count_sends(self, monitor) -> SendQueue:
+    def count_sends(self, monitor, keep: int = 0) -> SendQueue:
         """Count the ciphertext every connection has queued in its transport
         on one memory transfer ("network"), out of an allowance reserved from
-        the budget now (at the start of a run: nothing else waits for it).
-        Close it when the run is over."""
+        the budget now (at the start of a run: nothing else waits for it),
+        beside a reservation for the connections' own state (network_share;
+        `keep` bytes of the budget are left for the run's buffers). Close it
+        when the run is over."""
         transfer = monitor.transfer("network", "TLS send queues")
-        allowance = min(SEND_ALLOWANCE_MAX, monitor.budget_bytes // SEND_ALLOWANCE_SHARE)
-        granted = transfer.reserve(allowance, "allowance")
-        if not granted.called:  # the budget is taken: count the queues on top
-            granted.addErrback(lambda _: None)
-            granted.cancel()
+        share = network_share(monitor.budget_bytes, len(self.nodes), keep)
+        for label, nbytes in share.items():
+            granted = transfer.reserve(nbytes, label)
+            if not granted.called:  # the budget is taken: count the queues on top
+                granted.addErrback(lambda _: None)
+                granted.cancel()
         queue = SendQueue(transfer)
         self.net.local.send_queue = queue
         return queue

@@ -233,6 +233,21 @@ def test_fifo_is_skipped_with_a_warning_and_counted(net, tmp_path):
     assert os.listdir(tmp_path / "dest" / "tree") == ["a.txt"]
 
 
+def test_a_budget_of_one_segment_still_backs_up_a_large_file(net, tmp_path):
+    """The connections' share of the budget never takes the room one large
+    file's segment needs (it used to, and such a backup waited forever)."""
+    src = tmp_path / "tree"
+    write_random(src / "big.bin", 3 * SEGMENT_SIZE + 1, 7)
+    home = tmp_path / "home"
+    init_client(home, net)
+    footprint = 2 * SEGMENT_SIZE  # k primaries and n-k parity blocks of one segment, at 4-of-8
+    proc = flud("backup", src, "--home", home, "--memory-budget", str(footprint // MIB),
+                timeout=60)
+    assert proc.returncode == 0, output(proc)
+    restore(str(home), tmp_path / "dest")
+    assert compare_trees(src, tmp_path / "dest" / "tree") == []
+
+
 def test_restore_with_n_minus_k_holders_stopped(net, backed, tmp_path):
     extent = backed.big_extents()[0]
     # the holders of the primaries first (so restore must decode), never node 0

@@ -67,3 +67,37 @@ def test_count_sends_reserves_a_share_of_the_budget_for_the_run(tmp_path):
     queue.hold(SEND_SYNC_STEP, "tls")
     assert monitor.buffered_bytes == 16 * MIB + SEND_SYNC_STEP
     network.close()
+
+
+def test_the_connections_state_is_reserved_per_known_node_within_a_share(tmp_path):
+    from flud.client.net import NodeAddress
+    from flud.client.network import CONNECTION_BYTES, CONNECTIONS_SHARE
+
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
+    network = Network(FakeReactor(), home.path, [])
+    for i in range(50):
+        network.nodes[bytes([i]) * 32] = NodeAddress(bytes([i]) * 32, "127.0.0.1", 1000 + i)
+    monitor = MemoryMonitor(rss_reader=lambda: 0, budget_bytes=64 * MIB)
+    queue = network.count_sends(monitor)
+    assert queue.transfer.reserved("connections") == 50 * CONNECTION_BYTES
+    assert monitor.buffered_bytes == SEND_ALLOWANCE_MAX + 50 * CONNECTION_BYTES
+    queue.close()
+    small = MemoryMonitor(rss_reader=lambda: 0, budget_bytes=16 * MIB)
+    queue = network.count_sends(small)
+    assert queue.transfer.reserved("connections") == 16 * MIB // CONNECTIONS_SHARE
+    queue.close()
+    network.close()
+
+
+def test_the_network_share_always_leaves_room_for_what_the_run_keeps():
+    from flud.client.network import network_share
+
+    assert sum(network_share(64 * MIB, 50, keep=4 * MIB).values()) < 60 * MIB
+    assert network_share(5 * MIB, 50, keep=4 * MIB) == {"allowance": 5 * MIB // 16,
+                                                         "connections": 5 * MIB // 8}
+    # the room left beside the kept bytes binds: the allowance first
+    room = 4 * MIB + MIB // 2
+    assert network_share(room, 50, keep=4 * MIB) == {"allowance": room // 16,
+                                                     "connections": MIB // 2 - room // 16}
+    assert network_share(4 * MIB, 50, keep=4 * MIB) == {"allowance": 0, "connections": 0}
+    assert network_share(2 * MIB, 50, keep=4 * MIB) == {"allowance": 0, "connections": 0}
