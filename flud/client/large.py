@@ -16,7 +16,7 @@ from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, 
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
-from flud.crypto import content_digest, convergent_key
+from flud.crypto import segment_convergence
 
 log = logging.getLogger("flud.client")
 
@@ -229,9 +229,7 @@ class LargeFiles:
         return record
 
     def _segment_key(self, entry, f, length):
-        data = self._read_exactly(entry, f, length)
-        digest = content_digest(data)
-        return digest, convergent_key(self.home.secret, digest)
+        return segment_convergence(self.home.secret, self._read_exactly(entry, f, length))
 
     def _read_exactly(self, entry, f, length):
         data = bytearray(length)
@@ -242,7 +240,8 @@ class LargeFiles:
     def _read_extent_segment(self, entry, f, length, hashes):
         # Read into a buffer that is then encrypted in place (prepare_primaries).
         data = self._read_exactly(entry, f, length)
-        prep = prepare_primaries(self.home.secret, self.coder, data, challenges=False)
+        prep = prepare_primaries(self.home.secret, self.coder, data, challenges=False,
+                                 convergence=segment_convergence)
         if hashes is not None:
             _hash_blocks(hashes, prep.shares, range(self.k))
         return prep

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import blake3
 from twisted.internet import defer
 
-from flud.crypto import crypt_ctr_in_place, content_digest, convergent_key, decrypt_ctr, encrypt_ctr
+from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
 from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
@@ -62,7 +62,7 @@ def challenge_nonce(secret: bytes, key: bytes, index: int) -> bytes:
 @dataclass
 class PreparedSegment:
     key: bytes            # convergent AES key
-    digest: bytes         # SHA-256 of the plaintext
+    digest: bytes         # of the plaintext (the convergence's digest)
     length: int           # plaintext bytes
     block_length: int
     shares: list          # the k primary shares (views of the ciphertext), then the parity
@@ -82,12 +82,14 @@ def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
     return add_parity(secret, coder, prepare_primaries(secret, coder, data))
 
 
-def prepare_primaries(secret: bytes, coder, data, challenges: bool = True) -> PreparedSegment:
+def prepare_primaries(secret: bytes, coder, data, challenges: bool = True,
+                      convergence=file_convergence) -> PreparedSegment:
     """The first half of prepare_segment: encrypt and hash the k primary
     shares, so their STOREs can start while the parity is coded.
-    challenges=False: a share of an extent stream (its stream has them)."""
-    digest = content_digest(data)
-    key = convergent_key(secret, digest)
+    challenges=False: a share of an extent stream (its stream has them).
+    convergence: (digest, key) of the plaintext (crypto.segment_convergence
+    for a large file's segment)."""
+    digest, key = convergence(secret, data)
     if isinstance(data, bytearray):
         crypt_ctr_in_place(key, data)
         ciphertext = data

@@ -166,3 +166,31 @@ def test_verify_confirms_every_stream_and_names_a_corrupt_one(world, tmp_path):
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
     per_node, bad = run_until(clock, verify(network, home.secret, manifest, 0))
     assert bad == [(node_hex, key_hex, "corrupt")]
+
+
+def test_a_segment_key_is_blake3_convergent_and_old_sha256_segments_still_restore(
+        world, tmp_path, monkeypatch):
+    from flud import crypto
+
+    clock, home, network = world
+    src, size = _large_tree(tmp_path, extents_count=1.2)
+    with open(os.path.join(src, "large.bin"), "rb") as f:
+        first = f.read(SEGMENT)
+    summary, _, _ = run_backup(world, [src])
+    manifest, record = _large_record(home, summary)
+    key_hex = record["ext"][0]["segs"][0][0]
+    assert key_hex == crypto.segment_convergence(home.secret, first)[1].hex()
+    assert key_hex != crypto.file_convergence(home.secret, first)[1].hex()
+    # a backup made when segments were keyed from SHA-256 restores all the same:
+    # nothing at restore recomputes the digest
+    monkeypatch.setattr("flud.client.large.segment_convergence", crypto.file_convergence)
+    old_src, _ = _large_tree(tmp_path / "old", extents_count=1.2, seed=2)
+    summary, _, _ = run_backup(world, [old_src])
+    manifest, record = _large_record(home, summary)
+    with open(os.path.join(old_src, "large.bin"), "rb") as f:
+        old_first = f.read(SEGMENT)
+    assert record["ext"][0]["segs"][0][0] == crypto.file_convergence(home.secret, old_first)[1].hex()
+    monkeypatch.undo()
+    restored, _ = run_restore(world, str(tmp_path / "out-old"), manifest)
+    assert restored["failed"] == 0
+    assert compare_trees(old_src, str(tmp_path / "out-old" / "src")) == []
