@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import blake3
 from twisted.internet import defer
 
+from flud.client.gather import gather
 from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
 from flud.protocol.errors import ErrorCode, RemoteError
 
@@ -326,7 +327,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
 
     active = [ask(h) for h in (next(waiting, None) for _ in range(k)) if h is not None]
     while len(got) < k and active:
-        results = yield defer.DeferredList(active)
+        results = yield gather(active)
         active = []
         for _, (status, holder, value) in results:
             index, key_hex, node_hex = holder[:3]
