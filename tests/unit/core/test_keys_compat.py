@@ -112,6 +112,7 @@ def test_verify_is_false_on_every_malformed_key_or_signature():
     for public_der, signature in cases:
         assert Identity.verify(public_der, b"data", signature) is False
     assert Identity.verify(identity.public_der, b"data", good) is True
+    assert Identity.verify(memoryview(identity.public_der), memoryview(b"data"), bytearray(good)) is True
 
 
 def _peek_error() -> int:
