@@ -14,20 +14,7 @@ import stat
 import struct
 from pathlib import Path
 
-from Crypto.Hash import SHA256
-from Crypto.PublicKey import ECC
-from Crypto.Signature import DSS
-from Crypto.Util.asn1 import (
-    DerBitString,
-    DerInteger,
-    DerObject,
-    DerBoolean,
-    DerObjectId,
-    DerOctetString,
-    DerSequence,
-    DerSetOf,
-)
-
+from flud import libcrypto
 from flud.errors import BadKeyFile, InsecureKeyFile, WrongPassphrase
 
 __all__ = [
@@ -45,10 +32,6 @@ __all__ = [
     "write_private_file",
 ]
 
-CURVE = "P-256"
-# pycryptodome reports the curve by its long name.
-_ACCEPTED_CURVE_NAMES = frozenset({"NIST P-256", "p256", "P-256", "prime256v1", "secp256r1"})
-SIGNATURE_MODE = "fips-186-3"
 NODE_ID_LENGTH = 32
 IDENTITY_FILENAME = "identity.pem"
 PRIVATE_FILE_MODE = 0o600
@@ -61,13 +44,9 @@ class Identity:
 
     __slots__ = ("_key", "public_der", "node_id")
 
-    def __init__(self, private_key: ECC.EccKey):
-        if not private_key.has_private():
-            raise BadKeyFile("an identity needs a private key, this is only a public key")
-        if private_key.curve not in _ACCEPTED_CURVE_NAMES:
-            raise BadKeyFile(f"identity keys must be on curve {CURVE}, not {private_key.curve}")
+    def __init__(self, private_key: libcrypto.P256Key):
         self._key = private_key
-        self.public_der: bytes = private_key.public_key().export_key(format="DER")
+        self.public_der: bytes = _P256_SPKI_PREFIX + b"".join(private_key.public_xy())
         self.node_id: bytes = Identity.node_id_of(self.public_der)
 
     def __repr__(self) -> str:
@@ -77,13 +56,15 @@ class Identity:
 
     @classmethod
     def generate(cls) -> Identity:
-        return cls(ECC.generate(curve=CURVE))
+        return cls(libcrypto.P256Key.generate())
 
     @classmethod
     def from_pem(cls, pem: bytes, source: str = "key") -> Identity:
+        """A PKCS#8 ("PRIVATE KEY", what flud writes) or SEC1 ("EC PRIVATE
+        KEY") PEM private key on P-256; BadKeyFile for anything else."""
         try:
-            key = _import_key(pem)
-        except (ValueError, IndexError, TypeError) as exc:
+            key = libcrypto.P256Key.from_der(_pem_private_der(pem))
+        except (ValueError, TypeError) as exc:  # UnsupportedKey and binascii.Error are ValueErrors
             raise BadKeyFile(
                 f"{source} is not a readable P-256 private key in PEM form ({exc}); "
                 "restore it from your exported key bundle"
@@ -92,7 +73,7 @@ class Identity:
 
     def private_pem(self) -> bytes:
         """PKCS#8 PEM: also what ssl's load_cert_chain accepts as keyfile."""
-        return _p256_private_pem(self._key)
+        return _p256_private_pem(self._key.private_d(), *self._key.public_xy())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Identity:
@@ -131,92 +112,47 @@ class Identity:
 
     @staticmethod
     def node_id_of(public_der: bytes) -> bytes:
-        # pycryptodome's SHA-256, already loaded for signatures: hashlib (with
-        # hmac and secrets) would cost a node 0.7 MB (see flud.lean.spare_for_node)
-        return SHA256.new(public_der).digest()
+        # libcrypto's SHA-256: hashlib (with hmac and secrets) would cost a node 0.7 MB
+        return libcrypto.sha256(public_der)
 
     def sign(self, data: bytes) -> bytes:
         """ECDSA over SHA-256, DER-encoded (the form X.509 and TLS use)."""
-        return DSS.new(self._key, SIGNATURE_MODE, encoding="der").sign(SHA256.new(data))
+        return self._key.sign(data)
 
     @staticmethod
     def verify(public_der: bytes, data: bytes, signature: bytes) -> bool:
         """True only for a valid signature by a P-256 key; any malformed input is False."""
-        try:
-            key = _import_key(public_der)
-        except (ValueError, IndexError, TypeError):
-            return False
-        if key.has_private() or key.curve not in _ACCEPTED_CURVE_NAMES:
-            return False
-        try:
-            DSS.new(key, SIGNATURE_MODE, encoding="der").verify(SHA256.new(data), signature)
-        except (ValueError, IndexError, TypeError):
-            return False
-        return True
+        return libcrypto.verify(public_der, data, signature)
 
 
-# The exact forms pycryptodome exports a P-256 key in: PKCS#8 DER (prefix,
-# d, middle, x, y; its PEM has 48 bytes a line) and SubjectPublicKeyInfo DER
-# (prefix, x, y). tests/unit/core/test_keys_import.py compares them.
+# The forms flud writes a P-256 key in (those pycryptodome exported, which
+# wrote every existing identity.pem): PKCS#8 DER (prefix, d, middle, x, y; its
+# PEM has 48 bytes a line) and SubjectPublicKeyInfo DER (prefix, x, y), both
+# with the uncompressed point. tests/unit/core/test_keys_compat.py compares them.
 _P256_PKCS8_PREFIX = bytes.fromhex(
     "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
 _P256_PKCS8_MIDDLE = bytes.fromhex("a14403420004")
 _P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004")
 _PEM_PRIVATE_KEY = (b"-----BEGIN PRIVATE KEY-----\n", b"\n-----END PRIVATE KEY-----")
+_PEM_PRIVATE_LABELS = (b"PRIVATE KEY", b"EC PRIVATE KEY")
 
 
-def _p256_private_pem(key: ECC.EccKey) -> bytes:
-    """key.export_key(format="PEM", use_pkcs8=True), byte for byte, for a
-    P-256 key, without Crypto.IO.PEM and PKCS8: they import AES, DES, 3DES,
-    MD5, CMAC, SHA-1 and the KDFs, 0.6 MB of RSS in every node (flud.lean
-    leaves them lazy; pycryptodome's DSA imports them for its own PEM keys)."""
-    if key.curve not in _ACCEPTED_CURVE_NAMES or not key.has_private():
-        return key.export_key(format="PEM", use_pkcs8=True).encode("ascii")
-    der = b"".join((_P256_PKCS8_PREFIX, int(key.d).to_bytes(32, "big"), _P256_PKCS8_MIDDLE,
-                    int(key.pointQ.x).to_bytes(32, "big"), int(key.pointQ.y).to_bytes(32, "big")))
+def _p256_private_pem(d: bytes, x: bytes, y: bytes) -> bytes:
+    der = b"".join((_P256_PKCS8_PREFIX, d, _P256_PKCS8_MIDDLE, x, y))
     begin, end = _PEM_PRIVATE_KEY
     lines = b"".join(binascii.b2a_base64(der[i:i + 48]) for i in range(0, len(der), 48))
     return begin + lines + end[1:]
 
 
-def _import_key(encoded: bytes) -> ECC.EccKey:
-    """ECC.import_key, without building pycryptodome's ten curves.
-
-    ECC.import_key finds the curve by iterating over all the curves it
-    knows, which builds each (P-192 to P-521, Ed25519, Ed448, X25519, X448,
-    secp256k1) and keeps them: 1.0 MB of RSS in every node and client, which
-    import keys (their own at start-up, every peer's in HELLO). The forms
-    pycryptodome itself exports for P-256 keys (all flud writes) are built
-    with ECC.construct on P-256 alone; the result is kept only if exporting
-    it (as pycryptodome does, see _p256_private_pem) gives back exactly the
-    input, so it is the key ECC.import_key would return. Anything else goes
-    to ECC.import_key, errors included."""
-    try:
-        key = _construct_exported_p256(encoded)
-    except (ValueError, IndexError, TypeError):
-        key = None
-    return key if key is not None else ECC.import_key(encoded)
-
-
-def _construct_exported_p256(encoded: bytes):
-    if len(encoded) == len(_P256_SPKI_PREFIX) + 64 and encoded.startswith(_P256_SPKI_PREFIX):
-        xy = encoded[len(_P256_SPKI_PREFIX):]
-        key = ECC.construct(curve=CURVE, point_x=int.from_bytes(xy[:32], "big"),
-                            point_y=int.from_bytes(xy[32:], "big"))
-        return key if key.export_key(format="DER") == encoded else None
-    begin, end = _PEM_PRIVATE_KEY
-    if encoded.startswith(begin) and encoded.endswith(end):
-        der = base64.b64decode(encoded[len(begin):-len(end)].replace(b"\n", b""), validate=True)
-        d_at = len(_P256_PKCS8_PREFIX)
-        xy_at = d_at + 32 + len(_P256_PKCS8_MIDDLE)
-        if (len(der) != xy_at + 64 or not der.startswith(_P256_PKCS8_PREFIX)
-                or der[d_at + 32:xy_at] != _P256_PKCS8_MIDDLE):
-            return None
-        key = ECC.construct(curve=CURVE, d=int.from_bytes(der[d_at:d_at + 32], "big"),
-                            point_x=int.from_bytes(der[xy_at:xy_at + 32], "big"),
-                            point_y=int.from_bytes(der[xy_at + 32:], "big"))
-        return key if _p256_private_pem(key) == encoded else None
-    return None
+def _pem_private_der(pem: bytes) -> bytes:
+    """The DER inside one PEM private key block (whitespace around is fine)."""
+    text = pem.strip()
+    for label in _PEM_PRIVATE_LABELS:
+        begin, end = b"-----BEGIN " + label + b"-----", b"-----END " + label + b"-----"
+        if text.startswith(begin) and text.endswith(end):
+            # validate: no headers (encrypted keys), nothing but base64
+            return base64.b64decode(b"".join(text[len(begin):-len(end)].split()), validate=True)
+    raise ValueError("no PEM private key block")
 
 
 def write_private_file(path: str | os.PathLike, data: bytes) -> None:
@@ -246,75 +182,75 @@ def write_private_file(path: str | os.PathLike, data: bytes) -> None:
 
 # --- self-signed TLS certificate ----------------------------------------------
 
-_OID_ECDSA_WITH_SHA256 = "1.2.840.10045.4.3.2"
-_OID_COMMON_NAME = "2.5.4.3"
-_OID_BASIC_CONSTRAINTS = "2.5.29.19"
-_OID_KEY_USAGE = "2.5.29.15"
-_TAG_UTF8_STRING = 0x0C
-_TAG_UTC_TIME = 0x17
-_TAG_GENERALIZED_TIME = 0x18
-_TAG_BIT_STRING = 0x03
-_X509_VERSION_3 = 2
+# A few DER encoders, enough for the one certificate flud makes.
+_SEQUENCE, _SET, _INTEGER, _OID, _BIT_STRING, _OCTET_STRING, _BOOLEAN = 0x30, 0x31, 0x02, 0x06, 0x03, 0x04, 0x01
+_UTF8_STRING, _UTC_TIME, _GENERALIZED_TIME, _CONTEXT_CONSTRUCTED = 0x0C, 0x17, 0x18, 0xA0
+
+
+def _der(tag: int, content: bytes) -> bytes:
+    n = len(content)
+    if n < 0x80:
+        return bytes((tag, n)) + content
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((tag, 0x80 | len(size))) + size + content
+
+
+def _sequence(*items: bytes) -> bytes:
+    return _der(_SEQUENCE, b"".join(items))
+
+
+def _integer(value: int) -> bytes:
+    # non-negative: one more byte than the bits need keeps the sign bit clear,
+    # and is minimal (a leading zero only before a set top bit)
+    return _der(_INTEGER, value.to_bytes(value.bit_length() // 8 + 1, "big"))
+
+
+def _oid(dotted: str) -> bytes:
+    first, second, *rest = (int(arc) for arc in dotted.split("."))
+    body = bytearray()
+    for arc in (40 * first + second, *rest):
+        chunk = [arc & 0x7F]
+        while arc > 0x7F:
+            arc >>= 7
+            chunk.append(0x80 | (arc & 0x7F))
+        body += bytes(reversed(chunk))
+    return _der(_OID, bytes(body))
+
+
+_ECDSA_WITH_SHA256 = _sequence(_oid("1.2.840.10045.4.3.2"))
+_OID_COMMON_NAME = _oid("2.5.4.3")
+_X509_VERSION_3 = _der(_CONTEXT_CONSTRUCTED | 0, _integer(2))
 # RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050 on.
-_NOT_BEFORE = DerObject(_TAG_UTC_TIME, b"000101000000Z")
-_NOT_AFTER = DerObject(_TAG_GENERALIZED_TIME, b"20991231235959Z")
+_VALIDITY = _sequence(_der(_UTC_TIME, b"000101000000Z"), _der(_GENERALIZED_TIME, b"20991231235959Z"))
+_CRITICAL = _der(_BOOLEAN, b"\xff")
+# basicConstraints (empty: not a CA, yet a peer can still pin it as its own
+# anchor) and keyUsage, a BIT STRING of 7 unused bits then digitalSignature
+# (bit 0), all the TLS handshake needs; both critical, as [3] EXPLICIT.
+_EXTENSIONS = _der(_CONTEXT_CONSTRUCTED | 3, _sequence(
+    _sequence(_oid("2.5.29.19"), _CRITICAL, _der(_OCTET_STRING, _sequence())),
+    _sequence(_oid("2.5.29.15"), _CRITICAL, _der(_OCTET_STRING, _der(_BIT_STRING, bytes((0x07, 0x80))))),
+))
 _SERIAL_BYTES = 16
 _COMMON_NAME_ID_CHARS = 16
-# KeyUsage BIT STRING: 7 unused bits, then digitalSignature (bit 0), all the
-# TLS handshake needs. Not a CA, yet a peer can still pin it as its own anchor.
-_KEY_USAGE_BITS = bytes([0x07, 0b1000_0000])
 _PEM_LINE_CHARS = 64
-
-
-def _common_name(identity: Identity) -> DerSequence:
-    attribute = DerSequence(
-        [
-            DerObjectId(_OID_COMMON_NAME),
-            DerObject(_TAG_UTF8_STRING, f"flud {identity.node_id_hex[:_COMMON_NAME_ID_CHARS]}".encode()),
-        ]
-    )
-    return DerSequence([DerSetOf([attribute.encode()])])
-
-
-def _extensions() -> DerSequence:
-    critical = True
-    basic_constraints = DerSequence(
-        [DerObjectId(_OID_BASIC_CONSTRAINTS), DerBoolean(critical), DerOctetString(DerSequence([]).encode())]
-    )
-    key_usage = DerSequence(
-        [
-            DerObjectId(_OID_KEY_USAGE),
-            DerBoolean(critical),
-            DerOctetString(DerObject(_TAG_BIT_STRING, _KEY_USAGE_BITS).encode()),
-        ]
-    )
-    return DerSequence([basic_constraints, key_usage], explicit=3)
 
 
 def self_signed_cert_der(identity: Identity) -> bytes:
     """A minimal X.509 v3 certificate for the identity's key, signed by itself.
 
-    Deterministic: the same identity always gives the same bytes.
+    Everything but the signature is the same for the same identity; ECDSA
+    signs with a random k, so two calls give different bytes. Nothing needs
+    them equal: the certificate is written once beside the key
+    (tls-cert.pem), and peers identify a node by its key (HELLO), not by
+    these bytes.
     """
-    algorithm = DerSequence([DerObjectId(_OID_ECDSA_WITH_SHA256)])
-    name = _common_name(identity)
+    common_name = f"flud {identity.node_id_hex[:_COMMON_NAME_ID_CHARS]}".encode()
+    name = _sequence(_der(_SET, _sequence(_OID_COMMON_NAME, _der(_UTF8_STRING, common_name))))
     serial = int.from_bytes(identity.node_id[:_SERIAL_BYTES], "big") or 1
-    tbs = DerSequence(
-        [
-            DerInteger(_X509_VERSION_3, explicit=0),
-            DerInteger(serial),
-            algorithm,
-            name,
-            DerSequence([_NOT_BEFORE, _NOT_AFTER]),
-            name,
-            identity.public_der,
-            _extensions(),
-        ]
-    ).encode()
-    # RFC 6979 signing: the same key always yields the same certificate bytes,
-    # so a peer can pin them.
-    signature = DSS.new(identity._key, "deterministic-rfc6979", encoding="der").sign(SHA256.new(tbs))
-    return DerSequence([tbs, algorithm, DerBitString(signature)]).encode()
+    tbs = _sequence(_X509_VERSION_3, _integer(serial), _ECDSA_WITH_SHA256, name, _VALIDITY, name,
+                    identity.public_der, _EXTENSIONS)
+    signature = identity.sign(tbs)
+    return _sequence(tbs, _ECDSA_WITH_SHA256, _der(_BIT_STRING, b"\0" + signature))
 
 
 def self_signed_cert_pem(identity: Identity) -> bytes:
@@ -327,6 +263,40 @@ def _pem(label: str, der: bytes) -> bytes:
     return b"\n".join([f"-----BEGIN {label}-----".encode(), *lines, f"-----END {label}-----".encode(), b""])
 
 
+def _der_elements(der: bytes, start: int, end: int) -> list:
+    """(tag, start, content start, end) of each element in der[start:end],
+    which must be whole elements in strict DER: low tag numbers, definite
+    lengths in their shortest form. ValueError otherwise."""
+    elements = []
+    while start < end:
+        if end - start < 2:
+            raise ValueError("truncated element")
+        tag, length = der[start], der[start + 1]
+        if tag & 0x1F == 0x1F:
+            raise ValueError("high tag number")
+        content = start + 2
+        if length & 0x80:
+            size = length & 0x7F
+            if not 1 <= size <= 4 or content + size > end:
+                raise ValueError("bad length")
+            length = int.from_bytes(der[content:content + size], "big")
+            if length < 0x80 or der[content] == 0:
+                raise ValueError("length not in its shortest form")
+            content += size
+        if content + length > end:
+            raise ValueError("element longer than what holds it")
+        elements.append((tag, start, content, content + length))
+        start = content + length
+    return elements
+
+
+def _der_sequence(der: bytes, element: tuple) -> list:
+    tag, _start, content, end = element
+    if tag != _SEQUENCE:
+        raise ValueError(f"expected a SEQUENCE, found tag {tag:#04x}")
+    return _der_elements(der, content, end)
+
+
 def public_der_of_cert(cert_der: bytes) -> bytes:
     """The SubjectPublicKeyInfo DER of an X.509 certificate, exactly as encoded in it.
 
@@ -334,17 +304,15 @@ def public_der_of_cert(cert_der: bytes) -> bytes:
     that is not a certificate.
     """
     try:
-        tbs_der = DerSequence().decode(cert_der, strict=True)[0]
-        tbs = DerSequence().decode(tbs_der, strict=True)
+        cert_der = bytes(cert_der)
+        (certificate,) = _der_elements(cert_der, 0, len(cert_der))
+        tbs = _der_sequence(cert_der, _der_sequence(cert_der, certificate)[0])
         # version [0] EXPLICIT is optional; without it, SPKI moves up one place.
-        has_version = isinstance(tbs[0], bytes) and tbs[0][:1] == b"\xa0"
-        spki = tbs[6 if has_version else 5]
-        if not isinstance(spki, bytes):
-            raise ValueError("SubjectPublicKeyInfo is not a SEQUENCE")
-        DerSequence().decode(spki, strict=True)
-    except (ValueError, IndexError, TypeError, EOFError) as exc:
+        spki = tbs[6 if tbs[0][0] == _CONTEXT_CONSTRUCTED else 5]
+        _der_sequence(cert_der, spki)
+    except (ValueError, IndexError, TypeError) as exc:
         raise BadKeyFile(f"not an X.509 certificate: {exc}") from None
-    return spki
+    return cert_der[spki[1]:spki[3]]
 
 
 # --- passphrase-protected export ----------------------------------------------
@@ -372,9 +340,8 @@ def _stretch(passphrase: str, salt: bytes, log2_n: int, r: int, p: int) -> tuple
     The check value tells a wrong passphrase apart from a damaged file; it
     gives a guesser nothing the GCM tag would not.
     """
-    # Imported here, as AES below: only key export and import use them (with
-    # Crypto.IO.PEM and PKCS8 left lazy by flud.lean, see _p256_private_pem,
-    # a node never loads them).
+    # pycryptodome, imported here as AES below: only key export and import
+    # (clients) use it; a node never loads it.
     from Crypto.Protocol.KDF import scrypt
     out = scrypt(passphrase.encode("utf-8"), salt, _CIPHER_KEY_LENGTH + _CHECK_LENGTH, N=1 << log2_n, r=r, p=p)
     return out[:_CIPHER_KEY_LENGTH], out[_CIPHER_KEY_LENGTH:]

@@ -12,8 +12,7 @@ hook that changes nothing until one of these modules is first imported:
 - Modules imported sparing another (import_sparing): twisted.internet.defer
   imports asyncio for one function (iscoroutine) and two names used only in
   annotations; twisted.python.compat imports html for one deprecated alias
-  (escape); in a node only (spare_for_node), Crypto.Hash.HMAC imports hmac,
-  and with it hashlib, for compare_digest.
+  (escape).
 
 Figures are what each saves in an idle node's RSS, medians of 3, for a
 node in its own interpreter and a node forked by `flud testnet up`, added
@@ -42,17 +41,8 @@ LAZY_MODULES = {
     # twisted.internet.posixbase imports them for listenUDP, listenUNIX...
     "twisted.internet.udp": "0.15-0.25 MB with unix (udp, _multicast, unix, sendmsg)",
     "twisted.internet.unix": "see twisted.internet.udp",
-    # pycryptodome's DSA (imported by DSS) imports them for its PEM keys;
-    # flud.keys reads and writes its P-256 keys without them
-    "Crypto.IO.PEM": "0.6 MB with PKCS8 (they import AES, DES, 3DES, MD5, CMAC, SHA-1, KDF)",
-    "Crypto.IO.PKCS8": "see Crypto.IO.PEM",
-    # pycryptodome's ECC imports them for Ed25519 and Ed448 keys only
-    "Crypto.Hash.SHA512": "0.15-0.2 MB with SHAKE256 (and keccak)",
-    "Crypto.Hash.SHAKE256": "see Crypto.Hash.SHA512",
-    # ctypes.util (imported by pycryptodome) imports them; a node never runs
-    # a process and creates temporary files only for uploads
-    "subprocess": "0.2 MB with tempfile, given spare_pycryptodome_file_probe",
-    "tempfile": "see subprocess",
+    # storage.disk imports it for the temporary files of uploads only
+    "tempfile": "0.1-0.2 MB",
 }
 
 _LAZY = set()   # names the hook makes lazy
@@ -70,13 +60,6 @@ def defer_unused_imports() -> None:
     spare_on_import("twisted.python.compat", "html", {}, lazy=("escape",))
     spare_on_import("twisted.internet.defer", "asyncio", _defer_stand_ins,
                     lazy=("AbstractEventLoop", "Future"))
-
-
-def spare_for_node() -> None:
-    """What only a node process spares (it runs before a node's imports, in
-    `flud node run` and in the launcher that forks nodes)."""
-    spare_pycryptodome_file_probe()  # first: HMAC loads a native library
-    import_crypto_hmac_without_hashlib()
 
 
 class _LazyModule(types.ModuleType):
@@ -266,40 +249,6 @@ def _exec_sparing(module, loader, module_name, source, names, lazy) -> bool:
 
     module_dict["__getattr__"] = __getattr__
     return True
-
-
-def spare_pycryptodome_file_probe() -> bool:
-    """pycryptodome loads its first native library through
-    platform.architecture(), which runs `file -b` on the interpreter in a
-    subprocess (a fork and exec at every start, and the subprocess module),
-    and uses the answer only to tell Windows apart. For an ELF interpreter
-    on Linux, give it in advance what `file` makes platform.architecture()
-    say: (bits, "ELF")."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        with open(sys.executable, "rb") as f:
-            header = f.read(5)
-        from Crypto.Util import _raw_api
-        cache = _raw_api.cached_architecture
-    except (OSError, ImportError, AttributeError):
-        return False
-    if cache or header[:4] != b"\x7fELF" or header[4:5] not in (b"\x01", b"\x02"):
-        return False
-    cache[:] = ("32bit" if header[4:5] == b"\x01" else "64bit", "ELF")
-    return True
-
-
-def import_crypto_hmac_without_hashlib() -> bool:
-    """Crypto.Hash.HMAC (imported by Crypto.Signature.DSS) without the stdlib
-    hmac, which imports hashlib and _hashlib (OpenSSL's digests): 0.3 MB per
-    node, with flud.keys hashing with pycryptodome. It only wants
-    hmac.compare_digest: it gets the stdlib's other constant-time compare,
-    operator's _compare_digest, which hmac itself falls back to without
-    OpenSSL (same contract: bytes-like or ASCII str, timing independent of
-    the contents)."""
-    from _operator import _compare_digest
-    return import_sparing("Crypto.Hash.HMAC", "hmac", {"compare_digest": _compare_digest})
 
 
 def import_defer_without_asyncio() -> bool:

@@ -28,9 +28,8 @@ def parse_address(text: str):
 def preload() -> None:
     """Import what a node needs, without installing a reactor: a launcher
     calls this once and then forks many nodes that share these pages."""
-    from flud.lean import defer_unused_imports, spare_for_node
+    from flud.lean import defer_unused_imports
     defer_unused_imports()
-    spare_for_node()
     import twisted.internet.epollreactor  # noqa: F401
     import flud.node.service  # noqa: F401
     import storage.disk  # noqa: F401
@@ -68,9 +67,8 @@ def run_forked(args, stderr_path: str) -> int:
 
 
 def run(args) -> int:
-    from flud.lean import defer_unused_imports, release_free_memory, spare_for_node
+    from flud.lean import defer_unused_imports, release_free_memory
     defer_unused_imports()
-    spare_for_node()
     from twisted.internet import reactor
     from twisted.internet.error import CannotListenError
 

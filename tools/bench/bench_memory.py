@@ -10,7 +10,7 @@
   `flud backup` imports (RSS after gc and malloc_trim), and the static figure
   flud's own backup summary prints.
 - What each import adds to a node: one fresh interpreter per cumulative step
-  (twisted reactor, sqlite3, pycryptodome, blake3, zfec, psutil, ssl, storage,
+  (twisted reactor, sqlite3, ctypes, blake3, zfec, psutil, ssl, storage,
   flud protocol, the node service), median of --repeat; out/imports.txt.
 - Concurrent uploads of 1 GiB files (1, 4 and 16 at once) in ONE client
   process: `flud backup --parallel-files c` of a directory holding c distinct
@@ -76,9 +76,7 @@ IMPORT_STEPS = [
      "from twisted.internet import epollreactor; epollreactor.install(); "
      "from twisted.internet import reactor, defer, protocol"),
     ("+ sqlite3", "import sqlite3"),
-    ("+ pycryptodome (AES, ECC, DSS)",
-     "from Crypto.Cipher import AES; from Crypto.PublicKey import ECC; "
-     "from Crypto.Signature import DSS; from Crypto.Hash import SHA256"),
+    ("+ ctypes (flud.libcrypto: keys on OpenSSL)", "import ctypes"),
     ("+ blake3", "import blake3"),
     ("+ zfec", "import zfec"),
     ("+ psutil", "import psutil"),

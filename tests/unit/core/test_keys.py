@@ -67,15 +67,14 @@ def test_verify_is_false_on_malformed_input(identity, public_der, signature):
 
 
 def test_verify_refuses_a_private_key_or_other_curve(identity):
-    from Crypto.PublicKey import ECC
-
-    other = ECC.generate(curve="P-384")
     from Crypto.Hash import SHA256
+    from Crypto.PublicKey import ECC
     from Crypto.Signature import DSS
 
+    other = ECC.generate(curve="P-384")
     signature = DSS.new(other, "fips-186-3", encoding="der").sign(SHA256.new(b"x"))
     assert not Identity.verify(other.public_key().export_key(format="DER"), b"x", signature)
-    private_der = identity._key.export_key(format="DER")
+    private_der = ECC.import_key(identity.private_pem()).export_key(format="DER")
     assert not Identity.verify(private_der, b"x", identity.sign(b"x"))
 
 
@@ -128,37 +127,73 @@ def test_load_garbage_or_missing_is_bad_key_file(tmp_path):
 
 
 def test_public_only_key_is_not_an_identity(identity):
+    from Crypto.PublicKey import ECC
+
     with pytest.raises(BadKeyFile):
-        Identity.from_pem(identity._key.public_key().export_key(format="PEM").encode())
+        Identity.from_pem(ECC.import_key(identity.public_der).export_key(format="PEM").encode())
 
 
 # --- certificate --------------------------------------------------------------
 
 
 def test_certificate_carries_the_identity_key(identity):
-    der = self_signed_cert_der(identity)
+    assert public_der_of_cert(self_signed_cert_der(identity)) == identity.public_der
+    der = ssl.PEM_cert_to_DER_cert(self_signed_cert_pem(identity).decode())
     assert public_der_of_cert(der) == identity.public_der
-    pem = self_signed_cert_pem(identity)
-    assert ssl.PEM_cert_to_DER_cert(pem.decode()) == der
 
 
-def test_certificate_is_deterministic_per_identity(identity):
-    assert self_signed_cert_der(identity) == self_signed_cert_der(identity)
-    assert self_signed_cert_der(identity) != self_signed_cert_der(Identity.generate())
+def _tbs_and_signature(cert_der):
+    # pycryptodome's DER parser: a second opinion on flud's own encoder
+    from Crypto.Util.asn1 import DerBitString, DerSequence
+
+    cert = DerSequence().decode(cert_der, strict=True)
+    return cert[0], DerBitString().decode(cert[2], strict=True).value
+
+
+def test_certificate_differs_only_in_its_signature(identity):
+    # ECDSA with a random k: each call signs anew, over the same TBS
+    first, second = self_signed_cert_der(identity), self_signed_cert_der(identity)
+    assert _tbs_and_signature(first)[0] == _tbs_and_signature(second)[0]
+    assert _tbs_and_signature(first)[0] != _tbs_and_signature(self_signed_cert_der(Identity.generate()))[0]
 
 
 def test_certificate_signature_verifies_with_its_own_key(identity):
-    from Crypto.Util.asn1 import DerBitString, DerSequence
-
-    cert = DerSequence().decode(self_signed_cert_der(identity))
-    tbs, signature = cert[0], DerBitString().decode(cert[2]).value
+    tbs, signature = _tbs_and_signature(self_signed_cert_der(identity))
     assert Identity.verify(identity.public_der, tbs, signature)
 
 
-@pytest.mark.parametrize("blob", [b"", b"\x30\x00", b"\x30\x03\x02\x01\x01", b"junk" * 10])
+@pytest.mark.parametrize("blob", [
+    b"", b"\x30\x00", b"\x30\x03\x02\x01\x01", b"junk" * 10,
+    b"\x30\x80\x00\x00",  # indefinite length (BER, not DER)
+    b"\x30\x81\x03\x30\x01\x00",  # length not in its shortest form
+    b"\x30\x05\x30\x03\x02\x01",  # inner element runs past its container
+])
 def test_public_der_of_cert_rejects_non_certificates(blob):
     with pytest.raises(BadKeyFile):
         public_der_of_cert(blob)
+
+
+def test_public_der_of_cert_rejects_every_damaged_certificate(identity):
+    der = self_signed_cert_der(identity)
+    for cut in range(len(der)):
+        with pytest.raises(BadKeyFile):
+            public_der_of_cert(der[:cut])
+    with pytest.raises(BadKeyFile):
+        public_der_of_cert(der + b"\0")
+
+
+def test_public_der_of_cert_without_the_optional_version(identity):
+    from flud.keys import _der_elements, _sequence
+
+    def parts(der):
+        (whole,) = _der_elements(der, 0, len(der))
+        return [der[start:end] for _, start, _, end in _der_elements(der, whole[2], whole[3])]
+
+    tbs, algorithm, signature = parts(self_signed_cert_der(identity))
+    version, *rest = parts(tbs)
+    assert version[0] == 0xA0
+    v1_cert = _sequence(_sequence(*rest), algorithm, signature)  # SPKI moves up one place
+    assert public_der_of_cert(v1_cert) == identity.public_der
 
 
 def _tls_files(identity, directory):
@@ -218,7 +253,7 @@ def test_tls12_handshake_presents_certificate_with_identity_key(identity, tmp_pa
     assert client.version() == "TLSv1.2"
     assert client.cipher()[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
     peer_der = client.getpeercert(binary_form=True)
-    assert peer_der == self_signed_cert_der(identity)
+    assert peer_der == ssl.PEM_cert_to_DER_cert(cert_path.read_text())
     assert public_der_of_cert(peer_der) == identity.public_der
     assert Identity.node_id_of(public_der_of_cert(peer_der)) == identity.node_id
 
@@ -230,7 +265,7 @@ def test_tls13_handshake_and_pinned_verification(identity, tmp_path):
     server_context.load_cert_chain(cert_path, key_path)
     client_context = _client_context(ssl.TLSVersion.MAXIMUM_SUPPORTED)
     client_context.verify_mode = ssl.CERT_REQUIRED
-    client_context.load_verify_locations(cadata=self_signed_cert_der(identity))
+    client_context.load_verify_locations(cadata=ssl.PEM_cert_to_DER_cert(cert_path.read_text()))
 
     client, _server = _handshake_in_memory(server_context, client_context)
 

@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from flud.keys import Identity, self_signed_cert_der
+from flud.keys import Identity, public_der_of_cert
 from flud.protocol import tls
 from flud.protocol.tls import TLSEndpoint, TLSFailed, hello_transcript, make_context
 from tests.unit.protocol.helpers import write_cert
@@ -71,10 +71,11 @@ def test_hello_transcript_binds_side_and_session():
     assert hello_transcript(False, b"x" * 12) == b"flud-hello-v1S" + b"x" * 12
 
 
-def test_client_sees_the_servers_certificate(contexts, identities):
+def test_client_sees_the_servers_certificate(contexts, identities, tmp_path):
     server, client = endpoints(contexts)
     handshake(server, client)
-    assert client.peer_certificate == self_signed_cert_der(identities[0])
+    assert client.peer_certificate == ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text())
+    assert public_der_of_cert(client.peer_certificate) == identities[0].public_der
     assert server.peer_certificate == b""  # identity comes from HELLO, not X.509
 
 
