@@ -25,7 +25,8 @@ def loaded(names):
 
 NODE_SPARES = ("asyncio", "html", "pickle", "ipaddress", "bz2", "lzma", "twisted.internet.udp",
                "twisted.internet.unix", "twisted.application.service", "twisted.plugin",
-               "zipfile", "http.cookiejar", "subprocess", "tempfile", "hashlib", "hmac", "Crypto")
+               "zipfile", "http.cookiejar", "subprocess", "tempfile", "hashlib", "hmac", "Crypto",
+               "twisted.internet.process", "pty", "tokenize")
 
 
 def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
@@ -34,6 +35,7 @@ def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
         defer_unused_imports()
         from twisted.internet import reactor
         import argparse, flud.node.run, flud.node.service, storage.disk, flud.memory, flud.workers
+        assert {loaded(("textwrap",))} == []  # until a help text is formatted
         argparse.ArgumentParser().format_help()  # imports shutil, which imports bz2 and lzma
         assert {loaded(NODE_SPARES)} == [], {loaded(NODE_SPARES)}
 
@@ -55,6 +57,15 @@ def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
             assert compat.escape is html.escape
         import http.cookiejar
         assert http.cookiejar.CookieJar
+        import traceback
+        try:
+            raise ValueError("shown")
+        except ValueError:
+            assert "shown" in traceback.format_exc()  # linecache reads the source: tokenize
+        import textwrap
+        assert textwrap.dedent("  a") == "a"
+        from twisted.internet import process
+        assert callable(process.reapAllProcesses)
         import tempfile
         fd, path = tempfile.mkstemp()
         os.close(fd)
