@@ -49,9 +49,13 @@ class SendQueue:
     only a longer queue is counted on top of it (held). The transfer lags the
     queues by less than SEND_SYNC_STEP, and is exact when they drain."""
 
-    def __init__(self, transfer):
+    def __init__(self, transfer, monitor=None, connections: int = 0):
         self.transfer = transfer
+        self.monitor = monitor
         self.allowance = transfer.reserved("allowance")
+        # the connections' own state: a free-standing reservation of the
+        # monitor (not a transfer's buffers, so not in any transfer's peak)
+        self.connections = connections
         self.queued = 0     # as the connections report it
         self._counted = 0   # as the transfer counts it
 
@@ -93,6 +97,8 @@ class SendQueue:
         self._counted = self.queued
 
     def close(self) -> None:
+        if not self.transfer.closed and self.connections:
+            self.monitor.unreserve(self.connections)
         self.transfer.close()
 
 
@@ -173,12 +179,13 @@ class Network:
         when the run is over."""
         transfer = monitor.transfer("network", "TLS send queues")
         share = network_share(monitor.budget_bytes, len(self.nodes), keep)
-        for label, nbytes in share.items():
-            granted = transfer.reserve(nbytes, label)
-            if not granted.called:  # the budget is taken: count the queues on top
-                granted.addErrback(lambda _: None)
-                granted.cancel()
-        queue = SendQueue(transfer)
+        granted = [transfer.reserve(share["allowance"], "allowance"),
+                   monitor.reserve(share["connections"])]
+        for d in granted:
+            if not d.called:  # the budget is taken: count the queues on top
+                d.addErrback(lambda _: None)
+                d.cancel()
+        queue = SendQueue(transfer, monitor, share["connections"] if granted[1].called else 0)
         self.net.local.send_queue = queue
         return queue
 

@@ -79,13 +79,17 @@ def test_the_connections_state_is_reserved_per_known_node_within_a_share(tmp_pat
         network.nodes[bytes([i]) * 32] = NodeAddress(bytes([i]) * 32, "127.0.0.1", 1000 + i)
     monitor = MemoryMonitor(rss_reader=lambda: 0, budget_bytes=64 * MIB)
     queue = network.count_sends(monitor)
-    assert queue.transfer.reserved("connections") == 50 * CONNECTION_BYTES
+    assert queue.connections == 50 * CONNECTION_BYTES
     assert monitor.buffered_bytes == SEND_ALLOWANCE_MAX + 50 * CONNECTION_BYTES
+    # not a transfer's buffers: the send queues' transfer holds the allowance only
+    assert queue.transfer.current_bytes == monitor.peak_transfer_bytes == SEND_ALLOWANCE_MAX
     queue.close()
+    assert monitor.buffered_bytes == 0
     small = MemoryMonitor(rss_reader=lambda: 0, budget_bytes=16 * MIB)
     queue = network.count_sends(small)
-    assert queue.transfer.reserved("connections") == 16 * MIB // CONNECTIONS_SHARE
+    assert queue.connections == 16 * MIB // CONNECTIONS_SHARE
     queue.close()
+    assert small.buffered_bytes == 0
     network.close()
 
 
