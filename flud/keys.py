@@ -8,7 +8,6 @@ An identity's ID is SHA-256 of the DER SubjectPublicKeyInfo of its public key
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import stat
 import struct
@@ -133,15 +132,12 @@ _P256_PKCS8_PREFIX = bytes.fromhex(
     "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
 _P256_PKCS8_MIDDLE = bytes.fromhex("a14403420004")
 _P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004")
-_PEM_PRIVATE_KEY = (b"-----BEGIN PRIVATE KEY-----\n", b"\n-----END PRIVATE KEY-----")
 _PEM_PRIVATE_LABELS = (b"PRIVATE KEY", b"EC PRIVATE KEY")
 
 
 def _p256_private_pem(d: bytes, x: bytes, y: bytes) -> bytes:
     der = b"".join((_P256_PKCS8_PREFIX, d, _P256_PKCS8_MIDDLE, x, y))
-    begin, end = _PEM_PRIVATE_KEY
-    lines = b"".join(binascii.b2a_base64(der[i:i + 48]) for i in range(0, len(der), 48))
-    return begin + lines + end[1:]
+    return _pem("PRIVATE KEY", der).rstrip(b"\n")  # no final newline, as written so far
 
 
 def _pem_private_der(pem: bytes) -> bytes:

@@ -231,7 +231,7 @@ class P256Key:
             size = c_size_t()
             if (lib.EVP_DigestSignInit(ctx, None, lib.EVP_sha256(), None, self._pkey) != 1
                     or lib.EVP_DigestSign(ctx, None, byref(size), None, 0) != 1):
-                raise _failed(lib, LibcryptoError("EVP_DigestSignInit failed"))
+                raise _failed(lib, LibcryptoError("ECDSA signing could not start"))
             signature = ctypes.create_string_buffer(size.value)
             if lib.EVP_DigestSign(ctx, signature, byref(size), data, len(data)) != 1:
                 raise _failed(lib, LibcryptoError("EVP_DigestSign failed"))

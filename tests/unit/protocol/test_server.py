@@ -397,6 +397,16 @@ def _start_held(pair, request, source):
     return d, outcome
 
 
+def disconnect_leaves_nothing(pair, outcome, store) -> None:
+    """The client drops the connection mid-upload: its request fails and the
+    node keeps neither bytes nor reservation."""
+    pair.client.transport.loseConnection()
+    pair.flush()
+    outcome.failure(ConnectionLost)
+    nothing_held(store)
+    incoming_is_empty(store)
+
+
 def test_peer_disconnecting_mid_store_leaves_nothing(any_store, tmp_path):
     node = Node(tmp_path, any_store)
     alice = node.connect()
@@ -404,11 +414,7 @@ def test_peer_disconnecting_mid_store_leaves_nothing(any_store, tmp_path):
     _, outcome = start_upload(alice, data)
     assert [size for _, size, _ in node.handler.chunks] == [DATA_CHUNK, DATA_CHUNK]
     assert any_store.stats()["reserved"] == len(data)  # the upload is under way
-    alice.client.transport.loseConnection()
-    alice.flush()
-    outcome.failure(ConnectionLost)
-    nothing_held(any_store)
-    incoming_is_empty(any_store)
+    disconnect_leaves_nothing(alice, outcome, any_store)
     bob = node.connect(identity=alice.identity)  # same owner, new connection
     assert error_code(bob, bob.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
     ok(bob, bob.peer.store(key_of(data), data))  # and the space is there again
@@ -985,11 +991,7 @@ def test_peer_disconnecting_mid_streamed_share_leaves_nothing(any_store, tmp_pat
     alice = node.connect()
     data = pattern(4 * MIB)
     _, outcome = start_streamed_upload(alice, data)
-    alice.client.transport.loseConnection()
-    alice.flush()
-    outcome.failure(ConnectionLost)
-    nothing_held(any_store)
-    incoming_is_empty(any_store)
+    disconnect_leaves_nothing(alice, outcome, any_store)
 
 
 def test_streamed_share_commits_inline_and_closes_its_transfer(tmp_path, memory_store):
