@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from flud.lean import defer_unused_imports, tune_malloc
+    from flud.lean import defer_unused_imports, reexec_lean_node, tune_malloc
+    if argv is None and sys.argv[1:3] == ["node", "run"]:
+        reexec_lean_node(sys.argv[1:])
     defer_unused_imports()
     tune_malloc()
     args = build_parser().parse_args(argv)

@@ -97,7 +97,8 @@ def _spawn(directory: str, index: int, port: int, capacity: str, join, memory_lo
         sys.stderr.flush()
         return _Forked(run_forked(build_parser().parse_args(argv), stderr_path))
     with open(stderr_path, "ab") as err:
-        return subprocess.Popen([sys.executable, "-m", "flud", *argv], stdin=subprocess.DEVNULL,
+        from flud.lean import node_interpreter_argv
+        return subprocess.Popen(node_interpreter_argv(argv), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True, close_fds=True)
 

@@ -141,6 +141,9 @@ def test_node_run_foreground_stops_cleanly(node_factory, sig):
     node = node_factory("solo")
     info = node.info
     assert info["pid"] == node.pid and info["port"] > 0
+    # the node replaced its interpreter by a lean one (-OO), keeping its pid
+    with open(f"/proc/{node.pid}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[1] == b"-OO"
     home = node.home
     assert oct(os.stat(os.path.join(home, "identity.pem")).st_mode & 0o777) == "0o600"
     wait_until(lambda: "listening on" in open(os.path.join(home, "node.log")).read(), 10,

@@ -122,8 +122,12 @@ def run(args) -> list:
 
 # ----------------------------------------------------------------- static parts
 
-def _rss_of(code: str) -> dict:
-    r = common.run([common.PY, "-c", code + "\n" + RSS_SNIPPET], timeout=120)
+# a node runs with -OO (flud.lean.node_interpreter_argv), so its imports are measured so
+NODE_FLAGS = ("-OO",)
+
+
+def _rss_of(code: str, flags: tuple = ()) -> dict:
+    r = common.run([common.PY, *flags, "-c", code + "\n" + RSS_SNIPPET], timeout=120)
     if r.rc != 0:
         raise common.BenchError(f"import step failed: {r.stderr[-600:]}")
     import json
@@ -153,7 +157,7 @@ def _idle_node(args) -> list:
     finally:
         tn.down()
         tn.remove()
-    node_imports = _rss_of(NODE_ONLY)
+    node_imports = _rss_of(NODE_ONLY, flags=NODE_FLAGS)
     return [Row("static footprint, idle node (own interpreter)", rss, "MB", 32, "<=",
                 "Tahoe-LAFS: 96 MB per node",
                 f"STATS memory.rss of {count} exec-spawned nodes; static_rss "
@@ -178,12 +182,13 @@ def _imports(args) -> list:
     for label, stmt in IMPORT_STEPS:
         if stmt:
             code.append(stmt)
-        vals = [_rss_of("\n".join(code))["rss"] for _ in range(args.repeat)]
+        vals = [_rss_of("\n".join(code), flags=NODE_FLAGS)["rss"] for _ in range(args.repeat)]
         rss = statistics.median(vals)
         table.append((label, rss, None if prev is None else rss - prev))
         prev = rss
-    node = statistics.median(_rss_of(NODE_ONLY)["rss"] for _ in range(args.repeat))
-    lines = ["what each import adds (cumulative, fresh interpreter per step, RSS after gc + "
+    node = statistics.median(_rss_of(NODE_ONLY, flags=NODE_FLAGS)["rss"]
+                             for _ in range(args.repeat))
+    lines = ["what each import adds (cumulative, fresh -OO interpreter per step, RSS after gc + "
              "malloc_trim, median)",
              f"{'step':48} {'RSS MB':>8} {'adds MB':>8}"]
     for label, rss, delta in table:
