@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Bytecode is compiled ahead: where PYTHONDONTWRITEBYTECODE is set, every flud
 # command would otherwise compile its modules again (~60 ms per command).
-COMPILE := $(PY) -m compileall -q flud storage aggregator tools
+# nodes run with -OO (flud/lean.py): their .opt-2.pyc too
+COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud storage aggregator tools
 
 .PHONY: venv demo test test-fast bench clean
 
@@ -13,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot]' --config-settings editable_mode=compat
+	cd $(VENV)/lib/python*/site-packages && ../../../bin/python -m compileall -q -o 2 \
+		twisted zope attr attrs constantly incremental psutil typing_extensions.py
 	touch $(STAMP)
 
 venv: $(STAMP)
