@@ -77,3 +77,19 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+# What a command returns when whoever read its output stopped reading (as in
+# `flud ls | head`): the shell's code for a death by SIGPIPE, without a trace.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _reader_went_away() -> int:
+    import os
+    # Python flushes stdout once more at exit; into /dev/null that cannot fail.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.integration.helpers import (Testnet, flud, is_alive, output, processes_mentioning, tool,
-                      wait_gone, wait_until)
+from tests.integration.helpers import (Testnet, flud, flud_popen, is_alive, output,
+                                       processes_mentioning, tool, wait_gone, wait_until)
 
 pytestmark = pytest.mark.integration
 
@@ -196,3 +196,29 @@ def test_dead_peer_is_marked(testnet_factory):
         return any(alive == 1 for _, alive in seen)
 
     wait_until(marked, 45, "a surviving node to mark the killed node dead", interval=0.5)
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path):
+    """`flud testnet up | head -1`: exit 141 (SIGPIPE's code), no traceback,
+    and the nodes it started are up and can be stopped."""
+    directory = tmp_path / "tn"
+    with open(tmp_path / "stderr", "w") as err:
+        proc = flud_popen("testnet", "up", "--nodes", "3", "--dir", directory, stderr=err)
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does after its line
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = (tmp_path / "stderr").read_text()
+    try:
+        assert "ready" in first
+        assert code == 141, stderr
+        assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+        assert len(status_rows(flud("testnet", "status", "--dir", directory).stdout)) == 3
+    finally:
+        stopped = flud("testnet", "down", "--dir", directory)
+    assert stopped.returncode == 0, output(stopped)
+    assert processes_mentioning(str(directory)) == []
