@@ -16,7 +16,7 @@ def add_client_commands(sub) -> None:
     init.add_argument("--import-key", metavar="FILE", help="a key exported with `flud key export`")
     init.add_argument("--k", type=int, help="shares needed to restore (default 4)")
     init.add_argument("--n", type=int, help="shares stored per segment (default 8)")
-    init.add_argument("--segment-size", type=int, help="bytes per segment (default 1 MiB)")
+    init.add_argument("--segment-size", type=int, help="bytes per segment (default 2 MiB)")
     init.set_defaults(handler=cmd_init)
 
     key = sub.add_parser("key", help="export the key for safekeeping").add_subparsers(
