@@ -120,7 +120,18 @@ class Identity:
 
     @staticmethod
     def verify(public_der: bytes, data: bytes, signature: bytes) -> bool:
-        """True only for a valid signature by a P-256 key; any malformed input is False."""
+        """True only for a valid signature by a P-256 key in flud's one form
+        (uncompressed point, see _P256_SPKI_PREFIX); anything else is False.
+
+        The node ID is the hash of these bytes, so one key must have one
+        encoding: a compressed point (or any other DER of the same key)
+        would give the same key a second ID."""
+        try:
+            public_der = bytes(public_der)
+        except TypeError:
+            return False
+        if len(public_der) != _P256_SPKI_LENGTH or not public_der.startswith(_P256_SPKI_PREFIX):
+            return False
         return libcrypto.verify(public_der, data, signature)
 
 
@@ -132,6 +143,7 @@ _P256_PKCS8_PREFIX = bytes.fromhex(
     "308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420")
 _P256_PKCS8_MIDDLE = bytes.fromhex("a14403420004")
 _P256_SPKI_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004")
+_P256_SPKI_LENGTH = len(_P256_SPKI_PREFIX) + 2 * 32
 _PEM_PRIVATE_LABELS = (b"PRIVATE KEY", b"EC PRIVATE KEY")
 
 

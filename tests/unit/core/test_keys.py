@@ -312,3 +312,17 @@ def test_bundle_damage_is_bad_key_file_or_wrong_passphrase(identity, damage):
     expected = WrongPassphrase if damage == "flip_salt" else BadKeyFile
     with pytest.raises(expected):
         import_secret_bundle(bytes(blob), "pw")
+
+
+def test_verify_refuses_the_same_key_in_another_encoding(identity):
+    """A compressed point is the same key, but it would hash to another node ID."""
+    from Crypto.PublicKey import ECC
+
+    key = ECC.import_key(identity.public_der)
+    compressed = key.export_key(format="DER", compress=True)
+    assert compressed != identity.public_der
+    assert ECC.import_key(compressed) == key
+    signature = identity.sign(b"x")
+    assert Identity.verify(identity.public_der, b"x", signature)
+    assert not Identity.verify(compressed, b"x", signature)
+    assert Identity.node_id_of(compressed) != identity.node_id
