@@ -12,6 +12,7 @@ import os
 
 from twisted.internet import defer
 
+from flud.client.buffers import BlockBuffers
 from flud.client.directio import SequentialWriter
 from flud.client.gather import settle_all
 from flud.client.segments import (FetchFailed, extent_segments, fetch_record,
@@ -135,12 +136,15 @@ class Restore:
             # a zfec decode briefly holds two more buffers of its size).
             yield transfer.reserve(seg["len"], "segment")
             pieces = yield fetch_segment_pieces(self.network, self.pool, self.segment_coder,
-                                                self.home.secret, seg, self.report_bad)
+                                                self.home.secret, seg, self.report_bad,
+                                                buffers)
             return pieces
 
         try:
             with SequentialWriter(temp) as out:
-                window = max(2, FILE_FOOTPRINT // max(1, fetch_record(segs[0])["len"]))
+                first = fetch_record(segs[0])
+                window = max(2, FILE_FOOTPRINT // max(1, first["len"]))
+                buffers = BlockBuffers(first["bl"], keep=self.segment_coder.k * window)
                 for i in range(min(window, len(segs))):
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
@@ -148,6 +152,7 @@ class Restore:
                     # Disk writes wait for the device: in the pool, not on the reactor.
                     yield self.pool.run(out.write_pieces, pieces)
                     length = sum(len(p) for p in pieces)
+                    buffers.give_back(pieces)  # written: the next answers land there
                     del pieces
                     transfer.unreserve(lengths.pop(i), "segment")
                     if i + window < len(segs):

@@ -308,11 +308,14 @@ def fetch_segment(network, pool, coder, secret, record, report=None):
 
 
 @defer.inlineCallbacks
-def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
+def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buffers=None):
     """Like fetch_segment, but the plaintext comes as a list of buffers in
     order: when the k primary shares arrived, each is decrypted where it
-    landed, so a segment costs its shares' memory and nothing more."""
+    landed, so a segment costs its shares' memory and nothing more.
+
+    buffers: a BlockBuffers the blocks of a stream are received into."""
     k = coder.k
+    reuse = buffers is not None and buffers.size == record["bl"]
     holders = sorted(record["shares"], key=lambda s: s[0])  # primaries first: no decode
     waiting = iter(holders)
     got = {}
@@ -321,7 +324,9 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     def ask(holder):
         index, key_hex, node_hex = holder[:3]
         where = (holder[3], record["bl"]) if len(holder) > 3 else ()
-        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where)
+        into = {"into": buffers.take()} if where and reuse else {}
+        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where,
+                         **into)
         d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d
 

@@ -84,10 +84,11 @@ class PeerClient:
         return StreamedStore(self.conn, source, answer)
 
     def retrieve(self, key: bytes, offset: int = 0, length: int = messages.TO_END,
-                 sink=None) -> defer.Deferred:
-        """Fires with the bytes (or with the total, when a sink took them)."""
+                 sink=None, into=None) -> defer.Deferred:
+        """Fires with the bytes (or with the total, when a sink took them);
+        an answer that fits in `into` (a writable memoryview) lands there."""
         d = self.conn.request(Op.RETRIEVE, messages.RetrieveRequest(key, offset, length),
-                              sink=sink)
+                              sink=sink, into=into)
         if sink is None:
             return d.addCallback(lambda response: response.data)
         return d.addCallback(lambda response: response.total)

@@ -187,12 +187,13 @@ def _answer_buffer(total: int):
 
 
 class _Pending:
-    __slots__ = ("deferred", "op", "sink", "head", "parts", "buffer", "filled")
+    __slots__ = ("deferred", "op", "sink", "into", "head", "parts", "buffer", "filled")
 
-    def __init__(self, op, sink):
+    def __init__(self, op, sink, into=None):
         self.deferred = defer.Deferred()
         self.op = op
         self.sink = sink
+        self.into = into  # a writable buffer the caller offers for the answer
         self.head = None
         self.parts = []  # streamed bytes, when the caller gave no sink
         self.buffer = None  # or the whole answer, filled as DATA arrives
@@ -202,7 +203,9 @@ class _Pending:
         """The answer's size is known: copy each piece into place as it comes
         (while the network is busy) instead of joining them all at the end."""
         if 0 < total <= PREALLOCATE_LIMIT and self.sink is None:
-            self.buffer = _answer_buffer(total)
+            into, self.into = self.into, None
+            self.buffer = (into[:total] if into is not None and total <= len(into)
+                           else _answer_buffer(total))
 
     def add(self, data) -> None:
         if self.buffer is None:
@@ -338,11 +341,13 @@ class Connection(protocol.Protocol):
     # ---- requests we send --------------------------------------------------
 
     def request(self, op: int, message, sink=None, source=None,
-                total: int = 0) -> defer.Deferred:
+                total: int = 0, into=None) -> defer.Deferred:
         """Send a request; the Deferred fires with the response message.
 
         `sink(chunk)` receives streamed response bytes (RETRIEVE); `source`
-        supplies request bytes after the first ones (STORE).
+        supplies request bytes after the first ones (STORE); `into`, a
+        writable memoryview, receives a streamed answer that fits in it (the
+        answer's data is then a view of it).
         """
         if self.closed:
             return defer.fail(ConnectionLost(f"connection to {self.describe()} is closed"))
@@ -352,7 +357,7 @@ class Connection(protocol.Protocol):
             return defer.fail(err)
         end = source is None or source.remaining == 0
         rid = self.session.send_request(op, body, end=end)
-        pending = _Pending(op, sink)
+        pending = _Pending(op, sink, into)
         self._pending[rid] = pending
         if not end:
             self._streams.append(_Stream(rid, source, False, None))

@@ -32,11 +32,14 @@ class FakeNode:
     def store_(self, owner, key, data, kind=0):
         self.store.put(key, owner, bytes(data), KIND_NAMES[kind])
 
-    def retrieve(self, owner, key, offset=0, length=TO_END):
+    def retrieve(self, owner, key, offset=0, length=TO_END, into=None):
         with self.store.open_reader(key, owner, offset, None if length == TO_END else length) as r:
             data = r.read(r.remaining)
         if key in self.corrupt and data:
             data = bytes([data[0] ^ 0xFF]) + data[1:]
+        if into is not None and len(data) <= len(into):  # as the wire lands it
+            into[:len(data)] = data
+            return into[:len(data)]
         return data
 
     def verify(self, owner, key, nonce, offset, length):
@@ -72,7 +75,7 @@ class FakeNetwork:
     def place(self, object_id, count):
         return rank(object_id, self.alive_ids())[:count]
 
-    def call(self, node_id, method, *args):
+    def call(self, node_id, method, *args, **kwargs):
         self.calls[method] = self.calls.get(method, 0) + 1
         node = self.nodes[node_id]
         name = "store_" if method == "store" else method
@@ -81,7 +84,7 @@ class FakeNetwork:
             if not node.up:
                 raise ConnectionError(f"node {node_id.hex()[:8]} is down")
             try:
-                return getattr(node, name)(self.client_id, *args)
+                return getattr(node, name)(self.client_id, *args, **kwargs)
             except StorageError as err:
                 raise RemoteError(ErrorCode.NOT_FOUND if err.code == "not_found"
                                   else ErrorCode.INTERNAL, str(err)) from None

@@ -699,3 +699,28 @@ def test_a_feed_is_let_go_only_once_its_bytes_are_encrypted(pair, handlers, monk
     pair.flush()
     assert fed.fired and not conn._plain
     assert b"".join(data for _, _, data, _ in server_handler.data) == b"f" * DATA_CHUNK
+
+
+def test_a_streamed_answer_lands_in_the_buffer_the_caller_offers_when_it_fits():
+    from flud.protocol.wire import _Pending
+
+    offered = memoryview(bytearray(b"x" * 1000))
+    pending = _Pending(Op.RETRIEVE, None, into=offered)
+    pending.head = messages.RetrieveResponse(600)
+    pending.expect(600)
+    pending.add(b"a" * 400)
+    pending.add(memoryview(b"b" * 200))
+    pending.finish()
+    data = pending.head.data
+    assert bytes(data) == b"a" * 400 + b"b" * 200
+    assert data.obj is offered.obj and not data.readonly  # no copy, and writable
+    assert bytes(offered[600:]) == b"x" * 400  # nothing past the answer touched
+
+    too_small = memoryview(bytearray(100))
+    pending = _Pending(Op.RETRIEVE, None, into=too_small)
+    pending.head = messages.RetrieveResponse(600)
+    pending.expect(600)
+    pending.add(b"c" * 600)
+    pending.finish()
+    assert bytes(pending.head.data) == b"c" * 600
+    assert bytes(too_small) == bytes(100)  # an answer that does not fit goes elsewhere
