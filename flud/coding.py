@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
+from flud import gf256
 from flud.errors import BadCodingParameters, BadShares, NotEnoughShares
 
 __all__ = [
@@ -74,6 +75,7 @@ class SegmentCoder:
         self.n = n
         self._encoder = None
         self._decoder = None
+        self._parity_coder = None
 
     def __repr__(self) -> str:
         return f"SegmentCoder(k={self.k}, n={self.n})"
@@ -111,7 +113,11 @@ class SegmentCoder:
         """The n-k parity shares of the k primary ones (from split)."""
         if self.n == self.k:
             return []
-        parity = self._get_encoder().encode(list(blocks), list(range(self.k, self.n)))
+        if gf256.available():
+            # zfec's parity from flud's vector kernel (flud/gf256.py)
+            parity = self._get_parity_coder().encode(blocks)
+        else:
+            parity = self._get_encoder().encode(list(blocks), list(range(self.k, self.n)))
         return [memoryview(share).toreadonly() for share in parity]
 
     # --- decoding -----------------------------------------------------------
@@ -194,6 +200,11 @@ class SegmentCoder:
 
             self._encoder = zfec.Encoder(self.k, self.n)
         return self._encoder
+
+    def _get_parity_coder(self):
+        if self._parity_coder is None:
+            self._parity_coder = gf256.ParityCoder(self.k, self.n)
+        return self._parity_coder
 
     def _get_decoder(self):
         if self._decoder is None:
