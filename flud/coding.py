@@ -109,13 +109,21 @@ class SegmentCoder:
                 blocks[i] = memoryview(padded).toreadonly()
         return block_length, blocks
 
-    def parity(self, blocks: Sequence[Buffer]) -> list[memoryview]:
-        """The n-k parity shares of the k primary ones (from split)."""
+    def parity(self, blocks: Sequence[Buffer], out: Sequence | None = None) -> list[memoryview]:
+        """The n-k parity shares of the k primary ones (from split), coded
+        into `out` (n-k writable buffers of at least a block each) where
+        given, so a caller can use the same buffers for every segment."""
         if self.n == self.k:
             return []
         if gf256.available():
             # zfec's parity from flud's vector kernel (flud/gf256.py)
-            parity = self._get_parity_coder().encode(blocks)
+            coder = self._get_parity_coder()
+            if out is None:
+                parity = coder.encode(blocks)
+            else:
+                length = len(blocks[0])
+                parity = [memoryview(o).cast("B")[:length] for o in out]
+                coder.encode_into(blocks, parity)
         else:
             parity = self._get_encoder().encode(list(blocks), list(range(self.k, self.n)))
         return [memoryview(share).toreadonly() for share in parity]

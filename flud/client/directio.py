@@ -15,6 +15,7 @@ Filesystems without O_DIRECT (tmpfs) refuse the open: plain I/O then.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -139,11 +140,34 @@ def _direct_pieces(fd: int, length: int, offset: int):
 
 
 def readinto_direct(fd: int, target: memoryview, offset: int) -> int:
-    """Fill target from offset through an O_DIRECT descriptor; bytes read."""
+    """Fill target from offset through an O_DIRECT descriptor; bytes read.
+
+    An aligned target (a page-aligned buffer, a whole number of blocks, read
+    from an aligned offset) is read into directly; any other through staging."""
+    if _aligned(target, offset):
+        return _read_aligned(fd, target, offset)
     filled = 0
     for piece in _direct_pieces(fd, len(target), offset):
         target[filled : filled + len(piece)] = piece
         filled += len(piece)
+    return filled
+
+
+def _aligned(target: memoryview, offset: int) -> bool:
+    if offset % ALIGN or len(target) % ALIGN or not len(target) or target.readonly:
+        return False
+    return ctypes.addressof(ctypes.c_char.from_buffer(target)) % ALIGN == 0
+
+
+def _read_aligned(fd: int, target: memoryview, offset: int) -> int:
+    filled = 0
+    while filled < len(target):
+        got = os.preadv(fd, [target[filled:]], offset + filled)
+        if got <= 0:
+            break  # end of file
+        filled += got
+        if got % ALIGN:
+            break  # a short read ends at the end of the file
     return filled
 
 

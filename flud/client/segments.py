@@ -91,7 +91,7 @@ def prepare_primaries(secret: bytes, coder, data, challenges: bool = True,
     convergence: (digest, key) of the plaintext (crypto.segment_convergence
     for a large file's segment)."""
     digest, key = convergence(secret, data)
-    if isinstance(data, bytearray):
+    if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
         crypt_ctr_in_place(key, data)
         ciphertext = data
     else:
@@ -103,9 +103,10 @@ def prepare_primaries(secret: bytes, coder, data, challenges: bool = True,
 
 
 def add_parity(secret: bytes, coder, prep: PreparedSegment,
-               challenges: bool = True) -> PreparedSegment:
-    """The second half: the parity shares of the primaries, hashed."""
-    _add_shares(secret, prep, coder.parity(prep.shares[:coder.k]), challenges)
+               challenges: bool = True, out=None) -> PreparedSegment:
+    """The second half: the parity shares of the primaries, hashed (coded
+    into the buffers `out` where given: see SegmentCoder.parity)."""
+    _add_shares(secret, prep, coder.parity(prep.shares[:coder.k], out), challenges)
     prep.coded = True
     return prep
 

@@ -165,12 +165,13 @@ def _watch_segment_reads(monkeypatch, k):
     made, seen = [], []
     real_read = Backup._read_extent_segment
 
-    def read_segment(self, entry, f, length, hashes):
+    def read_segment(self, entry, f, buffer, length, hashes):
         gc.collect()
         alive = [ref() for ref in made if ref() is not None]
         seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
-                     sum(1 for p in alive if any(s is not None for s in p.shares[k:]))))
-        prep = real_read(self, entry, f, length, hashes)
+                     sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
+                     id(buffer)))
+        prep = real_read(self, entry, f, buffer, length, hashes)
         made.append(weakref.ref(prep))
         return prep
 
@@ -198,8 +199,10 @@ def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_pat
     window = job.segment_window
     assert window == 3  # 1 MiB segments at 4-of-8: 3 ciphertexts + 1 parity = 4 MiB
     assert all(primaries <= (window - 1) * k and parities <= 1
-               for primaries, parities in seen), seen
-    assert max(primaries for primaries, _ in seen) == (window - 1) * k, seen  # it overlaps
+               for primaries, parities, _ in seen), seen
+    assert max(primaries for primaries, _, _ in seen) == (window - 1) * k, seen  # it overlaps
+    # the file reads every segment into one of its own `window` buffers
+    assert len({buffer for _, _, buffer in seen}) == window
     assert monitor.peak_transfer_bytes <= 4 * MIB
 
 
@@ -231,8 +234,8 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     assert summary["new"] == 1
     window = job.segment_window
     assert all(primaries <= (window - 1) * k and parities <= 1
-               for primaries, parities in seen), seen
-    assert sum(parities for _, parities in seen) >= 3, seen  # read while a parity was out
+               for primaries, parities, _ in seen), seen
+    assert sum(parities for _, parities, _ in seen) >= 3, seen  # read while a parity was out
     segment, n = home.config["segment_size"], home.config["n"]
     assert monitor.peak_transfer_bytes <= window * segment + -(-segment // k) * (n - k)
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))

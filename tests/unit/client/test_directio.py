@@ -88,6 +88,37 @@ def test_readinto_direct_at_unaligned_offsets_and_past_the_end(tmp_path):
         os.close(fd)
 
 
+def test_an_aligned_buffer_is_read_into_directly(tmp_path, monkeypatch):
+    """A page-aligned segment buffer (as a large file's backup uses) is filled
+    by the device itself, with no staging copy, up to the end of the file."""
+    import mmap
+
+    if not _has_o_direct(tmp_path):
+        pytest.skip("this filesystem has no O_DIRECT")
+    data = os.urandom(3 * directio.STAGING_SIZE + 5000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    staged = []
+    real = directio._direct_pieces
+    monkeypatch.setattr(directio, "_direct_pieces",
+                        lambda *a: staged.append(a) or real(*a))
+    buffer = mmap.mmap(-1, 2 * directio.STAGING_SIZE)
+    with directio.SequentialReader(str(path)) as f:
+        assert f.readinto(memoryview(buffer)) == len(buffer)
+        assert buffer[:] == data[:len(buffer)]
+        rest = len(data) - len(buffer)
+        assert f.readinto(memoryview(buffer)) == rest  # short: the end of the file
+        assert buffer[:rest] == data[len(buffer):]
+        assert staged == []
+        assert f.readinto(memoryview(buffer)) == 0
+    # not aligned (an odd length): staged, the same bytes
+    with directio.SequentialReader(str(path)) as f:
+        target = memoryview(buffer)[:4097]
+        staged.clear()
+        assert f.readinto(target) == 4097 and buffer[:4097] == data[:4097]
+    assert len(staged) == 1
+
+
 def test_a_full_disk_fails_the_write_loudly(tmp_path, direct_io, monkeypatch):
     path = str(tmp_path / "file")
     writer = directio.SequentialWriter(path)
