@@ -1,6 +1,7 @@
 """`flud node run`: one node in the foreground until SIGTERM or Ctrl-C."""
 import logging
 import os
+import signal
 import sys
 
 
@@ -76,6 +77,23 @@ def run(args) -> int:
 
     setup_logging(args.home, args.verbose)
     log = logging.getLogger("flud.node")
+    # Launchers may signal as soon as node.json says we listen, before the
+    # reactor runs: Python's default SIGINT handler would then raise inside
+    # the reactor's start-up, which logs it and runs on. A stop asked for
+    # early is kept and honoured once the reactor runs. (Twisted leaves a
+    # SIGINT handler that is not Python's default in place, and installs its
+    # own for SIGTERM.)
+    early_stop = []
+
+    def on_stop_signal(signum, frame):
+        if reactor.running:
+            reactor.callFromThread(reactor.stop)
+        else:
+            early_stop.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_stop_signal)
+    reactor.callWhenRunning(lambda: early_stop and reactor.stop())
     join = parse_address(args.join) if args.join else None
     node = NodeService(reactor, args.home, host=args.host, port=args.port, join=join,
                        capacity=args.capacity, memory_log=args.memory_log,
