@@ -224,7 +224,9 @@ class ShareStore:
             if holding.archive_id is None:
                 fd = os.open(self._layout.share_path(key), os.O_RDONLY)
                 if length >= STREAMED_MIN:
-                    return StreamingFileReader(fd, offset, length)
+                    # A range that leaves more behind it: likely a restore's block.
+                    ahead = min(length, holding.length - offset - length)
+                    return StreamingFileReader(fd, offset, length, ahead)
                 return FileReader(fd, offset, length)
             return FileReader(self._files.open_for_read(owner), holding.data_offset + offset, length)
 

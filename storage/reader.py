@@ -68,7 +68,18 @@ class FileReader(Reader):
 class StreamingFileReader(FileReader):
     """A FileReader for large ranges read front to back (a RETRIEVE stream):
     each read asks the kernel for the next piece in the background and gives
-    back the pages just read (see fileio.drop_cached)."""
+    back the pages just read (see fileio.drop_cached).
+
+    ahead: bytes after the range to read in the background now. A restore
+    reads an extent's stream one block per RETRIEVE, front to back, each on a
+    file opened anew (the kernel's own read-ahead starts over every time):
+    the block after this one is then in memory when its RETRIEVE comes,
+    instead of a cold read on the node's reactor thread."""
+
+    def __init__(self, fd: int, start: int, length: int, ahead: int = 0) -> None:
+        super().__init__(fd, start, length)
+        if ahead > 0:
+            read_soon(fd, start + length, ahead)
 
     def _read_at(self, position: int, n: int) -> bytes:
         data = super()._read_at(position, n)

@@ -1,39 +1,95 @@
-"""Answer buffers a restore reuses, block after block.
+"""The block buffers of one file's restore: a fixed number, used again and
+again.
 
 A fresh 512 KiB bytearray per RETRIEVE answer costs its zeroing, a page fault
 per 4 KiB and an mmap/munmap pair (glibc maps buffers this large, see
-flud.lean.tune_malloc). A file's restore hands the buffers of the blocks it
-has written back here, and the next segment's answers land in them. Measured
-on a 1 GiB restore (medians of 3, alternating with the code before): the
-client's system CPU 0.96 -> 0.62 s, the restore 297 -> 317 MB/s.
+flud.lean.tune_malloc). A file's restore receives each block into one of its
+own buffers, and a buffer goes back as soon as its block is written to disk,
+so the next segment's RETRIEVEs start block by block while the last one is
+still being written (the window of segments is counted in blocks, not held
+back until a whole segment is written). The buffers are anonymous maps: page
+aligned, so a block goes from its buffer to the device (O_DIRECT) with no
+staging copy.
 
-Only a buffer whose answer arrived whole and whose bytes are written comes
-back: a failed request's buffer may still be written to by the connection
-(its answer can be on the way), so it is left to the garbage collector.
+get() waits when all `count` buffers are out. A buffer whose request failed
+is abandoned (the connection may still write into it: it is left to the
+garbage collector) and a new one may be made in its place. extra() hands out
+one beyond the count without waiting, for a share asked for because another
+failed: waiting there could wait on a buffer only this segment can free.
 """
+import collections
+import mmap
+
+from twisted.internet import defer
 
 
 class BlockBuffers:
-    def __init__(self, size: int, keep: int):
-        """size: a block's bytes; keep: at most this many free buffers held."""
+    def __init__(self, size: int, count: int):
+        """size: a block's bytes; count: buffers out at once (the footprint)."""
         self.size = size
-        self.keep = keep
+        self.count = count
         self._free = []
+        self._out = {}      # id -> buffer handed out and not back yet
+        self._made = 0      # buffers alive now: out, free, or beyond the count
+        self._waiting = collections.deque()
 
-    def take(self) -> memoryview:
-        """A writable buffer of `size` bytes (its old contents are not cleared)."""
-        return memoryview(self._free.pop() if self._free else bytearray(self.size))
-
-    def give_back(self, pieces) -> None:
-        """Return the buffers under these written pieces (memoryviews of
-        buffers from take(); anything else is ignored)."""
-        for piece in pieces:
-            owner = getattr(piece, "obj", None)
-            if (type(owner) is bytearray and len(owner) == self.size
-                    and len(self._free) < self.keep):
-                self._free.append(owner)
+    @property
+    def footprint(self) -> int:
+        return self.size * self.count
 
     @property
     def held(self) -> int:
         """Bytes of the free buffers held now."""
         return len(self._free) * self.size
+
+    def get(self) -> defer.Deferred:
+        """Fires with a writable buffer of `size` bytes (old contents not
+        cleared) once one of the count is free."""
+        if self._free or self._made < self.count:
+            return defer.succeed(self._hand_out())
+        waiter = defer.Deferred()
+        self._waiting.append(waiter)
+        return waiter
+
+    def extra(self) -> memoryview:
+        """A buffer now, beyond the count if need be (dropped when it comes back)."""
+        return self._hand_out()
+
+    def give_back(self, pieces) -> None:
+        """Return the buffers under these pieces (views of buffers handed out
+        here, whose answers are complete; anything else, or a buffer already
+        back, is ignored: a buffer is never free twice)."""
+        for piece in pieces:
+            owner = self._out.pop(id(getattr(piece, "obj", None)), None)
+            if owner is None:
+                continue
+            if self._made > self.count:  # an extra one, or one too many now
+                self._made -= 1
+                continue
+            self._free.append(owner)
+        self._serve_waiting()
+
+    def abandon(self, buffer) -> None:
+        """A buffer handed out will not come back: another may be made."""
+        if self._out.pop(id(getattr(buffer, "obj", None)), None) is not None:
+            self._made -= 1
+            self._serve_waiting()
+
+    def _hand_out(self) -> memoryview:
+        if self._free:
+            owner = self._free.pop()
+        else:
+            self._made += 1
+            owner = mmap.mmap(-1, self.size)
+        self._out[id(owner)] = owner
+        return memoryview(owner)
+
+    def _serve_waiting(self) -> None:
+        while self._waiting:
+            waiter = self._waiting[0]
+            if waiter.called:  # cancelled while it waited
+                self._waiting.popleft()
+                continue
+            if not self._free and self._made >= self.count:
+                return
+            self._waiting.popleft().callback(self._hand_out())

@@ -15,6 +15,7 @@ from twisted.internet import defer
 from flud.client.buffers import BlockBuffers
 from flud.client.directio import SequentialWriter
 from flud.client.gather import settle_all
+from flud.client.writer import BackgroundWriter
 from flud.client.segments import (FetchFailed, extent_segments, fetch_record,
                                   fetch_segment_pieces)
 from flud.coding import SegmentCoder, locate
@@ -131,39 +132,54 @@ class Restore:
         @defer.inlineCallbacks
         def fetch(i):
             seg = fetch_record(segs[i])
-            lengths[i] = seg["len"]
+            if seg["bl"] != buffers.size:  # a shorter last segment: its own buffers
+                lengths[i] = seg["len"]
+                yield transfer.reserve(seg["len"], "segment")
             # The k shares, decrypted where they landed (a segment that needs
             # a zfec decode briefly holds two more buffers of its size).
-            yield transfer.reserve(seg["len"], "segment")
             pieces = yield fetch_segment_pieces(self.network, self.pool, self.segment_coder,
                                                 self.home.secret, seg, self.report_bad,
                                                 buffers)
             return pieces
 
+        def written(piece):
+            buffers.give_back([piece])
+            self.progress.bytes_done(len(piece))
+
+        writer = None
         try:
             with SequentialWriter(temp) as out:
                 first = fetch_record(segs[0])
                 window = max(2, FILE_FOOTPRINT // max(1, first["len"]))
-                buffers = BlockBuffers(first["bl"], keep=self.segment_coder.k * window)
+                # The window's blocks: fetches wait for a free one (BlockBuffers).
+                buffers = BlockBuffers(first["bl"], count=self.segment_coder.k * window)
+                yield transfer.reserve(min(buffers.footprint, record_size(segs)), "segments")
+                # Disk writes wait for the device: on their own thread (writer.py).
+                writer = BackgroundWriter(self.reactor, out, written, inline=self.pool.inline)
                 for i in range(min(window, len(segs))):
                     ahead[i] = fetch(i)
                 for i in range(len(segs)):
                     pieces = yield ahead.pop(i)
-                    # Disk writes wait for the device: in the pool, not on the reactor.
-                    yield self.pool.run(out.write_pieces, pieces)
-                    length = sum(len(p) for p in pieces)
-                    buffers.give_back(pieces)  # written: the next answers land there
-                    del pieces
-                    transfer.unreserve(lengths.pop(i), "segment")
+                    if writer.error is not None:
+                        raise writer.error
                     if i + window < len(segs):
+                        # Its blocks land in this segment's buffers, each as
+                        # soon as it is written.
                         ahead[i + window] = fetch(i + window)
+                    for piece in pieces:
+                        writer.write(piece)
+                    pieces = piece = None  # only the writer holds the blocks now
+                    if i in lengths:
+                        transfer.unreserve(lengths.pop(i), "segment")
                     self.summary["retrieves"] += self.segment_coder.k
-                    self.progress.bytes_done(length)
-                yield self.pool.run(out.finish)
+                yield writer.finish()
+                writer = None
             self._finish(path, temp, entry)
         except BaseException:
             for d in ahead.values():
                 d.addErrback(lambda _: None)
+            if writer is not None:
+                writer.stop()
             _unlink(temp)
             raise
         finally:
@@ -274,6 +290,10 @@ class Restore:
         os.symlink(target, path)
         os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
         self.summary["symlinks"] += 1
+
+
+def record_size(segs) -> int:
+    return sum(fetch_record(s)["len"] for s in segs)
 
 
 def _unlink(path):

@@ -314,7 +314,10 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buff
     order: when the k primary shares arrived, each is decrypted where it
     landed, so a segment costs its shares' memory and nothing more.
 
-    buffers: a BlockBuffers the blocks of a stream are received into."""
+    buffers: a BlockBuffers the blocks of a stream are received into. The
+    pieces are then views of its buffers, which the caller gives back once
+    written; every other buffer this fetch took goes back (or is abandoned)
+    here."""
     k = coder.k
     reuse = buffers is not None and buffers.size == record["bl"]
     holders = sorted(record["shares"], key=lambda s: s[0])  # primaries first: no decode
@@ -322,40 +325,90 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buff
     got = {}
     failures = []
 
-    def ask(holder):
+    def ask(holder, replacing=False):
         index, key_hex, node_hex = holder[:3]
         where = (holder[3], record["bl"]) if len(holder) > 3 else ()
-        into = {"into": buffers.take()} if where and reuse else {}
-        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where,
-                         **into)
-        d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
+        held = []
+
+        def call(into):
+            kwargs = {}
+            if into is not None:
+                held.append(into)
+                kwargs["into"] = into
+            return network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
+                                *where, **kwargs)
+
+        def failed_call(failure):
+            if held:  # the connection may still write into it
+                buffers.abandon(held[0])
+            return ("err", holder, failure)
+
+        if where and reuse:
+            # A replacement never waits: the buffers it would wait for may
+            # be freed only once this segment is written.
+            d = defer.succeed(buffers.extra()) if replacing else buffers.get()
+        else:
+            d = defer.succeed(None)
+        d.addCallback(call)
+        d.addCallbacks(lambda data: ("ok", holder, data), failed_call)
         return d
 
+    def failed(holder, why):
+        index, key_hex, node_hex = holder[:3]
+        failures.append((node_hex, key_hex, why))
+        if report is not None:
+            report(node_hex, key_hex, why)
+        nxt = next(waiting, None)
+        if nxt is not None:
+            active.append(ask(nxt, replacing=True))
+
+    key = bytes.fromhex(record["key"])
     active = [ask(h) for h in (next(waiting, None) for _ in range(k)) if h is not None]
-    while len(got) < k and active:
+    while active:
         results = yield gather(active)
         active = []
+        arrived = []
         for _, (status, holder, value) in results:
-            index, key_hex, node_hex = holder[:3]
-            if status == "ok" and _fits(value, holder):
-                got[index] = value
-                continue
-            why = "corrupt (hash mismatch)" if status == "ok" else value.getErrorMessage()
-            failures.append((node_hex, key_hex, why))
-            if report is not None:
-                report(node_hex, key_hex, why)
-            nxt = next(waiting, None)
-            if nxt is not None:
-                active.append(ask(nxt))
-    if len(got) < k:
-        raise FetchFailed(f"only {len(got)} of the {k} shares needed for a segment could "
-                          f"be fetched: " + "; ".join(f"{n[:12]}: {w}" for n, _, w in failures))
-    # Every share matched its BLAKE3 key, and the keys come from the
-    # authenticated manifest: the ciphertext is exactly what was stored, so
-    # no second hash of the plaintext is needed here.
-    pieces = yield pool.run(_decode_and_decrypt, coder, got, record,
-                            bytes.fromhex(record["key"]))
-    return pieces
+            if status == "ok":
+                arrived.append((holder, value))
+            else:
+                failed(holder, value.getErrorMessage())
+        # Hashes checked (and, with k good shares, decoded and decrypted) in
+        # the pool: the reactor thread only receives.
+        fits, pieces = yield pool.run(_check_and_open, coder, arrived, dict(got), record, key)
+        for (holder, value), fit in zip(arrived, fits):
+            if fit:
+                got[holder[0]] = value
+            else:
+                if reuse:
+                    buffers.give_back([value])
+                failed(holder, "corrupt (hash mismatch)")
+        if pieces is not None:
+            for d in active:  # asked for a share that failed: not needed now
+                d.cancel()
+            if reuse:  # the shares a decode used (the pieces' own go back once written)
+                buffers.give_back([v for v in got.values()
+                                   if not any(p.obj is getattr(v, "obj", None)
+                                              for p in pieces if isinstance(p, memoryview))])
+            return pieces
+    if reuse:
+        buffers.give_back(got.values())
+    raise FetchFailed(f"only {len(got)} of the {k} shares needed for a segment could "
+                      f"be fetched: " + "; ".join(f"{n[:12]}: {w}" for n, _, w in failures))
+
+
+def _check_and_open(coder, arrived, got, record, key):
+    """([does each arrived share match its hash], the plaintext pieces once k
+    shares do, else None).
+
+    Every share that is used matched its BLAKE3 key or block hash, and those
+    come from the authenticated manifest: the ciphertext is exactly what was
+    stored, so no second hash of the plaintext is needed."""
+    fits = [_fits(value, holder) for holder, value in arrived]
+    got.update((holder[0], value) for (holder, value), fit in zip(arrived, fits) if fit)
+    if len(got) < coder.k:
+        return fits, None
+    return fits, _decode_and_decrypt(coder, got, record, key)
 
 
 def _writable(share) -> bool:

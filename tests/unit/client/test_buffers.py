@@ -8,32 +8,65 @@ from tests.unit.client.test_extents import _large_record, _large_tree, _restores
 from tests.unit.client.test_pipeline import run_backup
 
 
-def test_take_gives_a_writable_buffer_and_only_written_blocks_come_back():
-    pool = BlockBuffers(size=8, keep=2)
-    first, second, third = pool.take(), pool.take(), pool.take()
-    assert len(first) == 8 and not first.readonly
-    first[:] = b"12345678"
+def _now(d):
+    assert d.called
+    return d.result
+
+
+def test_get_hands_out_count_buffers_then_waits_for_one_written_back():
+    pool = BlockBuffers(size=4096, count=2)
+    first, second = _now(pool.get()), _now(pool.get())
+    assert len(first) == 4096 and not first.readonly and first.obj is not second.obj
+    waiting = pool.get()
+    assert not waiting.called  # both are out
+    first[:5] = b"12345"
     pool.give_back([first[:5], b"not a pool buffer", memoryview(bytearray(7))])
-    assert pool.held == 8
-    again = pool.take()
+    again = _now(waiting)
     assert again.obj is first.obj
-    assert bytes(again) == b"12345678"  # not cleared: the next answer overwrites it
-    pool.give_back([second, third, again])
-    assert pool.held == 16  # keep bounds what is held
+    assert bytes(again[:5]) == b"12345"  # not cleared: the next answer overwrites it
+    pool.give_back([again, again])  # twice: free once
+    assert pool.held == 4096
+    assert _now(pool.get()).obj is first.obj
+    assert not pool.get().called
+
+
+def test_an_abandoned_buffer_is_replaced_and_an_extra_one_is_dropped():
+    pool = BlockBuffers(size=4096, count=1)
+    lost = _now(pool.get())
+    waiting = pool.get()
+    pool.abandon(lost)  # its request failed: the connection may still write into it
+    fresh = _now(waiting)
+    assert fresh.obj is not lost.obj
+    pool.give_back([lost])  # an abandoned buffer never comes back
+    extra = pool.extra()  # a replacement share's: does not wait
+    pool.give_back([extra])
+    assert pool.held == 0  # beyond the count: dropped
+    pool.give_back([fresh])
+    assert pool.held == 4096
+
+
+def test_a_waiter_cancelled_while_it_waits_is_skipped():
+    pool = BlockBuffers(size=4096, count=1)
+    out = _now(pool.get())
+    cancelled, waiting = pool.get(), pool.get()
+    cancelled.addErrback(lambda _: None)
+    cancelled.cancel()
+    pool.give_back([out])
+    assert _now(waiting).obj is out.obj
 
 
 @pytest.fixture
 def counted(monkeypatch):
     """Every buffer BlockBuffers hands out, by identity."""
     handed = []
-    real_take = BlockBuffers.take
+    real_hand_out = BlockBuffers._hand_out
 
-    def take(self):
-        view = real_take(self)
+    def hand_out(self):
+        view = real_hand_out(self)
         handed.append(view.obj)
         return view
 
-    monkeypatch.setattr(buffers_module.BlockBuffers, "take", take)
+    monkeypatch.setattr(buffers_module.BlockBuffers, "_hand_out", hand_out)
     return handed
 
 

@@ -256,3 +256,30 @@ def test_start_writeback_on_a_real_file(tmp_path):
     finally:
         os.close(fd)
     assert (tmp_path / "f").read_bytes() == b"x" * 100000
+
+
+def test_a_ranged_read_of_a_large_share_reads_the_next_range_ahead(store, monkeypatch):
+    """A restore reads an extent's stream block by block, one RETRIEVE each:
+    the block after the one asked for is read ahead, within the share."""
+    import storage.reader as reader
+
+    hinted = []
+    monkeypatch.setattr(reader, "read_soon", lambda fd, offset, length: hinted.append(
+        (offset, length)))
+    block = 256 * 1024
+    data = os.urandom(3 * block + 1000)
+    with store.open_upload(key_of(data), ALICE, len(data)) as upload:
+        upload.write(data)
+        upload.commit()
+    for offset, ahead in [(0, block), (2 * block, 1000)]:
+        hinted.clear()
+        with store.open_reader(key_of(data), ALICE, offset, block) as r:
+            assert hinted[0] == (offset + block, ahead)
+            assert r.read() == data[offset:offset + block]
+    hinted.clear()
+    with store.open_reader(key_of(data), ALICE, 3 * block, 1000) as r:  # small: cached reads
+        assert r.read() == data[3 * block:]
+    with store.open_reader(key_of(data), ALICE, block, 2 * block + 1000) as r:  # to the end
+        r.read()
+    assert all(offset + length <= len(data) for offset, length in hinted)
+    assert (len(data), 0) not in hinted and not any(o == len(data) for o, _ in hinted)
