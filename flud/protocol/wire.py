@@ -27,7 +27,8 @@ from flud.protocol.session import (ErrorReceived, HelloReceived,
                                    RequestCancelled, RequestData,
                                    RequestReceived, ResponseData,
                                    ResponseReceived, Session)
-from flud.protocol.tls import SEND_PIECE, TLSEndpoint, TLSFailed, hello_transcript
+from flud.protocol.tls import (NODE_SEND_PIECE, SEND_PIECE, TLSEndpoint, TLSFailed,
+                               hello_transcript)
 
 log = logging.getLogger("flud.wire")
 
@@ -36,7 +37,8 @@ IDLE_TIMEOUT = 120.0
 # Bytes read from the socket at a time; also what the TLS incoming BIO grows
 # to (it never shrinks), per connection. Twisted pauses a connection's
 # producer once its transport holds more than this (the same attribute), so it
-# also bounds the ciphertext queued per connection: READ_BUFFER + SEND_PIECE.
+# also bounds the ciphertext queued per connection: READ_BUFFER + one piece
+# (SEND_PIECE, NODE_SEND_PIECE on a node).
 READ_BUFFER = 64 * 1024
 # A connection whose party counts its send queues against an allowance
 # (LocalParty.send_queue with room()) may queue up to this much while the
@@ -252,6 +254,8 @@ class Connection(protocol.Protocol):
         self._queued = 0  # ciphertext counted as queued in the transport...
         self._counted_on = None  # ...on this memory transfer
         self._since_drain = 0  # ciphertext written since the transport last drained
+        self._send_piece = (NODE_SEND_PIECE if getattr(local, "role", None) == messages.ROLE_NODE
+                            else SEND_PIECE)  # plaintext per TLS write (tls.py)
         self._timer = None
         self._last_activity = 0.0
         self.bytes_in = 0
@@ -601,16 +605,17 @@ class Connection(protocol.Protocol):
         if not plain or self.closed or self._tls is None:
             return
         encrypt = self._tls.encrypt
+        send_piece = self._send_piece
         wrote = 0
         try:
             while plain and self._may_send():
                 chunk = plain[0]
-                if len(chunk) <= SEND_PIECE:
+                if len(chunk) <= send_piece:
                     plain.popleft()
                     piece = chunk
                 else:
                     view = chunk if type(chunk) is memoryview else memoryview(chunk)
-                    piece, plain[0] = view[:SEND_PIECE], view[SEND_PIECE:]
+                    piece, plain[0] = view[:send_piece], view[send_piece:]
                 self._plain_bytes -= len(piece)
                 ciphertext = encrypt(piece)
                 wrote += len(ciphertext)

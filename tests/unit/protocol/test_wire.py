@@ -538,6 +538,37 @@ def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
     assert monitor.buffered_bytes == 0
 
 
+def test_a_node_encrypts_64_kib_at_a_time_and_a_client_16(node, client_party, handlers):
+    """Each piece costs a pass of Python: a node, which mostly sends large
+    RETRIEVE answers, writes a quarter as many; a client, with ~50 connections
+    that all carry STOREs, keeps its TLS buffers at 16 KiB."""
+    from flud.protocol.tls import NODE_SEND_PIECE, SEND_PIECE
+
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler)
+    sizes = {}
+    for side in (pair.client, pair.server):
+        sizes[side] = []
+        real = side._tls.encrypt
+        side._tls.encrypt = (lambda real, out: lambda piece: (out.append(len(piece)),
+                                                            real(piece))[1])(real, sizes[side])
+    data = bytes(range(256)) * (1024 * 1024 // 256)
+    Outcome(PeerClient(pair.client).store(key_of(data), data))
+    pair.flush()
+    assert b"".join(d for (_, _, d, _) in server_handler.data) == data
+    assert max(sizes[pair.client]) == SEND_PIECE
+    sizes[pair.server].clear()
+    answer = Outcome(PeerClient(pair.client).retrieve(key_of(data)))
+    pair.flush()
+    _, rid, op, _, _ = server_handler.requests[-1]
+    assert op == messages.Op.RETRIEVE
+    pair.server.respond_stream(rid, messages.RetrieveResponse(len(data)), BytesSource(data))
+    pair.flush()
+    assert bytes(answer.result()) == data
+    assert max(sizes[pair.server]) == NODE_SEND_PIECE == 4 * SEND_PIECE
+    assert sum(sizes[pair.server]) >= len(data)
+
+
 def test_a_lost_connection_releases_what_it_had_queued(node, client_party, handlers):
     from flud.memory import MemoryMonitor
 
