@@ -245,6 +245,44 @@ class SequentialReader(_ClosedOnExit):
             self._fd = None
 
 
+class PositionalWriter(_ClosedOnExit):
+    """A new file written piece by piece at the pieces' own offsets, in any
+    order: page-aligned whole blocks at aligned offsets go to the device
+    (O_DIRECT), anything else through the page cache. finish(length) sets
+    the file's length and makes every byte durable."""
+
+    def __init__(self, path: str, mode: int = 0o600) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            self._direct = open_direct(path, os.O_WRONLY)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def write_at(self, offset: int, data) -> None:
+        view = memoryview(data).cast("B")
+        fd = self._direct if self._direct is not None and _aligned(view, offset) else self.fd
+        done = 0
+        while done < len(view):
+            wrote = os.pwritev(fd, [view[done:]], offset + done)
+            if wrote <= 0:
+                raise OSError(errno.EIO, f"a write of {len(view) - done} bytes wrote nothing")
+            done += wrote
+            if done % ALIGN:
+                fd = self.fd  # a short direct write left an unaligned rest: cached
+
+    def finish(self, length: int) -> None:
+        os.ftruncate(self.fd, length)
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        for name in ("_direct", "fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+
 class SequentialWriter(_ClosedOnExit):
     """A new file written front to back, around the page cache where the
     filesystem allows it; finish() makes every byte durable."""

@@ -12,12 +12,10 @@ import os
 
 from twisted.internet import defer
 
-from flud.client.buffers import BlockBuffers
-from flud.client.directio import SequentialWriter
+from flud.client.blocks import BlockRestore
+from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
-from flud.client.writer import BackgroundWriter
-from flud.client.segments import (FetchFailed, extent_segments, fetch_record,
-                                  fetch_segment_pieces)
+from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
@@ -121,65 +119,16 @@ class Restore:
 
     @defer.inlineCallbacks
     def _large(self, dest, entry):
-        """Fetch a window of segments ahead (FILE_FOOTPRINT); write them in order."""
+        """Block by block into a temp file (flud/client/blocks.py), a window
+        of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
         record = self.manifest["contents"][entry[5]]
         transfer = self.monitor.transfer("download", entry[0])
         path, temp = self._paths(dest, entry)
-        segs = extent_segments(record)
-        lengths = {}
-        ahead = {}
-
-        @defer.inlineCallbacks
-        def fetch(i):
-            seg = fetch_record(segs[i])
-            if seg["bl"] != buffers.size:  # a shorter last segment: its own buffers
-                lengths[i] = seg["len"]
-                yield transfer.reserve(seg["len"], "segment")
-            # The k shares, decrypted where they landed (a segment that needs
-            # a zfec decode briefly holds two more buffers of its size).
-            pieces = yield fetch_segment_pieces(self.network, self.pool, self.segment_coder,
-                                                self.home.secret, seg, self.report_bad,
-                                                buffers)
-            return pieces
-
-        def written(piece):
-            buffers.give_back([piece])
-            self.progress.bytes_done(len(piece))
-
-        writer = None
         try:
-            with SequentialWriter(temp) as out:
-                first = fetch_record(segs[0])
-                window = max(2, FILE_FOOTPRINT // max(1, first["len"]))
-                # The window's blocks: fetches wait for a free one (BlockBuffers).
-                buffers = BlockBuffers(first["bl"], count=self.segment_coder.k * window)
-                yield transfer.reserve(min(buffers.footprint, record_size(segs)), "segments")
-                # Disk writes wait for the device: on their own thread (writer.py).
-                writer = BackgroundWriter(self.reactor, out, written, inline=self.pool.inline)
-                for i in range(min(window, len(segs))):
-                    ahead[i] = fetch(i)
-                for i in range(len(segs)):
-                    pieces = yield ahead.pop(i)
-                    if writer.error is not None:
-                        raise writer.error
-                    if i + window < len(segs):
-                        # Its blocks land in this segment's buffers, each as
-                        # soon as it is written.
-                        ahead[i + window] = fetch(i + window)
-                    for piece in pieces:
-                        writer.write(piece)
-                    pieces = piece = None  # only the writer holds the blocks now
-                    if i in lengths:
-                        transfer.unreserve(lengths.pop(i), "segment")
-                    self.summary["retrieves"] += self.segment_coder.k
-                yield writer.finish()
-                writer = None
+            with PositionalWriter(temp) as out:
+                yield BlockRestore(self, record, out, transfer, FILE_FOOTPRINT).run()
             self._finish(path, temp, entry)
         except BaseException:
-            for d in ahead.values():
-                d.addErrback(lambda _: None)
-            if writer is not None:
-                writer.stop()
             _unlink(temp)
             raise
         finally:
@@ -290,10 +239,6 @@ class Restore:
         os.symlink(target, path)
         os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
         self.summary["symlinks"] += 1
-
-
-def record_size(segs) -> int:
-    return sum(fetch_record(s)["len"] for s in segs)
 
 
 def _unlink(path):

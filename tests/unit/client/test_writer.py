@@ -1,14 +1,14 @@
-"""A restored file's blocks are written in order on the writer's own thread;
-a write error is seen, stops later writes, still hands every buffer back
-(no fetch waits forever) and fails finish()."""
+"""A restored file's blocks are opened and written at their offsets on the
+writer's threads; a refused block is not written; a write error is seen,
+stops later writes, still hands every buffer back (no fetch waits forever)
+and fails finish()."""
 import errno
+import mmap
 import os
 import threading
 
-import pytest
-
-from flud.client.directio import SequentialWriter
-from flud.client.writer import BackgroundWriter
+from flud.client.directio import PositionalWriter
+from flud.client.writer import BlockWriter
 from tests.unit.client.test_extents import _large_record, _large_tree, world  # noqa: F401
 from tests.unit.client.test_pipeline import run_backup, run_restore
 
@@ -30,56 +30,74 @@ class ThreadCalls:
             fn(*args)
 
 
-def _drain(writer, calls):
+def _drain(writer, calls, length=0):
     done = []
-    writer.finish().addBoth(done.append)
-    writer._thread.join(10)
-    assert not writer._thread.is_alive()
+    writer.finish(length).addBoth(done.append)
+    for thread in writer._threads:
+        thread.join(10)
+        assert not thread.is_alive()
     calls.run()
     return done[0]
 
 
-def test_pieces_are_written_in_order_and_handed_back(tmp_path):
+def test_blocks_are_opened_and_written_at_their_offsets(tmp_path):
     calls, back = ThreadCalls(), []
     path = str(tmp_path / "f")
-    pieces = [os.urandom(n) for n in (4096, 8192, 100, 5000)]
-    with SequentialWriter(path) as out:
-        writer = BackgroundWriter(calls, out, back.append)
-        for piece in pieces:
-            writer.write(piece)
-        assert _drain(writer, calls) is None
-    assert back == pieces
+    blocks = [mmap.mmap(-1, 8192) for _ in range(4)]  # O_DIRECT where it can
+    for block in blocks:
+        block.write(os.urandom(8192))
+    tail = os.urandom(5000)  # not a whole block: through the cache
+    flip = lambda piece: bytes(b ^ 0xFF for b in bytes(piece))  # noqa: E731
+    refuse = lambda piece: None  # noqa: E731
+    # out of order, as blocks arrive
+    jobs = [(8192, blocks[1], None), (4 * 8192, tail, None), (0, blocks[0], flip),
+            (3 * 8192, blocks[3], refuse), (2 * 8192, blocks[2], None)]
+    with PositionalWriter(path) as out:
+        writer = BlockWriter(calls, out)
+        for offset, piece, opener in jobs:
+            writer.write(offset, memoryview(piece),
+                         lambda written, piece: back.append((written, bytes(piece))), opener)
+        length = 4 * 8192 + len(tail)
+        assert _drain(writer, calls, length) is None
+    assert sorted(piece for _, piece in back) == sorted(bytes(p) for _, p, _ in jobs)
+    refused = [piece for written, piece in back if written is None]
+    assert refused == [bytes(blocks[3])]
     with open(path, "rb") as f:
-        assert f.read() == b"".join(pieces)
+        data = f.read()
+    assert data == (flip(blocks[0]) + bytes(blocks[1]) + bytes(blocks[2]) + bytes(8192)
+                    + tail)
 
 
 def test_a_failed_write_stops_the_rest_and_fails_finish(tmp_path, monkeypatch):
     calls, back = ThreadCalls(), []
     tried = []
 
-    def full(self, pieces):
-        tried.append(pieces)
+    def full(self, offset, piece):
+        tried.append(piece)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(SequentialWriter, "write_pieces", full)
-    with SequentialWriter(str(tmp_path / "f")) as out:
-        writer = BackgroundWriter(calls, out, back.append)
-        for piece in (b"a", b"b", b"c"):
-            writer.write(piece)
+    monkeypatch.setattr(PositionalWriter, "write_at", full)
+    with PositionalWriter(str(tmp_path / "f")) as out:
+        writer = BlockWriter(calls, out, threads=1)
+        for offset, piece in enumerate((b"a", b"b", b"c")):
+            writer.write(offset, piece, lambda written, piece: back.append((written, piece)))
         outcome = _drain(writer, calls)
     assert len(tried) == 1  # nothing written after the first failure
-    assert back == [b"a", b"b", b"c"]  # every buffer came back all the same
+    assert back == [(None, b"a"), (None, b"b"), (None, b"c")]  # every buffer came back
     assert isinstance(writer.error, OSError) and writer.error.errno == errno.ENOSPC
     assert outcome.check(OSError)
 
 
-def test_stop_returns_once_the_thread_has_stopped(tmp_path):
-    calls = ThreadCalls()
-    with SequentialWriter(str(tmp_path / "f")) as out:
-        writer = BackgroundWriter(calls, out, lambda piece: None)
-        writer.write(b"x" * 4096)
+def test_stop_returns_once_the_threads_have_stopped(tmp_path):
+    calls, back = ThreadCalls(), []
+    with PositionalWriter(str(tmp_path / "f")) as out:
+        writer = BlockWriter(calls, out)
+        writer.write(0, b"x" * 4096, lambda written, piece: back.append(piece))
         writer.stop()
-        assert not writer._thread.is_alive()
+        assert not any(t.is_alive() for t in writer._threads)
+        writer.write(4096, b"late", lambda written, piece: back.append(piece))  # its file failed
+    calls.run()
+    assert back in ([], [b"x" * 4096])  # written before the stop, or dropped
 
 
 def test_a_restore_onto_a_full_disk_fails_the_file_and_leaves_nothing(world, tmp_path,
@@ -89,10 +107,10 @@ def test_a_restore_onto_a_full_disk_fails_the_file_and_leaves_nothing(world, tmp
     summary, _, _ = run_backup(world, [src])
     manifest, _ = _large_record(home, summary)
 
-    def full(self, pieces):
+    def full(self, offset, piece):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(SequentialWriter, "write_pieces", full)
+    monkeypatch.setattr(PositionalWriter, "write_at", full)
     restored, _ = run_restore(world, str(tmp_path / "out"), manifest)
     assert restored["failed"] == 1
     assert os.listdir(tmp_path / "out" / "src") == []  # no partial file left behind

@@ -1,0 +1,193 @@
+"""A large file restored block by block.
+
+A full segment's k primary blocks are fetched, checked and written each on
+its own: a block is asked for as soon as one of the file's block buffers is
+free (BlockBuffers: the window of segments, counted in blocks); a writer
+thread checks its hash, decrypts it where it landed (CTR: a block decrypts
+alone, from its offset) and writes it at its offset in the file
+(PositionalWriter: O_DIRECT, any order); then its buffer goes back. No
+block waits for its segment's slowest sibling, or for the blocks before it
+to be written.
+
+A segment with a block that fails (its node, or its hash) is restored whole
+once its other blocks settle, the segment's way (fetch_segment_pieces: more
+holders, zfec decode) into fresh buffers, and written again whole. So is a
+segment that is not a full one (the file's last) or not in an extent.
+"""
+import functools
+import logging
+
+from twisted.internet import defer
+
+from flud.client.buffers import BlockBuffers
+from flud.client.segments import (FetchFailed, _fits, extent_segments, fetch_record,
+                                  fetch_segment_pieces)
+from flud.client.writer import BlockWriter
+from flud.crypto import crypt_ctr_in_place
+
+log = logging.getLogger("flud.client")
+
+
+def _open_block(data, holder, key, index, block_length):
+    """The block decrypted where it landed, or None if it is not the block
+    the manifest recorded (pool)."""
+    if len(data) != block_length or not _fits(data, holder):
+        return None
+    view = memoryview(data)
+    crypt_ctr_in_place(key, view, index * block_length)
+    return view
+
+
+class _Segment:
+    __slots__ = ("record", "offset", "left", "failed", "done")
+
+    def __init__(self, record, offset, left):
+        self.record, self.offset, self.left = record, offset, left
+        self.failed = False
+        self.done = defer.Deferred()  # fires once all of it is with the writer
+
+
+class BlockRestore:
+    """One large file's contents into a PositionalWriter `out`."""
+
+    def __init__(self, restore, record, out, transfer, window_bytes):
+        self.job = restore
+        self.segs = extent_segments(record)
+        self.out = out
+        self.transfer = transfer
+        self.window_bytes = window_bytes
+        self.coder = restore.segment_coder
+        self.error = None
+
+    @defer.inlineCallbacks
+    def run(self):
+        job, k = self.job, self.coder.k
+        first = fetch_record(self.segs[0])
+        window = max(2, self.window_bytes // max(1, first["len"]))
+        self.buffers = BlockBuffers(first["bl"], count=k * window)
+        size = sum(fetch_record(s)["len"] for s in self.segs)
+        yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
+        self.writer = BlockWriter(job.reactor, self.out, inline=job.pool.inline)
+        pending = []
+        try:
+            offset = 0
+            for planned in self.segs:
+                record = fetch_record(planned)
+                segment = _Segment(record, offset, k)
+                offset += record["len"]
+                pending.append(segment.done)
+                job.summary["retrieves"] += k
+                if not self._by_blocks(record):
+                    self._whole(segment)
+                    continue
+                for index in range(k):
+                    buffer = yield self.buffers.get()
+                    self._check()
+                    self._block(segment, index, buffer)
+                while pending and pending[0].called:  # let go of what is done
+                    self._check()
+                    pending.pop(0)
+            for d in pending:
+                yield d
+            self._check()
+            yield self.writer.finish(size)
+        except BaseException:
+            for d in pending:
+                d.addErrback(lambda _: None)
+            self.writer.stop()
+            raise
+
+    def _check(self):
+        if self.error is None and self.writer.error is not None:
+            self.error = self.writer.error
+        if self.error is not None:
+            raise self.error
+
+    def _by_blocks(self, record) -> bool:
+        """A full segment of an extent whose blocks fit the file's buffers."""
+        primaries = {s[0] for s in record["shares"] if len(s) > 3}
+        return (record["bl"] == self.buffers.size
+                and record["len"] == self.coder.k * record["bl"]
+                and all(i in primaries for i in range(self.coder.k)))
+
+    def _block(self, segment, index, buffer):
+        holder = next(s for s in segment.record["shares"] if s[0] == index)
+        _, key_hex, node_hex, where = holder[:4]
+        bl = segment.record["bl"]
+        d = self.job.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
+                                  where, bl, into=buffer)
+
+        def arrived(data):
+            opener = functools.partial(_open_block, holder=holder,
+                                       key=bytes.fromhex(segment.record["key"]), index=index,
+                                       block_length=bl)
+            done = functools.partial(self._block_done, segment, holder, buffer)
+            self.writer.write(segment.offset + index * bl, data, done, opener)
+
+        def failed(failure):
+            self.buffers.abandon(buffer)  # the connection may still write into it
+            self.job.report_bad(node_hex, key_hex, failure.getErrorMessage())
+            segment.failed = True
+            self._settled(segment)
+
+        d.addCallbacks(arrived, failed)
+        d.addErrback(self._fail)  # a bug, not a peer: fail the file
+
+    def _block_done(self, segment, holder, buffer, written, data):
+        # The answer's own buffer, and the one offered (the same, unless a
+        # peer answered more than asked): the request is over, both are free.
+        self.buffers.give_back([data, buffer])
+        if written is None:
+            if self.writer.error is None:  # refused: not the block the manifest recorded
+                self.job.report_bad(holder[2], holder[1], "corrupt (hash mismatch)")
+            segment.failed = True
+        else:
+            self.job.progress.bytes_done(len(written))
+        self._settled(segment)
+
+    def _settled(self, segment):
+        segment.left -= 1
+        if segment.left:
+            return
+        if segment.failed and self.error is None and self.writer.error is None:
+            self._whole(segment)
+        else:
+            segment.done.callback(None)
+
+    @defer.inlineCallbacks
+    def _whole(self, segment):
+        """The segment's way: any k holders, decoded if need be, fresh buffers."""
+        length = segment.record["len"]
+        try:
+            yield self.transfer.reserve(length, "segment")
+            try:
+                pieces = yield fetch_segment_pieces(self.job.network, self.job.pool, self.coder,
+                                                    self.job.home.secret, segment.record,
+                                                    self.job.report_bad)
+            except BaseException:
+                self.transfer.unreserve(length, "segment")
+                raise
+            # The reservation stays until its last piece is written.
+            left = [len(pieces), length]
+            position = segment.offset
+            for piece in pieces:
+                self.writer.write(position, piece, functools.partial(self._whole_done, left))
+                position += len(piece)
+        except BaseException as err:
+            self._fail(err)
+        segment.done.callback(None)
+
+    def _fail(self, failure_or_error):
+        err = getattr(failure_or_error, "value", failure_or_error)
+        if self.error is None:
+            self.error = err if isinstance(err, (FetchFailed, OSError)) else FetchFailed(str(err))
+            if not isinstance(err, (FetchFailed, OSError)):
+                log.error("restoring a large file failed: %r", err)
+
+    def _whole_done(self, left, written, piece):
+        """left: [pieces of the segment not yet written, bytes reserved for it]."""
+        left[0] -= 1
+        if not left[0] and not self.transfer.closed:
+            self.transfer.unreserve(left[1], "segment")
+        if written is not None:
+            self.job.progress.bytes_done(len(written))
