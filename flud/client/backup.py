@@ -35,7 +35,8 @@ from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
 from aggregator.tarball import END_OF_ARCHIVE
 from flud.client import manifest as manifests
 from flud.client.gather import settle_all
-from flud.client.large import FILE_FOOTPRINT, MAX_SEGMENT_WINDOW, FileChanged, LargeFiles
+from flud.client.large import (FILE_FOOTPRINT, MAX_PARITY_SETS, MAX_SEGMENT_WINDOW,
+                               FileChanged, LargeFiles, ParitySets)
 from flud.client.network import network_share
 from flud.client.scan import scan
 from flud.client.segments import StoreFailed, challenges_for
@@ -108,6 +109,10 @@ class Backup(LargeFiles):
         self.segment_window = max(1, min(MAX_SEGMENT_WINDOW,
                                          (FILE_FOOTPRINT - parity) // self.segment_size))
         self.segment_footprint = self.segment_window * self.segment_size + parity
+        # Parity buffers, shared by the large files (ParitySets): a file
+        # holds a set only while its parity is coded and taken.
+        self.parity_sets = ParitySets(min(self.parallel_files, MAX_PARITY_SETS), self.n - self.k,
+                                      self.coder.block_length(self.segment_size))
         self.policy = self._small_policy(cfg["small_file_limit"])
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
@@ -177,7 +182,7 @@ class Backup(LargeFiles):
             self._skip(path, why)
         states = self.index.file_states()
         known = self.index.known_contents()
-        files, unchanged_rows = [], []
+        files = []
         content_of = {}
         for entry in found.files:
             state = states.get(entry.path)

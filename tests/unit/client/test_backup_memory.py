@@ -239,3 +239,37 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     segment, n = home.config["segment_size"], home.config["n"]
     assert monitor.peak_transfer_bytes <= window * segment + -(-segment // k) * (n - k)
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
+
+
+def test_large_files_at_once_share_a_few_parity_sets(world, tmp_path):
+    """Six large files back up at once, but their parity is coded into at
+    most MAX_PARITY_SETS shared sets (a file holds one only while its parity
+    is coded and taken), and every file restores byte for byte."""
+    from flud.client.large import MAX_PARITY_SETS, ParitySets
+
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    size = 3 * home.config["segment_size"] + 77
+    for i in range(6):
+        with open(os.path.join(src, f"large{i}"), "wb") as f:
+            f.write(random.Random(i).randbytes(size))
+    made = []
+    real_get = ParitySets.get
+
+    def get(self):
+        d = real_get(self)
+        return d.addCallback(lambda parity_set: made.append(id(parity_set)) or parity_set)
+
+    ParitySets.get = get
+    try:
+        monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=64 * MIB)
+        job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                     Progress("backup", quiet=True), clock=clock.seconds, parallel_files=6)
+        summary = run_until(clock, job.run([src]))
+    finally:
+        ParitySets.get = real_get
+    assert summary["new"] == 6
+    assert len(made) == 6 * 4  # a parity per segment
+    assert len(set(made)) <= MAX_PARITY_SETS < 6
+    assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
