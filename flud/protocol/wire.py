@@ -177,6 +177,14 @@ class _Stream:
         self.held = None  # a chunk read while the transport paused us
 
 
+def _close_source(source, reason=None) -> None:
+    """Close a request's source; a FedSource fails its waiting feeds with reason."""
+    if reason is not None and type(source) is FedSource:
+        source.close(reason)
+    else:
+        source.close()
+
+
 def _answer_buffer(total: int):
     """A writable buffer for an answer of `total` bytes. Large ones are mapped
     with their pages populated in one go: a bytearray zeroes its fresh pages
@@ -455,7 +463,9 @@ class Connection(protocol.Protocol):
             self._on_response_data(event)
         elif kind is ErrorReceived:
             item = self._pending.pop(event.request_id, None)
-            self._drop_stream(event.request_id)
+            # A feeder still feeding learns why (a full node: NO_SPACE), not
+            # only that its request ended.
+            self._drop_stream(event.request_id, event.error)
             if item is not None:
                 item.deferred.errback(event.error)
         elif kind is HelloReceived:
@@ -506,15 +516,15 @@ class Connection(protocol.Protocol):
         for piece in pieces_of(data):  # straight into the preallocated answer
             item.add(piece)
 
-    def _drop_stream(self, rid):
+    def _drop_stream(self, rid, reason=None):
         parked = self._parked.pop(rid, None)
         if parked is not None:
-            parked.source.close()
+            _close_source(parked.source, reason)
             return
         for stream in self._streams:
             if stream.rid == rid:
                 self._streams.remove(stream)
-                stream.source.close()
+                _close_source(stream.source, reason)
                 return
 
     def _pump(self):

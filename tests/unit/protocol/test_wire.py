@@ -678,6 +678,27 @@ def test_a_fed_stream_refuses_more_than_it_declared(pair):
     assert Outcome(source.feed(b"x" * 11)).failure(ValueError)
 
 
+def test_a_fed_stream_the_node_refuses_fails_its_feeds_with_the_nodes_error(pair, handlers):
+    """A full node answers NO_SPACE mid-stream: the feeder learns that, not
+    only that its request ended."""
+    from storage.errors import NoSpace
+
+    server_handler, _ = handlers
+    source, _, outcome = _fed_store(pair, 4 * DATA_CHUNK)
+    pair.flush()
+    _, rid, *_ = server_handler.requests[-1]
+    pair.server.pauseProducing()  # the node reads slowly: the feed waits
+    pair.client.pauseProducing()
+    waiting = Outcome(source.feed(b"c" * (3 * DATA_CHUNK)))
+    pair.server.respond_error(rid, NoSpace("node full"))
+    pair.server.resumeProducing()
+    pair.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.NO_SPACE
+    failure = waiting.failure(RemoteError)
+    assert failure.code == ErrorCode.NO_SPACE and "node full" in str(failure)
+    assert Outcome(source.feed(b"d")).failure(RemoteError).code == ErrorCode.NO_SPACE
+
+
 def test_cancelling_a_parked_stream_fails_what_was_not_taken(pair, handlers):
     server_handler, _ = handlers
     source, d, outcome = _fed_store(pair, 4 * DATA_CHUNK)
