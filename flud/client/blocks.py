@@ -78,7 +78,13 @@ class BlockRestore:
                 pending.append(segment.done)
                 job.summary["retrieves"] += k
                 if not self._by_blocks(record):
-                    self._whole(segment)
+                    # Its memory comes out of the window too: k block slots,
+                    # held (not used) until its pieces are written.
+                    slots = []
+                    for _ in range(k):
+                        slots.append((yield self.buffers.get()))
+                        self._check()
+                    self._whole(segment, slots)
                     continue
                 for index in range(k):
                     buffer = yield self.buffers.get()
@@ -155,26 +161,29 @@ class BlockRestore:
             segment.done.callback(None)
 
     @defer.inlineCallbacks
-    def _whole(self, segment):
-        """The segment's way: any k holders, decoded if need be, fresh buffers."""
-        length = segment.record["len"]
+    def _whole(self, segment, slots=None):
+        """The segment's way: any k holders, decoded if need be, fresh buffers.
+
+        slots: block buffers of the window it holds in their place (a segment
+        that is not a full one of an extent); without them (a repair, while
+        the window is in use) it reserves its size from the budget."""
+        length = 0 if slots else segment.record["len"]
+        # [pieces not yet written, bytes reserved, slots]: all go back at the last
+        left = [0, length, slots or []]
         try:
-            yield self.transfer.reserve(length, "segment")
-            try:
-                pieces = yield fetch_segment_pieces(self.job.network, self.job.pool, self.coder,
-                                                    self.job.home.secret, segment.record,
-                                                    self.job.report_bad)
-            except BaseException:
-                self.transfer.unreserve(length, "segment")
-                raise
-            # The reservation stays until its last piece is written.
-            left = [len(pieces), length]
+            if length:
+                yield self.transfer.reserve(length, "segment")
+            pieces = yield fetch_segment_pieces(self.job.network, self.job.pool, self.coder,
+                                                self.job.home.secret, segment.record,
+                                                self.job.report_bad)
+            left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:
                 self.writer.write(position, piece, functools.partial(self._whole_done, left))
                 position += len(piece)
         except BaseException as err:
             self._fail(err)
+            self._whole_done(left, None, b"")  # what it held goes back
         segment.done.callback(None)
 
     def _fail(self, failure_or_error):
@@ -185,9 +194,12 @@ class BlockRestore:
                 log.error("restoring a large file failed: %r", err)
 
     def _whole_done(self, left, written, piece):
-        """left: [pieces of the segment not yet written, bytes reserved for it]."""
+        """left: [pieces of the segment not yet written, bytes reserved, slots]."""
         left[0] -= 1
-        if not left[0] and not self.transfer.closed:
-            self.transfer.unreserve(left[1], "segment")
+        if left[0] <= 0:
+            if left[1] and not self.transfer.closed:
+                self.transfer.unreserve(left[1], "segment")
+            self.buffers.give_back(left[2])
+            left[1], left[2] = 0, []
         if written is not None:
             self.job.progress.bytes_done(len(written))

@@ -97,3 +97,30 @@ def test_a_corrupt_block_received_into_a_reused_buffer_is_refetched(world, tmp_p
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
     assert _restores(world, tmp_path, src, manifest)
     assert counted  # the blocks, the corrupt ones too, came in through the buffers
+
+
+def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path, monkeypatch):
+    """A segment that is not restored block by block (the file's last, one
+    from before extents, or every one here) holds k of the window's block
+    slots while it is fetched and written: never more than the window's
+    segments at once, whatever the file's length."""
+    from flud.client import blocks, restore
+
+    clock, home, network = world
+    monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
+    monkeypatch.setattr(blocks.BlockRestore, "_by_blocks", lambda self, record: False)
+    src, _ = _large_tree(tmp_path, extents_count=1.5)
+    summary, _, _ = run_backup(world, [src])
+    manifest, record = _large_record(home, summary)
+    running, most = [0], [0]
+    real_fetch = blocks.fetch_segment_pieces
+
+    def fetch(*args, **kwargs):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        d = real_fetch(*args, **kwargs)
+        return d.addBoth(lambda result: (running.__setitem__(0, running[0] - 1), result)[1])
+
+    monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
+    assert _restores(world, tmp_path, src, manifest)
+    assert 1 < most[0] <= 2  # overlapping, within the window of two segments
