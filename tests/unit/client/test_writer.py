@@ -7,6 +7,8 @@ import mmap
 import os
 import threading
 
+import pytest
+
 from flud.client.directio import PositionalWriter
 from flud.client.writer import BlockWriter
 from tests.unit.client.test_extents import _large_record, _large_tree, world  # noqa: F401
@@ -40,7 +42,12 @@ def _drain(writer, calls, length=0):
     return done[0]
 
 
-def test_blocks_are_opened_and_written_at_their_offsets(tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "no_o_direct"])
+def test_blocks_are_opened_and_written_at_their_offsets(tmp_path, monkeypatch, direct):
+    from flud.client import directio
+
+    if not direct:  # as on a filesystem without O_DIRECT (tmpfs)
+        monkeypatch.setattr(directio, "open_direct", lambda path, flags: None)
     calls, back = ThreadCalls(), []
     path = str(tmp_path / "f")
     blocks = [mmap.mmap(-1, 8192) for _ in range(4)]  # O_DIRECT where it can
