@@ -11,8 +11,9 @@ to be written.
 
 A segment with a block that fails (its node, or its hash) is restored whole
 once its other blocks settle, the segment's way (fetch_segment_pieces: more
-holders, zfec decode) into fresh buffers, and written again whole. So is a
-segment that is not a full one (the file's last) or not in an extent.
+holders, zfec decode) into fresh buffers reserved from the budget, one such
+repair at a time, and written again whole. So is a segment that is not a
+full one (the file's last) or not in an extent, in the window's room.
 """
 import functools
 import logging
@@ -58,6 +59,10 @@ class BlockRestore:
         self.window_bytes = window_bytes
         self.coder = restore.segment_coder
         self.error = None
+        # Segments repaired (a block failed) one at a time: each reserves a
+        # segment beside the window, so a node that is down costs one more
+        # segment's memory, not one per segment it held a block of.
+        self._repair_turn = defer.DeferredSemaphore(1)
 
     @defer.inlineCallbacks
     def run(self):
@@ -156,7 +161,7 @@ class BlockRestore:
         if segment.left:
             return
         if segment.failed and self.error is None and self.writer.error is None:
-            self._whole(segment)
+            self._repair_turn.run(self._whole, segment)
         else:
             segment.done.callback(None)
 

@@ -124,3 +124,37 @@ def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path
     monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
     assert _restores(world, tmp_path, src, manifest)
     assert 1 < most[0] <= 2  # overlapping, within the window of two segments
+
+
+def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, monkeypatch):
+    """A corrupt stream spoils a block of every segment of its extent: each
+    such segment is restored whole (more holders, a decode), one at a time,
+    so a bad node costs the file one segment more, not one per segment."""
+    import os
+    import random
+
+    from flud.client import blocks, extents
+
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "large.bin"), "wb") as f:  # whole segments only
+        f.write(random.Random(3).randbytes(2 * extents.EXTENT_BYTES))
+    summary, _, _ = run_backup(world, [src])
+    manifest, record = _large_record(home, summary)
+    _, key_hex, node_hex = record["ext"][0]["shares"][1]  # a primary's stream
+    network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
+    running, most, calls = [0], [0], [0]
+    real_fetch = blocks.fetch_segment_pieces
+
+    def fetch(*args, **kwargs):
+        running[0] += 1
+        calls[0] += 1
+        most[0] = max(most[0], running[0])
+        d = real_fetch(*args, **kwargs)
+        return d.addBoth(lambda result: (running.__setitem__(0, running[0] - 1), result)[1])
+
+    monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
+    assert _restores(world, tmp_path, src, manifest)
+    assert calls[0] == len(record["ext"][0]["segs"])  # every segment of that extent
+    assert most[0] == 1
