@@ -13,9 +13,7 @@ staging copy.
 
 get() waits when all `count` buffers are out. A buffer whose request failed
 is abandoned (the connection may still write into it: it is left to the
-garbage collector) and a new one may be made in its place. extra() hands out
-one beyond the count without waiting, for a share asked for because another
-failed: waiting there could wait on a buffer only this segment can free.
+garbage collector) and a new one may be made in its place.
 """
 import collections
 import mmap
@@ -30,7 +28,7 @@ class BlockBuffers:
         self.count = count
         self._free = []
         self._out = {}      # id -> buffer handed out and not back yet
-        self._made = 0      # buffers alive now: out, free, or beyond the count
+        self._made = 0      # buffers made and not abandoned: out or free
         self._waiting = collections.deque()
 
     @property
@@ -51,10 +49,6 @@ class BlockBuffers:
         self._waiting.append(waiter)
         return waiter
 
-    def extra(self) -> memoryview:
-        """A buffer now, beyond the count if need be (dropped when it comes back)."""
-        return self._hand_out()
-
     def give_back(self, pieces) -> None:
         """Return the buffers under these pieces (views of buffers handed out
         here, whose answers are complete; anything else, or a buffer already
@@ -62,9 +56,6 @@ class BlockBuffers:
         for piece in pieces:
             owner = self._out.pop(id(getattr(piece, "obj", None)), None)
             if owner is None:
-                continue
-            if self._made > self.count:  # an extra one, or one too many now
-                self._made -= 1
                 continue
             self._free.append(owner)
         self._serve_waiting()

@@ -309,48 +309,22 @@ def fetch_segment(network, pool, coder, secret, record, report=None):
 
 
 @defer.inlineCallbacks
-def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buffers=None):
+def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     """Like fetch_segment, but the plaintext comes as a list of buffers in
     order: when the k primary shares arrived, each is decrypted where it
-    landed, so a segment costs its shares' memory and nothing more.
-
-    buffers: a BlockBuffers the blocks of a stream are received into. The
-    pieces are then views of its buffers, which the caller gives back once
-    written; every other buffer this fetch took goes back (or is abandoned)
-    here."""
+    landed, so a segment costs its shares' memory and nothing more. (A large
+    file's full segments are restored block by block instead: blocks.py.)"""
     k = coder.k
-    reuse = buffers is not None and buffers.size == record["bl"]
     holders = sorted(record["shares"], key=lambda s: s[0])  # primaries first: no decode
     waiting = iter(holders)
     got = {}
     failures = []
 
-    def ask(holder, replacing=False):
+    def ask(holder):
         index, key_hex, node_hex = holder[:3]
         where = (holder[3], record["bl"]) if len(holder) > 3 else ()
-        held = []
-
-        def call(into):
-            kwargs = {}
-            if into is not None:
-                held.append(into)
-                kwargs["into"] = into
-            return network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
-                                *where, **kwargs)
-
-        def failed_call(failure):
-            if held:  # the connection may still write into it
-                buffers.abandon(held[0])
-            return ("err", holder, failure)
-
-        if where and reuse:
-            # A replacement never waits: the buffers it would wait for may
-            # be freed only once this segment is written.
-            d = defer.succeed(buffers.extra()) if replacing else buffers.get()
-        else:
-            d = defer.succeed(None)
-        d.addCallback(call)
-        d.addCallbacks(lambda data: ("ok", holder, data), failed_call)
+        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where)
+        d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d
 
     def failed(holder, why):
@@ -360,7 +334,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buff
             report(node_hex, key_hex, why)
         nxt = next(waiting, None)
         if nxt is not None:
-            active.append(ask(nxt, replacing=True))
+            active.append(ask(nxt))
 
     key = bytes.fromhex(record["key"])
     active = [ask(h) for h in (next(waiting, None) for _ in range(k)) if h is not None]
@@ -380,19 +354,11 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None, buff
             if fit:
                 got[holder[0]] = value
             else:
-                if reuse:
-                    buffers.give_back([value])
                 failed(holder, "corrupt (hash mismatch)")
         if pieces is not None:
             for d in active:  # asked for a share that failed: not needed now
                 d.cancel()
-            if reuse:  # the shares a decode used (the pieces' own go back once written)
-                buffers.give_back([v for v in got.values()
-                                   if not any(p.obj is getattr(v, "obj", None)
-                                              for p in pieces if isinstance(p, memoryview))])
             return pieces
-    if reuse:
-        buffers.give_back(got.values())
     raise FetchFailed(f"only {len(got)} of the {k} shares needed for a segment could "
                       f"be fetched: " + "; ".join(f"{n[:12]}: {w}" for n, _, w in failures))
 

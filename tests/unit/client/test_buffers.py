@@ -30,7 +30,7 @@ def test_get_hands_out_count_buffers_then_waits_for_one_written_back():
     assert not pool.get().called
 
 
-def test_an_abandoned_buffer_is_replaced_and_an_extra_one_is_dropped():
+def test_an_abandoned_buffer_is_replaced_and_never_comes_back():
     pool = BlockBuffers(size=4096, count=1)
     lost = _now(pool.get())
     waiting = pool.get()
@@ -38,11 +38,11 @@ def test_an_abandoned_buffer_is_replaced_and_an_extra_one_is_dropped():
     fresh = _now(waiting)
     assert fresh.obj is not lost.obj
     pool.give_back([lost])  # an abandoned buffer never comes back
-    extra = pool.extra()  # a replacement share's: does not wait
-    pool.give_back([extra])
-    assert pool.held == 0  # beyond the count: dropped
+    assert pool.held == 0
     pool.give_back([fresh])
     assert pool.held == 4096
+    assert _now(pool.get()).obj is fresh.obj
+    assert not pool.get().called  # one buffer in all: the count
 
 
 def test_a_waiter_cancelled_while_it_waits_is_skipped():
