@@ -99,6 +99,27 @@ def test_a_corrupt_block_received_into_a_reused_buffer_is_refetched(world, tmp_p
     assert counted  # the blocks, the corrupt ones too, came in through the buffers
 
 
+def _count_whole_fetches(monkeypatch) -> dict:
+    """Segments fetched whole by a restore: in all, and the most at once."""
+    from flud.client import blocks
+
+    counts = {"running": 0, "most": 0, "calls": 0}
+    real_fetch = blocks.fetch_segment_pieces
+
+    def done(result):
+        counts["running"] -= 1
+        return result
+
+    def fetch(*args, **kwargs):
+        counts["running"] += 1
+        counts["calls"] += 1
+        counts["most"] = max(counts["most"], counts["running"])
+        return real_fetch(*args, **kwargs).addBoth(done)
+
+    monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
+    return counts
+
+
 def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path, monkeypatch):
     """A segment that is not restored block by block (the file's last, one
     from before extents, or every one here) holds k of the window's block
@@ -112,18 +133,9 @@ def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path
     src, _ = _large_tree(tmp_path, extents_count=1.5)
     summary, _, _ = run_backup(world, [src])
     manifest, record = _large_record(home, summary)
-    running, most = [0], [0]
-    real_fetch = blocks.fetch_segment_pieces
-
-    def fetch(*args, **kwargs):
-        running[0] += 1
-        most[0] = max(most[0], running[0])
-        d = real_fetch(*args, **kwargs)
-        return d.addBoth(lambda result: (running.__setitem__(0, running[0] - 1), result)[1])
-
-    monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
+    fetches = _count_whole_fetches(monkeypatch)
     assert _restores(world, tmp_path, src, manifest)
-    assert 1 < most[0] <= 2  # overlapping, within the window of two segments
+    assert 1 < fetches["most"] <= 2  # overlapping, within the window of two segments
 
 
 def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, monkeypatch):
@@ -133,7 +145,7 @@ def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, m
     import os
     import random
 
-    from flud.client import blocks, extents
+    from flud.client import extents
 
     clock, home, network = world
     src = str(tmp_path / "src")
@@ -144,17 +156,7 @@ def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, m
     manifest, record = _large_record(home, summary)
     _, key_hex, node_hex = record["ext"][0]["shares"][1]  # a primary's stream
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
-    running, most, calls = [0], [0], [0]
-    real_fetch = blocks.fetch_segment_pieces
-
-    def fetch(*args, **kwargs):
-        running[0] += 1
-        calls[0] += 1
-        most[0] = max(most[0], running[0])
-        d = real_fetch(*args, **kwargs)
-        return d.addBoth(lambda result: (running.__setitem__(0, running[0] - 1), result)[1])
-
-    monkeypatch.setattr(blocks, "fetch_segment_pieces", fetch)
+    fetches = _count_whole_fetches(monkeypatch)
     assert _restores(world, tmp_path, src, manifest)
-    assert calls[0] == len(record["ext"][0]["segs"])  # every segment of that extent
-    assert most[0] == 1
+    assert fetches["calls"] == len(record["ext"][0]["segs"])  # every segment of that extent
+    assert fetches["most"] == 1
