@@ -21,6 +21,7 @@ import logging
 from twisted.internet import defer
 
 from flud.client.buffers import BlockBuffers
+from flud.client.gather import gather
 from flud.client.segments import (FetchFailed, _fits, extent_segments, fetch_record,
                                   fetch_segment_pieces)
 from flud.client.writer import BlockWriter
@@ -73,14 +74,15 @@ class BlockRestore:
         size = sum(fetch_record(s)["len"] for s in self.segs)
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
         self.writer = BlockWriter(job.reactor, self.out, inline=job.pool.inline)
-        pending = []
+        pending = set()  # segments not yet all with the writer (or failed)
         try:
             offset = 0
             for planned in self.segs:
                 record = fetch_record(planned)
                 segment = _Segment(record, offset, k)
                 offset += record["len"]
-                pending.append(segment.done)
+                pending.add(segment.done)
+                segment.done.addBoth(lambda result, d=segment.done: pending.discard(d))
                 job.summary["retrieves"] += k
                 if not self._by_blocks(record):
                     # Its memory comes out of the window too: k block slots,
@@ -95,16 +97,10 @@ class BlockRestore:
                     buffer = yield self.buffers.get()
                     self._check()
                     self._block(segment, index, buffer)
-                while pending and pending[0].called:  # let go of what is done
-                    self._check()
-                    pending.pop(0)
-            for d in pending:
-                yield d
+            yield gather(list(pending))
             self._check()
             yield self.writer.finish(size)
-        except BaseException:
-            for d in pending:
-                d.addErrback(lambda _: None)
+        except BaseException:  # (a segment's `done` never fails: errors go to self.error)
             self.writer.stop()
             raise
 

@@ -3,14 +3,17 @@
 A backup reads each large file once and a restore writes each one once:
 caching them only evicts what the user is working with, and filling cache
 pages costs CPU (in this machine's VM, 2 ms of system time per MB for pages
-never touched before). O_DIRECT moves the bytes between the device and one
-reused, aligned buffer instead (2 GB/s, 0.02 ms of CPU per MB); a file the
-user has cached stays cached.
+never touched before). O_DIRECT moves the bytes between the device and aligned
+buffers instead (2 GB/s, 0.02 ms of CPU per MB); a file the user has cached
+stays cached.
 
-O_DIRECT wants block-aligned offsets, lengths and memory: data is gathered in
-an aligned staging buffer (an anonymous mmap is page-aligned), the tail is
-written padded to a block and the file cut back to its true length.
-Filesystems without O_DIRECT (tmpfs) refuse the open: plain I/O then.
+O_DIRECT wants block-aligned offsets, lengths and memory. A backup reads a
+segment straight into its page-aligned buffer (an anonymous mmap), and
+anything unaligned (a file's last segment) through a reused aligned staging
+buffer. A restore writes whole aligned blocks straight from their buffers
+at their offsets (PositionalWriter), and anything else (a file's tail)
+through the page cache. Filesystems without O_DIRECT (tmpfs) refuse the
+open: plain I/O then.
 """
 
 from __future__ import annotations
@@ -21,10 +24,8 @@ import mmap
 import os
 import threading
 
-from storage.fileio import write_all
-
 ALIGN = 4096  # the largest logical block size in use; every offset and length is a multiple
-STAGING_SIZE = 1024 * 1024  # one write per MiB: 2.2 GB/s here, against 1.9 at 256 KiB
+STAGING_SIZE = 1024 * 1024  # one device read per MiB of an unaligned range
 KEEP_SPARE = 4  # staging buffers kept for reuse (reused pages are already mapped)
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -72,65 +73,6 @@ def open_direct(path: str, flags: int) -> int | None:
         if exc.errno == errno.EINVAL:
             return None
         raise
-
-
-class DirectWriter:
-    """Appends to a file through an O_DIRECT descriptor, in whole aligned blocks."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._buffer = STAGING.take()
-        self._view = memoryview(self._buffer)
-        self._filled = 0
-        self.length = 0  # bytes accepted so far
-
-    def write(self, chunk: memoryview) -> None:
-        while chunk:
-            take = min(STAGING_SIZE - self._filled, len(chunk))
-            self._view[self._filled : self._filled + take] = chunk[:take]
-            self._filled += take
-            self.length += take
-            chunk = chunk[take:]
-            if self._filled == STAGING_SIZE:
-                write_all(self._fd, self._view)
-                self._filled = 0
-
-    def write_aligned(self, pieces) -> bool:
-        """Writes the pieces straight from their buffers if nothing is staged
-        and every one is page aligned in memory and a whole number of blocks
-        long; False (nothing written) otherwise."""
-        if self._filled:
-            return False
-        views = []
-        for piece in pieces:
-            view = memoryview(piece).cast("B")
-            if not _aligned(view, 0):
-                return False
-            views.append(view)
-        self.length += sum(map(len, views))
-        while views:
-            done = os.writev(self._fd, views)
-            while views and done >= len(views[0]):  # a short write goes on where it stopped
-                done -= len(views.pop(0))
-            if views:
-                views[0] = views[0][done:]
-        return True
-
-    def finish(self) -> None:
-        """Write the tail padded to a block, then cut the file to its true length."""
-        if self._filled:
-            padded = round_up(self._filled)
-            self._view[self._filled : padded] = bytes(padded - self._filled)
-            write_all(self._fd, self._view[:padded])
-            self._filled = 0
-            os.ftruncate(self._fd, self.length)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            self._view.release()
-            STAGING.give(self._buffer)
 
 
 def _direct_pieces(fd: int, length: int, offset: int):
@@ -281,45 +223,3 @@ class PositionalWriter(_ClosedOnExit):
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
-
-
-class SequentialWriter(_ClosedOnExit):
-    """A new file written front to back, around the page cache where the
-    filesystem allows it; finish() makes every byte durable."""
-
-    def __init__(self, path: str, mode: int = 0o600) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        try:
-            direct_fd = open_direct(path, os.O_WRONLY)
-        except BaseException:
-            os.close(self.fd)
-            raise
-        self._direct = DirectWriter(direct_fd) if direct_fd is not None else None
-
-    def write(self, data) -> None:
-        with memoryview(data) as view, view.cast("B") as octets:
-            if self._direct is not None:
-                self._direct.write(octets)
-            else:
-                write_all(self.fd, octets)
-
-    def write_pieces(self, pieces) -> None:
-        """write() of each piece; page-aligned whole blocks (a restore's
-        answer buffers) go to the device as they are, in one call."""
-        if self._direct is not None and self._direct.write_aligned(pieces):
-            return
-        for piece in pieces:
-            self.write(piece)
-
-    def finish(self) -> None:
-        if self._direct is not None:
-            self._direct.finish()
-        os.fsync(self.fd)
-
-    def close(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
-            self._direct = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None

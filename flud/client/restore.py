@@ -22,8 +22,9 @@ from flud.crypto import content_digest, convergent_key, decrypt_ctr
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
-# What one file's fetches may hold: each segment only its k shares (the
-# plaintext is decrypted into them), so 4 x 1 MiB segments are fetched ahead.
+# What one file's restore may hold: its window of block buffers (blocks.py),
+# the k primary blocks of two 2 MiB segments at the defaults (the plaintext
+# is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
 BESIDE_SUFFIX = ".flud-restored"
 

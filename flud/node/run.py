@@ -83,17 +83,17 @@ def run(args) -> int:
     # early is kept and honoured once the reactor runs. (Twisted leaves a
     # SIGINT handler that is not Python's default in place, and installs its
     # own for SIGTERM.)
-    early_stop = []
+    early_stop = [False]
 
     def on_stop_signal(signum, frame):
         if reactor.running:
             reactor.callFromThread(reactor.stop)
         else:
-            early_stop.append(signum)
+            early_stop[0] = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_stop_signal)
-    reactor.callWhenRunning(lambda: early_stop and reactor.stop())
+    reactor.callWhenRunning(lambda: early_stop[0] and reactor.stop())
     join = parse_address(args.join) if args.join else None
     node = NodeService(reactor, args.home, host=args.host, port=args.port, join=join,
                        capacity=args.capacity, memory_log=args.memory_log,

@@ -42,20 +42,29 @@ def direct_io(request, tmp_path, monkeypatch):
     return opened
 
 
-def _write(path, data, piece=300_007):
-    with directio.SequentialWriter(path) as out:
-        for start in range(0, len(data), piece):
-            out.write(memoryview(data)[start:start + piece])
-        out.finish()
+def _write(path, data, piece=4096 * 73):
+    """As a restore writes: page-aligned whole blocks at their offsets, out of
+    order, and the tail last."""
+    import mmap
+
+    with directio.PositionalWriter(path) as out:
+        starts = list(range(0, len(data), piece))
+        for start in reversed(starts):
+            chunk = data[start:start + piece]
+            block = mmap.mmap(-1, len(chunk)) if chunk else b""
+            if chunk:
+                block.write(chunk)
+            out.write_at(start, memoryview(block))
+        out.finish(len(data))
 
 
 @pytest.mark.parametrize("size", [0, 1, 4096, directio.STAGING_SIZE, 2 * directio.STAGING_SIZE + 4097])
-def test_sequential_writer_and_reader_round_trip(tmp_path, direct_io, size):
+def test_positional_writer_and_sequential_reader_round_trip(tmp_path, direct_io, size):
     data = os.urandom(size)
     path = str(tmp_path / "file")
     _write(path, data)
     assert len(direct_io) == 1  # O_DIRECT asked for once per file
-    assert os.path.getsize(path) == size  # the padded tail was cut back
+    assert os.path.getsize(path) == size
     with open(path, "rb") as f:
         assert f.read() == data
     got = []
@@ -121,15 +130,15 @@ def test_an_aligned_buffer_is_read_into_directly(tmp_path, monkeypatch):
 
 def test_a_full_disk_fails_the_write_loudly(tmp_path, direct_io, monkeypatch):
     path = str(tmp_path / "file")
-    writer = directio.SequentialWriter(path)
+    writer = directio.PositionalWriter(path)
 
-    def full(fd, view):
+    def full(fd, views, offset):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "pwritev", full)
     with pytest.raises(OSError) as failure:
-        writer.write(os.urandom(directio.STAGING_SIZE))
-        writer.finish()
+        writer.write_at(0, os.urandom(directio.STAGING_SIZE))
+        writer.finish(directio.STAGING_SIZE)
     assert failure.value.errno == errno.ENOSPC
     monkeypatch.undo()
     writer.close()
