@@ -53,8 +53,8 @@ class _SegmentBuffers:
     def __init__(self, window: int, segment_size: int):
         self.ciphertexts = [mmap.mmap(-1, segment_size) for _ in range(window)]
 
-    def queues(self):
-        """(ciphertexts as a queue, the one-parity-at-a-time slot) for one extent."""
+    def for_extent(self):
+        """(the ciphertexts as a queue, the one-parity-at-a-time slot) for one extent."""
         reading = defer.DeferredQueue()
         for buffer in self.ciphertexts:
             reading.put(buffer)
@@ -96,6 +96,14 @@ class _SentExtent:
 
 class _ResendExtent(Exception):
     """An earlier run's extent no longer matches the file: send it anew."""
+
+
+def _read_into(entry, f, buffer, length) -> memoryview:
+    """The next `length` bytes of the file, in `buffer`."""
+    data = memoryview(buffer)[:length]
+    if f.readinto(data) != length:
+        raise FileChanged(f"{entry.path} changed while it was backed up")
+    return data
 
 
 def _hash_blocks(hashes, shares, indexes):
@@ -203,7 +211,7 @@ class LargeFiles:
         sizes = [min(self.segment_size, entry.size - j * self.segment_size)
                  for j in range(first, first + count)]
         stream_size = sum(self.coder.block_length(length) for length in sizes)
-        reading, coding = buffers.queues()  # the ciphertexts; the parity half's turn
+        reading, coding = buffers.for_extent()  # the ciphertexts; the parity half's turn
         segs, digests, sending = [None] * count, [], []
         upload = hashes = None
         try:
@@ -217,7 +225,7 @@ class LargeFiles:
                 self.counters["bytes_read"] += length
                 if pos == 0:
                     if resume:
-                        record = yield self._resumed(entry, f, prep, sizes, digests)
+                        record = yield self._resumed(entry, f, buffer, prep, sizes, digests)
                         if record is not None:
                             return _SentExtent(first, count, record, digests,
                                                defer.succeed(None))
@@ -263,7 +271,7 @@ class LargeFiles:
         return nodes, hashes
 
     @defer.inlineCallbacks
-    def _resumed(self, entry, f, prep, sizes, digests):
+    def _resumed(self, entry, f, buffer, prep, sizes, digests):
         """The record of this extent if an earlier (interrupted) run sent it
         and the file still reads the same (every segment's key matches);
         their digests are added to `digests`."""
@@ -271,27 +279,20 @@ class LargeFiles:
         if record is None or len(record["segs"]) != len(sizes):
             return None
         for pos in range(1, len(sizes)):
-            digest, key = yield self.pool.run(self._segment_key, entry, f, sizes[pos])
+            # Into the first segment's buffer: that segment is settled either way.
+            digest, key = yield self.pool.run(self._segment_key, entry, f, buffer, sizes[pos])
             if key.hex() != record["segs"][pos][0]:
                 raise _ResendExtent()
             digests.append(digest)
         self.progress.bytes_done(sum(sizes))
         return record
 
-    def _segment_key(self, entry, f, length):
-        return segment_convergence(self.home.secret, self._read_exactly(entry, f, length))
-
-    def _read_exactly(self, entry, f, length):
-        data = bytearray(length)
-        if f.readinto(data) != length:
-            raise FileChanged(f"{entry.path} changed while it was backed up")
-        return data
+    def _segment_key(self, entry, f, buffer, length):
+        return segment_convergence(self.home.secret, _read_into(entry, f, buffer, length))
 
     def _read_extent_segment(self, entry, f, buffer, length, hashes):
         # Read into the file's buffer, then encrypted in place (prepare_primaries).
-        data = memoryview(buffer)[:length]
-        if f.readinto(data) != length:
-            raise FileChanged(f"{entry.path} changed while it was backed up")
+        data = _read_into(entry, f, buffer, length)
         prep = prepare_primaries(self.home.secret, self.coder, data, challenges=False,
                                  convergence=segment_convergence)
         if hashes is not None:
