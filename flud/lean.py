@@ -325,24 +325,39 @@ def _page_size() -> int:
     return _PAGE[0]
 
 
+M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 * 1024
+# Allocations from this size get their own mmap. Below it sit the buffers
+# every hot path makes and frees by the thousand: Twisted joining the TLS
+# records a connection queued (~256 KiB), a node's read of a RETRIEVE range
+# (448 KiB after the first piece), socket reads (64 KiB).
+MMAP_THRESHOLD = 1024 * 1024
+# Free memory at the top of the heap kept rather than given back. glibc's
+# default (128 KiB) gave back, and faulted in again, the space of nearly
+# every one of those buffers.
+TRIM_THRESHOLD = 4 * 1024 * 1024
 
 
 def tune_malloc() -> None:
-    """Keep large buffers (segments, shares, TLS pieces) in their own mmaps.
+    """Fix glibc's two thresholds (measured figures in docs/DESIGN.md).
 
-    glibc raises its mmap threshold each time a large mmapped block is freed,
-    so after the first segment the 1 MiB buffers come from the heap, and a
-    fragmented heap is never given back: measured here, a 128 MiB backup
-    peaked at 61.7 MB RSS with the sliding threshold and 55.1 MB with it
-    fixed at glibc's default of 128 KiB."""
+    Left to itself glibc raises its mmap threshold each time a large mapped
+    block is freed, up to 32 MiB, and a heap fragmented by segment-sized
+    blocks is never given back: a 128 MiB backup peaked at 61.7 MB RSS with
+    the sliding threshold, 55.1 MB with it fixed. Fixed at 128 KiB, though,
+    every buffer between 128 KiB and 1 MiB was a fresh map, zeroed and
+    faulted in page by page, and the heap's top was given back and faulted
+    in again all the time: ~500 page faults per MB backed up on the client,
+    ~300 on the nodes, ~15% of each one's CPU. Fixed at 1 MiB with a 4 MiB
+    trim threshold, both fall to ~10 and peak RSS does not move; the buffers
+    of 1 MiB and up (segments, blocks, parity) are mapped by flud itself."""
     try:
         import ctypes
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     except (OSError, AttributeError):
         pass
-
 
 
 # A node's interpreter runs with -OO: without docstrings, the code objects of
