@@ -79,6 +79,22 @@ class Pieces:
         return f"Pieces({len(self.parts)} parts, {self.length} bytes)"
 
 
+class Placed:
+    """A DATA payload its receiver put in place itself, as it arrived
+    (FrameParser.divert): only its length is left to pass on."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"Placed({self.length} bytes)"
+
+
 def pieces_of(payload) -> tuple | list:
     """The buffers of a payload, in order: a Pieces' parts or the one buffer."""
     return payload.parts if type(payload) is Pieces else (payload,)
@@ -126,12 +142,15 @@ class FrameParser:
         self._size = 0    # unconsumed bytes held
         self._max_payload = max_payload
         self._header = None
+        self._diverted = 0  # bytes of a diverted payload still to be placed
 
     @property
     def buffered(self) -> int:
         return self._size
 
     def feed(self, data) -> list:
+        if self._diverted:
+            raise RuntimeError("bytes fed while a diverted payload is still arriving")
         if data:
             self._chunks.append(bytes(data))
             self._size += len(data)
@@ -157,6 +176,43 @@ class FrameParser:
             frames.append(Frame(header[1], header[2], header[3], header[5],
                                 payload))
         return frames
+
+    def data_due(self):
+        """(request_id, payload length, bytes of it buffered) while the payload
+        of a DATA frame is arriving (its header read, the payload not yet
+        whole); None otherwise."""
+        header = self._header
+        if header is None or header[1] != FrameType.DATA or self._size >= header[0]:
+            return None
+        return header[5], header[0], self._size
+
+    def divert(self) -> list:
+        """Hand the payload that data_due() announced to the caller: returns
+        the parts of it buffered so far, and the caller puts the rest in place
+        itself (a TLS read straight into the buffer the payload is for,
+        instead of a fresh bytes object per record and a copy), reporting
+        each piece with placed(). feed() is refused until it is whole."""
+        if self.data_due() is None:
+            raise RuntimeError("no DATA payload is arriving")
+        parts = self._take_parts(self._size) if self._size else []
+        self._diverted = self._header[0] - sum(map(len, parts))
+        return parts
+
+    def placed(self, n: int) -> list:
+        """n more bytes of the diverted payload are in place; once it is whole,
+        its frame, with a Placed payload."""
+        if not 0 < n <= self._diverted:
+            raise RuntimeError(f"placed {n} bytes with {self._diverted} to go")
+        self._diverted -= n
+        if self._diverted:
+            return []
+        header, self._header = self._header, None
+        return [Frame(header[1], header[2], header[3], header[5], Placed(header[0]))]
+
+    @property
+    def diverting(self) -> int:
+        """Bytes of a diverted payload still to be placed."""
+        return self._diverted
 
     def _take(self, n: int) -> bytes:
         """n bytes in one buffer (headers and message bodies are decoded whole)."""

@@ -196,6 +196,26 @@ class Session:
                 events.append(event)
         return events
 
+    def data_due(self):
+        """(request_id, length, buffered) while the DATA payload of a streamed
+        answer to one of our requests is arriving: the caller may divert() it
+        and put it in place itself (see FrameParser.divert)."""
+        due = self._parser.data_due()
+        if due is None or due[0] not in self._streaming_responses:
+            return None
+        return due
+
+    def divert(self) -> list:
+        return self._parser.divert()
+
+    def placed(self, n: int) -> list:
+        """Events once the diverted payload is whole (its ResponseData carries
+        a Placed payload)."""
+        if self.state is State.CLOSED:
+            return []
+        frames = self._parser.placed(n)
+        return [event for event in map(self._on_frame, frames) if event is not None]
+
     def close(self) -> None:
         self.state = State.CLOSED
 

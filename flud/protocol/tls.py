@@ -65,24 +65,42 @@ class TLSEndpoint:
 
     def receive(self, ciphertext) -> list:
         """Feed bytes from the network; return decrypted plaintext chunks."""
+        self.feed(ciphertext)
+        chunks = []
+        while chunk := self.read():
+            chunks.append(chunk)
+        return chunks
+
+    def feed(self, ciphertext) -> None:
+        """Bytes from the network, to be read as plaintext with read() or
+        read_into() (the handshake advances here)."""
         self._incoming.write(ciphertext)
         if not self.handshake_done:
             self._advance_handshake()
-            if not self.handshake_done:
-                return []
-        chunks = []
-        read = self._tls.read
+
+    def read(self) -> bytes:
+        """The next plaintext (at most one TLS record), b"" when none is
+        complete yet (or the peer closed)."""
+        if not self.handshake_done:
+            return b""
         try:
-            while True:
-                chunk = read(READ_SIZE)
-                if not chunk:
-                    break  # close_notify
-                chunks.append(chunk)
+            return self._tls.read(READ_SIZE)
         except ssl.SSLWantReadError:
-            pass
+            return b""
         except ssl.SSLError as err:
             raise TLSFailed(f"TLS record error: {err.reason or err}") from None
-        return chunks
+
+    def read_into(self, buffer) -> int:
+        """Like read(), but decrypted straight into `buffer` (at most its
+        length): the bytes placed, 0 when none are ready."""
+        if not self.handshake_done:
+            return 0
+        try:
+            return self._tls.read(len(buffer), buffer)
+        except ssl.SSLWantReadError:
+            return 0
+        except ssl.SSLError as err:
+            raise TLSFailed(f"TLS record error: {err.reason or err}") from None
 
     def send(self, plaintext) -> list:
         """Encrypt plaintext; return the ciphertext pieces to write.

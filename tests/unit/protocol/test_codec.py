@@ -14,7 +14,7 @@ import pytest
 
 from flud.protocol import codec, messages, session, wire
 from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame,
-                                 FrameParser, FrameType, Op, encode_frame)
+                                 FrameParser, FrameType, Op, Placed, encode_frame)
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
 from flud.protocol.messages import (KIND_ARCHIVE, KIND_SHARE, KIND_STREAMED_SHARE, MAX_NONCE,
                                     MAX_PEERS_LIST, MAX_ROOT_RECORD, NO_KEY, TO_END)
@@ -452,6 +452,42 @@ def test_a_payload_waits_for_its_last_byte():
     assert parser.buffered == 99  # the header was consumed, the payload is held
     [got] = parser.feed(frame[-1:])
     assert got.payload == b"x" * 100 and not got.end
+
+
+def test_a_diverted_data_payload_is_put_in_place_by_the_caller():
+    payload = bytes(range(100))
+    data = encode_frame(FrameType.DATA, 0, FLAG_END, 7, payload)
+    ping = encode_frame(FrameType.REQUEST, Op.PING, FLAG_END, 9, b"")
+    parser = FrameParser()
+    assert parser.data_due() is None
+    assert parser.feed(data[:HEADER_SIZE + 30]) == []
+    assert parser.data_due() == (7, 100, 30)
+    placed = bytearray(b"".join(bytes(p) for p in parser.divert()))
+    assert placed == payload[:30] and parser.diverting == 70
+    with pytest.raises(RuntimeError):
+        parser.feed(b"more")  # the rest is the caller's to place
+    with pytest.raises(RuntimeError):
+        parser.placed(71)
+    assert parser.placed(50) == [] and parser.diverting == 20
+    [frame] = parser.placed(20)
+    assert (frame.type, frame.request_id, frame.end) == (FrameType.DATA, 7, True)
+    assert type(frame.payload) is Placed and len(frame.payload) == 100
+    assert parser.data_due() is None and parser.diverting == 0
+    [after] = parser.feed(ping)  # parsing goes on where the payload ended
+    assert after.request_id == 9 and after.op == Op.PING
+
+
+def test_only_a_data_payload_still_arriving_can_be_diverted():
+    parser = FrameParser()
+    parser.feed(encode_frame(FrameType.REQUEST, Op.PING, FLAG_END, 9, b"x" * 20)[:HEADER_SIZE + 5])
+    assert parser.data_due() is None  # a message body is decoded whole
+    with pytest.raises(RuntimeError):
+        parser.divert()
+    parser = FrameParser()
+    data = encode_frame(FrameType.DATA, 0, 0, 3, b"y" * 40)
+    parser.feed(data[:HEADER_SIZE])
+    assert parser.data_due() == (3, 40, 0) and parser.divert() == []
+    assert parser.placed(40)[0].payload.length == 40
 
 
 def test_oversized_length_is_too_large_before_the_payload_arrives():

@@ -776,3 +776,67 @@ def test_a_streamed_answer_lands_in_the_buffer_the_caller_offers_when_it_fits():
     pending.finish()
     assert bytes(pending.head.data) == b"c" * 600
     assert bytes(too_small) == bytes(100)  # an answer that does not fit goes elsewhere
+
+
+def _retrieve_into(pair, server_handler, offered):
+    """A RETRIEVE whose answer the caller offers a buffer for."""
+    deferred = pair.client.request(Op.RETRIEVE, messages.RetrieveRequest(key_of(b"k")),
+                                   into=offered)
+    answer = Outcome(deferred)
+    pair.flush()
+    _, rid, op, _, _ = server_handler.requests[-1]
+    assert op == Op.RETRIEVE
+    return deferred, answer, rid
+
+
+def test_an_answer_with_a_buffer_is_decrypted_straight_into_it(pair, handlers):
+    """No bytes object per TLS record and no copy: each record of a DATA
+    payload is decrypted where it belongs (the frame headers still parse)."""
+    server_handler, _ = handlers
+    tls = pair.client._tls
+    plaintext_reads, placed_reads = [], []
+    real_read, real_read_into = tls.read, tls.read_into
+    tls.read = lambda: (plaintext_reads.append(1), real_read())[1]
+    tls.read_into = lambda view: (placed_reads.append(len(view)), real_read_into(view))[1]
+    offered = memoryview(bytearray(b"x" * (3 * DATA_CHUNK)))
+    data = bytes(range(256)) * (5 * DATA_CHUNK // 2 // 256)  # 2.5 DATA frames
+    _, answer, rid = _retrieve_into(pair, server_handler, offered)
+    pair.server.respond_stream(rid, messages.RetrieveResponse(len(data)), BytesSource(data))
+    pair.flush()
+    got = answer.result().data
+    assert bytes(got) == data and got.obj is offered.obj
+    assert bytes(offered[len(data):]) == b"x" * (len(offered) - len(data))
+    records = len(data) // (16 * 1024)
+    assert len(placed_reads) >= records  # nearly every record went straight in
+    assert len(plaintext_reads) < 20     # the heads of the frames, and the empty reads
+
+
+def test_a_request_cancelled_while_its_payload_arrives_leaves_the_buffer_alone(pair, handlers):
+    server_handler, _ = handlers
+    tls = pair.client._tls
+    offered = memoryview(bytearray(b"x" * DATA_CHUNK))
+    deferred, answer, rid = _retrieve_into(pair, server_handler, offered)
+    real_read_into = tls.read_into
+    landed = []
+
+    def read_into(view):
+        placed = real_read_into(view)
+        landed.append(placed)
+        if len(landed) == 5:  # the caller gives up mid-payload (and reuses its buffer)
+            pair.client.cancel(deferred)
+        return placed
+
+    tls.read_into = read_into
+    data = b"d" * DATA_CHUNK
+    pair.server.respond_stream(rid, messages.RetrieveResponse(len(data)), BytesSource(data))
+    pair.flush()
+    assert answer.failure(RemoteError).code == ErrorCode.CANCELLED
+    before_cancel = sum(landed[:5])
+    assert 0 < before_cancel < len(data)
+    assert bytes(offered[:before_cancel]) == b"d" * before_cancel
+    assert bytes(offered[before_cancel:]) == b"x" * (len(data) - before_cancel)
+    assert not pair.client.closed  # the rest was read aside; the stream goes on
+    server_handler.answer_ping = True
+    ping = Outcome(PeerClient(pair.client).ping())
+    pair.flush()
+    ping.result()
