@@ -91,16 +91,24 @@ class TLSEndpoint:
             raise TLSFailed(f"TLS record error: {err.reason or err}") from None
 
     def read_into(self, buffer) -> int:
-        """Like read(), but decrypted straight into `buffer` (at most its
-        length): the bytes placed, 0 when none are ready."""
+        """Decrypt what is ready straight into `buffer` (at most its length),
+        a record at a time: the bytes placed, 0 when no record is ready."""
         if not self.handshake_done:
             return 0
+        read = self._tls.read
+        view = memoryview(buffer)
+        placed = 0
         try:
-            return self._tls.read(len(buffer), buffer)
+            while placed < len(view):
+                n = read(len(view) - placed, view[placed:])
+                if not n:
+                    break  # close_notify
+                placed += n
         except ssl.SSLWantReadError:
-            return 0
+            pass
         except ssl.SSLError as err:
             raise TLSFailed(f"TLS record error: {err.reason or err}") from None
+        return placed
 
     def send(self, plaintext) -> list:
         """Encrypt plaintext; return the ciphertext pieces to write.

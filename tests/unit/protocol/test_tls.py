@@ -100,6 +100,31 @@ def test_data_split_at_odd_boundaries(contexts):
     assert b"".join(got) == b"a" * 40000 + b"bbb"
 
 
+def test_read_into_decrypts_every_ready_record_in_place(contexts):
+    server, client = endpoints(contexts)
+    handshake(server, client)
+    data = bytes(range(256)) * 160  # 40 KiB: three records
+    ciphertext = b"".join(client.send(data))
+    server.feed(ciphertext[:-1])  # the last record is not whole yet
+    buffer = bytearray(64 * 1024)
+    assert server.read_into(memoryview(buffer)[:20000]) == 20000  # stops where the buffer ends
+    assert server.read_into(memoryview(buffer)[20000:]) == 32768 - 20000
+    assert server.read_into(memoryview(buffer)[32768:]) == 0  # the third waits for its last byte
+    server.feed(ciphertext[-1:])
+    assert server.read_into(memoryview(buffer)[32768:]) == len(data) - 32768
+    assert bytes(buffer[:len(data)]) == data
+
+
+def test_read_into_a_corrupted_record_fails(contexts):
+    server, client = endpoints(contexts)
+    handshake(server, client)
+    record = bytearray(b"".join(client.send(b"x" * 1000)))
+    record[-3] ^= 0x01
+    server.feed(bytes(record))
+    with pytest.raises(TLSFailed):
+        server.read_into(bytearray(2000))
+
+
 def test_application_data_right_after_the_handshake(contexts):
     # TLS 1.2: the server finishes first and may send its first record (its
     # HELLO) with its Finished message; the client must read both in one go.

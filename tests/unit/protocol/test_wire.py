@@ -797,7 +797,7 @@ def test_an_answer_with_a_buffer_is_decrypted_straight_into_it(pair, handlers):
     plaintext_reads, placed_reads = [], []
     real_read, real_read_into = tls.read, tls.read_into
     tls.read = lambda: (plaintext_reads.append(1), real_read())[1]
-    tls.read_into = lambda view: (placed_reads.append(len(view)), real_read_into(view))[1]
+    tls.read_into = lambda view: placed_reads.append(real_read_into(view)) or placed_reads[-1]
     offered = memoryview(bytearray(b"x" * (3 * DATA_CHUNK)))
     data = bytes(range(256)) * (5 * DATA_CHUNK // 2 // 256)  # 2.5 DATA frames
     _, answer, rid = _retrieve_into(pair, server_handler, offered)
@@ -806,9 +806,9 @@ def test_an_answer_with_a_buffer_is_decrypted_straight_into_it(pair, handlers):
     got = answer.result().data
     assert bytes(got) == data and got.obj is offered.obj
     assert bytes(offered[len(data):]) == b"x" * (len(offered) - len(data))
-    records = len(data) // (16 * 1024)
-    assert len(placed_reads) >= records  # nearly every record went straight in
-    assert len(plaintext_reads) < 20     # the heads of the frames, and the empty reads
+    # Nearly all of it went straight in: not what came in a frame head's record.
+    assert sum(placed_reads) >= len(data) - 3 * 16 * 1024
+    assert len(plaintext_reads) < 20  # the heads of the frames, and the empty reads
 
 
 def test_a_request_cancelled_while_its_payload_arrives_leaves_the_buffer_alone(pair, handlers):
@@ -820,7 +820,7 @@ def test_a_request_cancelled_while_its_payload_arrives_leaves_the_buffer_alone(p
     landed = []
 
     def read_into(view):
-        placed = real_read_into(view)
+        placed = real_read_into(view[:16 * 1024])  # as if records came one by one
         landed.append(placed)
         if len(landed) == 5:  # the caller gives up mid-payload (and reuses its buffer)
             pair.client.cancel(deferred)
