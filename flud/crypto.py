@@ -19,6 +19,7 @@ from Crypto.Cipher import AES
 from Crypto.Hash import SHA256
 from Crypto.Protocol.KDF import HKDF
 
+from flud import libcrypto
 from flud.errors import IntegrityError
 
 __all__ = [
@@ -152,7 +153,6 @@ _OPENSSL_CTR = []
 def _openssl_ctr():
     """flud.libcrypto's AES-256-CTR, or None where OpenSSL 3 is missing."""
     if not _OPENSSL_CTR:
-        from flud import libcrypto
         try:
             libcrypto._lib()
             _OPENSSL_CTR.append(libcrypto.aes256_ctr_in_place)
