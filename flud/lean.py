@@ -336,9 +336,12 @@ MMAP_THRESHOLD = 1024 * 1024
 # default (128 KiB) gave back, and faulted in again, the space of nearly
 # every one of those buffers.
 TRIM_THRESHOLD = 4 * 1024 * 1024
+# A node's churn is smaller (64 KiB socket reads, a RETRIEVE range at a
+# time) and its RSS bound tighter.
+NODE_TRIM_THRESHOLD = 1024 * 1024
 
 
-def tune_malloc() -> None:
+def tune_malloc(trim_threshold: int = TRIM_THRESHOLD) -> None:
     """Fix glibc's two thresholds (measured figures in docs/DESIGN.md).
 
     Left to itself glibc raises its mmap threshold each time a large mapped
@@ -349,13 +352,14 @@ def tune_malloc() -> None:
     faulted in page by page, and the heap's top was given back and faulted
     in again all the time: ~500 page faults per MB backed up on the client,
     ~300 on the nodes, ~15% of each one's CPU. Fixed at 1 MiB with a 4 MiB
-    trim threshold, both fall to ~10 and peak RSS does not move; the buffers
-    of 1 MiB and up (segments, blocks, parity) are mapped by flud itself."""
+    trim threshold (1 MiB on a node), both fall to ~10 and peak RSS does not
+    move; the buffers of 1 MiB and up (segments, blocks, parity) are mapped
+    by flud itself."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, trim_threshold)
     except (OSError, AttributeError):
         pass
 
