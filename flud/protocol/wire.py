@@ -10,6 +10,10 @@ budget already counts) and are encrypted one TLS record at a time, only while
 the transport is not paused: the ciphertext a connection has queued in its
 transport stays under the transport's buffer size plus one record, instead of
 a whole share or tar per connection (which glibc's heap then kept).
+
+Inbound, a streamed answer that has a buffer waiting for it (a restore's
+block) is decrypted straight into that buffer, record after record
+(_divert, _place); everything else is parsed from plaintext chunks.
 """
 import collections
 import logging
@@ -340,8 +344,8 @@ class Connection(protocol.Protocol):
         return True
 
     def _place(self, tls) -> bool:
-        """Decrypt the next record of a diverted payload into place; False
-        when no whole record is here yet."""
+        """Decrypt what is ready of a diverted payload into place; False when
+        no whole record is here yet."""
         view = self._divert_view
         if view is None:  # its request was cancelled: read the rest aside
             if self._scratch is None:
