@@ -327,38 +327,41 @@ def _page_size() -> int:
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
-# Allocations from this size get their own mmap. Below it sit the buffers
-# every hot path makes and frees by the thousand: Twisted joining the TLS
-# records a connection queued (~256 KiB), a node's read of a RETRIEVE range
-# (448 KiB after the first piece), socket reads (64 KiB).
-MMAP_THRESHOLD = 1024 * 1024
-# Free memory at the top of the heap kept rather than given back. glibc's
+# Allocations from this size get their own mmap, and go back to the system
+# when freed. The client keeps glibc's default: its small files, bundles and
+# tars grow a bytearray at a time, and below the threshold they would grow
+# through the heap and leave it in holes (a 4029-file home backed up at 95 MB
+# peak RSS; 107 MB at 512 KiB, 120 MB at 1 MiB). Its hot buffers stay below
+# it instead (wire.SEND_WINDOW).
+MMAP_THRESHOLD = 128 * 1024
+# A node builds nothing that grows; what it makes and frees by the thousand
+# is a RETRIEVE range read (448 KiB after the first piece), which as a fresh
+# map cost ~110 page faults each time.
+NODE_MMAP_THRESHOLD = 1024 * 1024
+# Free memory at the top of the heap kept rather than given back: glibc's
 # default (128 KiB) gave back, and faulted in again, the space of nearly
-# every one of those buffers.
+# every socket read and TLS record.
 TRIM_THRESHOLD = 4 * 1024 * 1024
-# A node's churn is smaller (64 KiB socket reads, a RETRIEVE range at a
-# time) and its RSS bound tighter.
-NODE_TRIM_THRESHOLD = 1024 * 1024
+NODE_TRIM_THRESHOLD = 1024 * 1024  # a node's churn is smaller, its bound tighter
 
 
-def tune_malloc(trim_threshold: int = TRIM_THRESHOLD) -> None:
+def tune_malloc(mmap_threshold: int = MMAP_THRESHOLD,
+                trim_threshold: int = TRIM_THRESHOLD) -> None:
     """Fix glibc's two thresholds (measured figures in docs/DESIGN.md).
 
     Left to itself glibc raises its mmap threshold each time a large mapped
     block is freed, up to 32 MiB, and a heap fragmented by segment-sized
     blocks is never given back: a 128 MiB backup peaked at 61.7 MB RSS with
-    the sliding threshold, 55.1 MB with it fixed. Fixed at 128 KiB, though,
-    every buffer between 128 KiB and 1 MiB was a fresh map, zeroed and
-    faulted in page by page, and the heap's top was given back and faulted
-    in again all the time: ~500 page faults per MB backed up on the client,
-    ~300 on the nodes, ~15% of each one's CPU. Fixed at 1 MiB with a 4 MiB
-    trim threshold (1 MiB on a node), both fall to ~10 and peak RSS does not
-    move; the buffers of 1 MiB and up (segments, blocks, parity) are mapped
-    by flud itself."""
+    the sliding threshold, 55.1 MB with it fixed. Fixed, every buffer above
+    the threshold is a fresh map, zeroed and faulted in page by page, and
+    with glibc's trim threshold the heap's top was given back and faulted in
+    again all the time: ~500 page faults per MB backed up on the client,
+    ~300 on the nodes, ~15% of each one's CPU. With these thresholds (and
+    the client's joins kept below its threshold), ~8 and ~2."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold)
         libc.mallopt(M_TRIM_THRESHOLD, trim_threshold)
     except (OSError, AttributeError):
         pass

@@ -1,8 +1,8 @@
 """The block buffers of one file's restore: a fixed number, used again and
 again.
 
-A fresh 512 KiB bytearray per RETRIEVE answer costs its zeroing and, once the
-heap gives the memory back, a page fault per 4 KiB (see
+A fresh 512 KiB bytearray per RETRIEVE answer costs its zeroing, a page fault
+per 4 KiB and an mmap/munmap pair (glibc maps buffers this large, see
 flud.lean.tune_malloc). A file's restore receives each block into one of its
 own buffers, and a buffer goes back as soon as its block is written to disk,
 so the next segment's RETRIEVEs start block by block while the last one is

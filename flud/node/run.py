@@ -68,9 +68,10 @@ def run_forked(args, stderr_path: str) -> int:
 
 
 def run(args) -> int:
-    from flud.lean import NODE_TRIM_THRESHOLD, defer_unused_imports, release_free_memory, tune_malloc
+    from flud.lean import (NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD, defer_unused_imports,
+                           release_free_memory, tune_malloc)
     defer_unused_imports()
-    tune_malloc(NODE_TRIM_THRESHOLD)
+    tune_malloc(NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD)
     from twisted.internet import reactor
     from twisted.internet.error import CannotListenError
 

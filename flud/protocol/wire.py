@@ -47,8 +47,12 @@ READ_BUFFER = 64 * 1024
 # A connection whose party counts its send queues against an allowance
 # (LocalParty.send_queue with room()) may queue up to this much while the
 # allowance lasts: fewer, larger socket writes (each costs the sender and the
-# receiver a fixed price on top of the copy).
-SEND_WINDOW = 256 * 1024
+# receiver a fixed price on top of the copy). Twisted joins what is queued
+# into one buffer before it writes: with one record more, that buffer stays
+# below the client's mmap threshold (flud.lean), so it comes from the heap;
+# at 256 KiB each join was a fresh map (~150 page faults per MB backed up,
+# client CPU 4.2 -> 3.75 ms/MB at 96 KiB).
+SEND_WINDOW = 96 * 1024
 # Where the rest of a diverted payload goes once its request is cancelled.
 READ_SCRATCH = 16 * 1024
 # A streamed answer up to this size is received into one buffer made when its
