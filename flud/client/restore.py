@@ -22,6 +22,7 @@ from flud.crypto import content_digest, convergent_key, decrypt_ctr
 log = logging.getLogger("flud.client")
 
 SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
+LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # What one file's restore may hold: its window of block buffers (blocks.py),
 # the k primary blocks of two 2 MiB segments at the defaults (the plaintext
 # is decrypted into them).
@@ -60,6 +61,7 @@ class Restore:
         self._reported = set()
         self.failed = []
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
+        self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
 
     def report_bad(self, node_hex, key_hex, why):
         if (node_hex, key_hex) in self._reported:
@@ -90,7 +92,7 @@ class Restore:
             if record["t"] == "E":
                 self._write(dest, entry, [b""])
             elif record["t"] == "L":
-                yield self._guarded(self._large, dest, entry)
+                work.append(self._large_slots.run(self._guarded, self._large, dest, entry))
         yield settle_all(work)
         for rel, kind, mode, mtime_ns, size, target in entries:
             if kind == "symlink":

@@ -155,3 +155,38 @@ def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
         network.nodes[node_id].up = False
     with pytest.raises(StoreFailed):
         run_backup(world, [src])
+
+
+def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
+    """Each in its own window: a home of many files a few MiB large restores
+    faster than one file after the other, and memory stays bounded."""
+    from flud.client.restore import LARGE_IN_FLIGHT
+
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    rng = random.Random(5)
+    for i in range(LARGE_IN_FLIGHT + 3):
+        with open(os.path.join(src, f"big-{i}"), "wb") as f:
+            f.write(rng.randbytes(2 * MIB + 1000 * i))
+    summary, _, _ = run_backup(world, [src])
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
+    open_now, most = [0], [0]
+    make_transfer = monitor.transfer
+
+    def transfer(kind, name):
+        made = make_transfer(kind, name)
+        if kind == "download":
+            open_now[0] += 1
+            most[0] = max(most[0], open_now[0])
+            close = made.close
+            made.close = lambda: (open_now.__setitem__(0, open_now[0] - 1), close())
+        return made
+
+    monitor.transfer = transfer
+    job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
+                  Progress("restore", quiet=True), home.index.manifest(summary["snapshot"]))
+    restored = run_until(clock, job.run(str(tmp_path / "out")))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+    assert most[0] == LARGE_IN_FLIGHT and open_now[0] == 0
