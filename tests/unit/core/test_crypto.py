@@ -174,6 +174,26 @@ def test_openssls_ctr_is_pycryptodomes_keystream(offset, monkeypatch):
     assert fast == slow == encrypt_ctr(key, data, offset) and fast != bytearray(data)
 
 
+def test_ctr_is_nist_aes256_ctr_both_ways(monkeypatch):
+    """SP 800-38A F.5.5 (CTR-AES256.Encrypt): our counter is the 128-bit
+    block counter at offset // 16, so the vector's initial counter block is
+    an offset; through OpenSSL and through pycryptodome."""
+    from flud import crypto
+
+    key = bytes.fromhex("603deb1015ca71be2b73aef0857d7781""1f352c073b6108d72d9810a30914dff4")
+    offset = int("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff", 16) * 16
+    plaintext = bytes.fromhex("6bc1bee22e409f96e93d7e117393172a""ae2d8a571e03ac9c9eb76fac45af8e51")
+    expected = bytes.fromhex("601ec313775789a5b7a7f504bbf3d228""f443e3ca4d62b59aca84e990cacaf5c5")
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(crypto, "_OPENSSL_CTR", [None])
+        assert encrypt_ctr(key, plaintext, offset) == expected
+        buffer = bytearray(plaintext)
+        crypt_ctr_in_place(key, buffer, offset)
+        assert bytes(buffer) == expected
+        assert encrypt_ctr(key, plaintext[5:], offset + 5) == expected[5:]  # inside a block
+
+
 def test_crypt_ctr_in_place_refuses_read_only_buffers():
     with pytest.raises(ValueError, match="writable"):
         crypt_ctr_in_place(bytes(32), b"abc")
