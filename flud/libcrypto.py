@@ -1,6 +1,6 @@
 """P-256 keys, ECDSA over SHA-256 and SHA-256 itself, from OpenSSL's libcrypto
 through ctypes: what flud.keys needs for node identities. And AES-256-CTR in
-place, for the bulk of a large file's content (flud.crypto).
+place, for the content of backed-up files (flud.crypto).
 
 Why not pycryptodome: every flud process has libcrypto mapped already (the
 stdlib ssl module links it for TLS), so this adds only ctypes' small
@@ -151,7 +151,8 @@ def aes256_ctr_in_place(key: bytes, buffer, counter: int, skip: int = 0) -> None
             raise _failed(lib, LibcryptoError("EVP_EncryptInit_ex failed"))
         if skip:
             scratch = ctypes.create_string_buffer(skip)
-            lib.EVP_EncryptUpdate(ctx, scratch, byref(written), scratch, skip)
+            if lib.EVP_EncryptUpdate(ctx, scratch, byref(written), scratch, skip) != 1:
+                raise _failed(lib, LibcryptoError("EVP_EncryptUpdate failed"))
         for start in range(0, len(view), _CTR_PIECE):
             piece = view[start:start + _CTR_PIECE]
             target = (ctypes.c_char * len(piece)).from_buffer(piece)
