@@ -111,18 +111,9 @@ def encrypt_ctr(key: bytes, data: bytes | memoryview, offset: int = 0) -> bytes:
     offset lets a caller work on any byte range: the counter starts at the
     block holding `offset` and the keystream bytes before it are skipped.
     """
-    _check_key(key)
-    if offset < 0:
-        raise ValueError(f"offset must be >= 0, got {offset}")
-    if _openssl_ctr() is not None and len(data):  # a copy, then in place: still faster
-        out = bytearray(data)
-        _openssl_ctr()(key, out, offset // AES_BLOCK, offset % AES_BLOCK)
-        return bytes(out)
-    cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=offset // AES_BLOCK)
-    skip = offset % AES_BLOCK
-    if skip:
-        cipher.encrypt(bytes(skip))
-    return cipher.encrypt(data)
+    out = bytearray(data)  # a copy, then in place: still faster (OpenSSL)
+    crypt_ctr_in_place(key, out, offset)
+    return bytes(out)
 
 
 def decrypt_ctr(key: bytes, data: bytes | memoryview, offset: int = 0) -> bytes:
@@ -141,11 +132,12 @@ def crypt_ctr_in_place(key: bytes, buffer, offset: int = 0) -> None:
         raise ValueError("crypt_ctr_in_place needs a writable buffer")
     if not len(view):
         return
-    if _openssl_ctr() is not None:  # the same keystream, twice as fast
-        _openssl_ctr()(key, view, offset // AES_BLOCK, offset % AES_BLOCK)
+    counter, skip = divmod(offset, AES_BLOCK)
+    openssl_ctr = _openssl_ctr()
+    if openssl_ctr is not None:  # the same keystream, twice as fast
+        openssl_ctr(key, view, counter, skip)
         return
-    cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=offset // AES_BLOCK)
-    skip = offset % AES_BLOCK
+    cipher = AES.new(key, AES.MODE_CTR, nonce=_CTR_NONCE, initial_value=counter)
     if skip:
         cipher.encrypt(bytes(skip))
     cipher.encrypt(view, output=view)

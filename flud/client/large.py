@@ -333,10 +333,10 @@ class LargeFiles:
         segs[pos] = [prep.key.hex(), prep.length, prep.block_length,
                      b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex()]
 
-    def _slot_freed(self, result, queue, buffers):
-        # The buffers go back (and the next segment is read into them) once
+    def _slot_freed(self, result, queue, buffer):
+        # The buffer goes back (and the next segment is read into it) once
         # the call stack that delivered this answer has unwound.
-        self.reactor.callLater(0, queue.put, buffers)
+        self.reactor.callLater(0, queue.put, buffer)
         return result
 
     def _parity_freed(self, result, coding, parity_set):

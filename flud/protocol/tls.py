@@ -64,7 +64,9 @@ class TLSEndpoint:
         return self._outgoing.read()
 
     def receive(self, ciphertext) -> list:
-        """Feed bytes from the network; return decrypted plaintext chunks."""
+        """Feed bytes from the network; return decrypted plaintext chunks
+        (feed() then read() until empty; the wire calls those itself, to
+        decrypt some records in place with read_into())."""
         self.feed(ciphertext)
         chunks = []
         while chunk := self.read():
