@@ -619,9 +619,10 @@ class Connection(protocol.Protocol):
                     continue
                 if type(stream.source) is FedSource:
                     fed.append(stream.source)
-                if self._paused:
+                if not self._may_send():
                     # Reading paused us: keep the chunk with its stream, so a
-                    # cancel before the resume drops it unsent.
+                    # cancel before the resume drops it unsent. A fed source
+                    # is not settled while its stream holds one (_settle_fed).
                     stream.held = chunk
                     self._streams.appendleft(stream)
                     break
@@ -641,13 +642,19 @@ class Connection(protocol.Protocol):
         self._settle_fed()
 
     def _settle_fed(self):
-        """A fed buffer is let go only once no frame waiting to be encrypted
-        still holds a view of it (a paused transport can leave one there)."""
+        """A fed buffer is let go ("taken") only once its bytes are encrypted:
+        no frame waiting to be encrypted (_plain) and no chunk held by a
+        stream still holds a view of it. Every path through the pump ends
+        here, so the feeder never refills a buffer a view still points into."""
         if self._plain or not self._unsettled:
             return
+        holding = {id(s.source) for s in self._streams if s.held is not None}
         fed, self._unsettled = self._unsettled, []
         for source in fed:
-            source.settle()
+            if id(source) in holding:
+                self._unsettled.append(source)
+            else:
+                source.settle()
 
     def _park(self, stream):
         self._parked[stream.rid] = stream

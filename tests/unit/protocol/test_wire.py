@@ -844,3 +844,25 @@ def test_a_request_cancelled_while_its_payload_arrives_leaves_the_buffer_alone(p
     ping = Outcome(PeerClient(pair.client).ping())
     pair.flush()
     ping.result()
+
+
+def test_a_fed_buffer_is_not_let_go_while_a_paused_window_holds_it(node, client_party,
+                                                                    handlers):
+    """Paused by the transport but inside the send window, the pump reads a
+    fed chunk and keeps it with its stream: the feeder may not reuse its
+    buffer until that chunk is encrypted (it used to be told at once, and
+    the node received the next segment's bytes under this one's key)."""
+    client_party.send_queue = _RoomyQueue(10 * 1024 * 1024)
+    server_handler, client_handler = handlers
+    pair = connect(node, server_handler, client_party, client_handler)
+    source, _, _ = _fed_store(pair, DATA_CHUNK)
+    pair.flush()
+    pair.client.pauseProducing()  # paused, with the window's room left
+    buffer = bytearray(b"a" * DATA_CHUNK)
+    fed = Outcome(source.feed(buffer))
+    if fed.fired:  # the feeder takes this as leave to fill its buffer again
+        buffer[:] = b"b" * DATA_CHUNK
+    pair.client.resumeProducing()
+    pair.flush()
+    assert fed.fired
+    assert b"".join(data for _, _, data, _ in server_handler.data) == b"a" * DATA_CHUNK
