@@ -481,7 +481,7 @@ class Backup(LargeFiles):
             yield self.network.call(node_id, "store", tar.key, tar.data, KIND_ARCHIVE)
         except Exception as err:
             log.warning("a tar for node %s failed (%s); moving its shares", tar.node[:12], err)
-            self.network.mark_failed(node_id)
+            self.network.blame(node_id, err)
             with self._aggregator_lock:
                 moves = self.aggregator.replace(tar)
             self._apply_moves(moves)

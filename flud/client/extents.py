@@ -24,7 +24,6 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
-from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
 
@@ -92,6 +91,9 @@ class ExtentUpload:
         self.size = size
         self.clock = clock
         self.streams = []
+        # Once cancelled, what its streams fail with is our doing: the wire
+        # fails a cancelled stream's waiting feeds, and those nodes did no wrong.
+        self.cancelled = False
 
     @defer.inlineCallbacks
     def open(self):
@@ -101,8 +103,8 @@ class ExtentUpload:
         self.streams = [value if ok else None for ok, value in results]
         for (ok, value), node in zip(results, self.nodes):
             if not ok:
-                self.cancel()
                 self._blame(node, value)
+                self.cancel()
                 raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}")
 
     def feed(self, shares, indexes) -> defer.Deferred:
@@ -115,6 +117,7 @@ class ExtentUpload:
                          "did not commit")
 
     def cancel(self) -> None:
+        self.cancelled = True
         for stream in self.streams:
             if stream is not None:
                 stream.cancel()
@@ -129,7 +132,6 @@ class ExtentUpload:
             if not result.called:
                 if timer.active():
                     timer.cancel()
-                # Called first: what the cancel fails next is not blamed.
                 result.errback(ExtentFailed(f"node {node.hex()[:12]}: {why}"))
                 self.cancel()
 
@@ -137,8 +139,7 @@ class ExtentUpload:
             left.discard(i)
             node = self.nodes[i]
             if isinstance(outcome, Failure):
-                if not result.called:
-                    self._blame(node, outcome)
+                self._blame(node, outcome)
                 fail(outcome.getErrorMessage(), node)
             elif not left and not result.called:
                 timer.cancel()
@@ -146,7 +147,7 @@ class ExtentUpload:
 
         def stalled():
             slow = min(left)
-            self.network.mark_failed(self.nodes[slow])
+            self.network.mark_failed(self.nodes[slow], f"{stalled_means} in {STALL_TIMEOUT:.0f} s")
             fail(f"{stalled_means} in {STALL_TIMEOUT:.0f} s", self.nodes[slow])
 
         timer = self.clock.callLater(STALL_TIMEOUT, stalled)
@@ -158,6 +159,5 @@ class ExtentUpload:
         return result
 
     def _blame(self, node, failure) -> None:
-        # Our own cancel is not the node's fault.
-        if not (failure.check(RemoteError) and failure.value.code == ErrorCode.CANCELLED):
-            self.network.mark_failed(node)
+        if not self.cancelled:
+            self.network.blame(node, failure)

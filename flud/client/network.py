@@ -3,6 +3,7 @@ import logging
 
 from twisted.internet import defer
 
+from flud.client.health import NodeHealth
 from flud.client.net import ClientNet, NodeAddress
 from flud.client.placement import rank
 
@@ -113,7 +114,8 @@ class Network:
         self.net = ClientNet(reactor, home)
         self.bootstrap = list(bootstrap)
         self.nodes = {}       # node id -> NodeAddress
-        self.failed = set()   # node ids that failed during this run
+        self.health = NodeHealth()
+        self.failed = self.health.failed  # node ids that failed during this run
 
     @property
     def client_id(self) -> bytes:
@@ -189,10 +191,13 @@ class Network:
         self.net.local.send_queue = queue
         return queue
 
-    def mark_failed(self, node_id: bytes) -> None:
-        if node_id not in self.failed:
-            log.warning("node %s failed; using others", node_id.hex()[:12])
-        self.failed.add(node_id)
+    def mark_failed(self, node_id: bytes, why=None) -> None:
+        self.health.mark_failed(node_id, why)
+
+    def blame(self, node_id: bytes, error) -> bool:
+        """Count a request's error against its node (NodeHealth); True if
+        the node is now failed for the rest of the run."""
+        return self.health.blame(node_id, error)
 
     def close(self) -> None:
         self.net.close()

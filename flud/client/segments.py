@@ -207,7 +207,7 @@ class SegmentUpload:
             return self._check_stuck()
         log.warning("share %d of a segment failed on %s: %s", index, node_id.hex()[:12],
                     failure.getErrorMessage())
-        self.network.mark_failed(node_id)
+        self.network.blame(node_id, failure)
         replacement = next(self.spare, None)
         if replacement is not None and self.attempts[index] < MAX_ATTEMPTS_PER_SHARE:
             return self._launch(index, replacement)

@@ -449,10 +449,13 @@ class Connection(protocol.Protocol):
                 del self._pending[rid]
                 if self._divert_item is item:  # its buffer is the caller's again
                     self._divert_view = self._divert_item = None
-                self._drop_stream(rid)
+                # A feeder still feeding learns it was cancelled, not that
+                # the connection was lost (which would blame the node).
+                cancelled = RemoteError(ErrorCode.CANCELLED, "cancelled")
+                self._drop_stream(rid, cancelled)
                 self.session.cancel(rid)
                 self._flush()
-                item.deferred.errback(RemoteError(ErrorCode.CANCELLED, "cancelled"))
+                item.deferred.errback(cancelled)
                 return
 
     # ---- answers we send (for the handler) ---------------------------------

@@ -9,6 +9,7 @@ from twisted.python.failure import Failure
 
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import TO_END
+from flud.client.health import NodeHealth
 from flud.client.placement import rank
 from storage.errors import StorageError
 from storage.memory import MemoryShareStore
@@ -66,7 +67,8 @@ class FakeNetwork:
         self.client_id = client_id
         self.delay = delay
         self.nodes = {bytes([i]) * 32: FakeNode(bytes([i]) * 32) for i in range(1, nodes + 1)}
-        self.failed = set()
+        self.health = NodeHealth()
+        self.failed = self.health.failed
         self.calls = {}
 
     def alive_ids(self):
@@ -102,8 +104,11 @@ class FakeNetwork:
     def cancel(self, node_id, d):
         d.cancel()
 
-    def mark_failed(self, node_id):
-        self.failed.add(node_id)
+    def mark_failed(self, node_id, why=None):
+        self.health.mark_failed(node_id, why)
+
+    def blame(self, node_id, error):
+        return self.health.blame(node_id, error)
 
     def close(self):
         pass

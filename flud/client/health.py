@@ -1,0 +1,55 @@
+"""What one run holds against each node: the one place that decides when a
+node is failed (no more work goes to it this run) and when it is not.
+
+A node is failed for what it did: it refused, hung up, or stalled. What the
+client cancelled itself (a sibling stream of a failed extent, a hedge that
+lost) is never held against the node that was serving it. A stream the
+node found not to match its key is a strike, not a verdict: the client's
+own bytes may be what was wrong, so the node is failed at its second.
+"""
+import logging
+
+from twisted.python.failure import Failure
+
+from flud.protocol.errors import ErrorCode, RemoteError
+
+log = logging.getLogger("flud.client")
+
+MISMATCH_STRIKES = 2
+
+
+def _error_of(error) -> BaseException:
+    return error.value if isinstance(error, Failure) else error
+
+
+def is_cancel(error) -> bool:
+    err = _error_of(error)
+    return isinstance(err, RemoteError) and err.code == ErrorCode.CANCELLED
+
+
+class NodeHealth:
+    def __init__(self):
+        self.failed = set()      # node ids no work goes to for the rest of the run
+        self._mismatches = {}    # node id -> streams it found not matching their key
+
+    def blame(self, node_id: bytes, error) -> bool:
+        """Count `error` (an exception or Failure from that node's request)
+        against the node; True if the node is now failed."""
+        err = _error_of(error)
+        if is_cancel(err):
+            return False
+        if isinstance(err, RemoteError) and err.code == ErrorCode.HASH_MISMATCH:
+            strikes = self._mismatches.get(node_id, 0) + 1
+            self._mismatches[node_id] = strikes
+            if strikes < MISMATCH_STRIKES:
+                log.warning("node %s: %s (strike %d of %d)", node_id.hex()[:12], err.message,
+                            strikes, MISMATCH_STRIKES)
+                return False
+        self.mark_failed(node_id, err)
+        return True
+
+    def mark_failed(self, node_id: bytes, why=None) -> None:
+        if node_id not in self.failed:
+            reason = f": {why}" if why is not None else ""
+            log.warning("node %s failed; using others%s", node_id.hex()[:12], reason)
+        self.failed.add(node_id)

@@ -1,0 +1,81 @@
+"""A node is failed for what it did, not for what the client cancelled
+(issue 16, item 2): one bad stream of an extent must not take its healthy
+siblings down with it."""
+from twisted.internet import defer, task
+
+from flud.client.extents import ExtentFailed, ExtentUpload
+from flud.client.health import NodeHealth
+from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
+from tests.unit.client.fakes import FakeNetwork
+from tests.unit.protocol.helpers import Outcome
+
+
+class _HeldStream:
+    """A streamed STORE whose feeds wait until the test settles them; a
+    cancel fails what waits the way the wire does (FedSource.close)."""
+
+    def __init__(self, cancel_error):
+        self.waiting = []
+        self.cancel_error = cancel_error
+        self.cancelled = False
+
+    def feed(self, data):
+        d = defer.Deferred()
+        self.waiting.append(d)
+        return d
+
+    def finish(self, key):
+        return self.feed(key)
+
+    def cancel(self):
+        self.cancelled = True
+        waiting, self.waiting = self.waiting, []
+        for d in waiting:
+            d.errback(self.cancel_error)
+
+
+def _upload(network, nodes, cancel_error):
+    streams = {node: _HeldStream(cancel_error) for node in nodes}
+    network.open_store = lambda node, size: defer.succeed(streams[node])
+    upload = ExtentUpload(network, nodes, 100, network.clock)
+    Outcome(upload.open()).result()
+    return upload, [streams[n] for n in nodes]
+
+
+def test_a_failed_stream_blames_its_node_and_no_other(monkeypatch):
+    clock = task.Clock()
+    network = FakeNetwork(clock, nodes=4)
+    nodes = sorted(network.nodes)
+    # the wire used to fail a cancelled stream's waiting feeds with ConnectionLost
+    for cancel_error in (ConnectionLost("the request ended"),
+                         RemoteError(ErrorCode.CANCELLED, "cancelled")):
+        network.failed.clear()
+        upload, streams = _upload(network, nodes, cancel_error)
+        shares = [b"x"] * 4
+        primaries = Outcome(upload.feed(shares, [0, 1]))
+        parity = Outcome(upload.feed(shares, [2, 3]))  # a second wait on the same extent
+        streams[0].waiting.pop().errback(ConnectionLost("node 0 went away"))
+        assert primaries.failure(ExtentFailed)
+        assert parity.failure(ExtentFailed)  # cancelled with its extent
+        assert all(s.cancelled for s in streams)
+        assert network.failed == {nodes[0]}
+
+
+def test_one_hash_mismatch_does_not_fail_a_node_and_a_second_does():
+    health = NodeHealth()
+    node = b"n" * 32
+    mismatch = RemoteError(ErrorCode.HASH_MISMATCH, "uploaded data does not match its key")
+    assert not health.blame(node, mismatch)
+    assert node not in health.failed
+    assert health.blame(node, mismatch)
+    assert node in health.failed
+
+
+def test_a_cancel_is_never_held_against_a_node():
+    health = NodeHealth()
+    node = b"n" * 32
+    for _ in range(3):
+        assert not health.blame(node, RemoteError(ErrorCode.CANCELLED, "cancelled"))
+    assert health.failed == set()
+    assert health.blame(node, ConnectionLost("connection lost"))
+    assert health.failed == {node}
