@@ -2,10 +2,13 @@
 import logging
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from flud.client.health import NodeHealth
 from flud.client.net import ClientNet, NodeAddress
 from flud.client.placement import rank
+from flud.protocol.errors import ConnectionLost
+from flud.protocol.stall import PeerStalled, StallWatch
 
 log = logging.getLogger("flud.client")
 
@@ -107,6 +110,10 @@ class NotEnoughNodes(Exception):
     pass
 
 
+class NodeUnavailable(ConnectionLost):
+    """A node this run already found failed or stalled: not asked again."""
+
+
 class Network:
     def __init__(self, reactor, home: str, bootstrap):
         """bootstrap: [(host, port)] of nodes to ask for the member list."""
@@ -116,6 +123,7 @@ class Network:
         self.nodes = {}       # node id -> NodeAddress
         self.health = NodeHealth()
         self.failed = self.health.failed  # node ids that failed during this run
+        self.watch = StallWatch(reactor, self.net.pool.connections, self._stalled)
 
     @property
     def client_id(self) -> bytes:
@@ -151,13 +159,38 @@ class Network:
         return self.nodes[node_id]
 
     def peer(self, node_id: bytes):
+        """Deferred[PeerClient]. A node that failed this run is not asked
+        again (NodeUnavailable at once); one that cannot be reached within
+        the stall deadline (a stopped node completes TCP from its kernel's
+        backlog, never TLS) is failed, so the callers use other holders."""
         node = self.nodes.get(node_id)
         if node is None:
             return defer.fail(KeyError(f"node {node_id.hex()[:12]} is unknown"))
-        return self.net.peer(node).addTimeout(CONNECT_TIMEOUT, self.reactor)
+        if node_id in self.failed:
+            return defer.fail(NodeUnavailable(
+                f"node {node_id.hex()[:12]} failed earlier in this run"))
+        self.watch.start()
+        deadline = self.watch.deadline()
+        d = self.net.peer(node).addTimeout(deadline, self.reactor)
+        d.addErrback(self._unreachable, node_id, deadline)
+        return d
+
+    def _unreachable(self, failure, node_id, deadline):
+        if failure.check(defer.TimeoutError):
+            failure = Failure(PeerStalled(f"node {node_id.hex()[:12]} did not complete "
+                                          f"its handshake in {deadline:.1f} s"))
+        self.mark_failed(node_id, failure.getErrorMessage())
+        return failure
+
+    def _stalled(self, conn, silence: float) -> None:
+        """The stall watch found a connection silent past its deadline."""
+        error = PeerStalled(f"node {conn.peer_id.hex()[:12]} made no progress for "
+                            f"{silence:.1f} s (deadline {self.watch.deadline():.1f} s)")
+        self.mark_failed(conn.peer_id, error)
+        conn.abort(error)
 
     def call(self, node_id: bytes, method: str, *args, **kwargs):
-        """peer(node).method(*args); a connection failure marks the node failed."""
+        """peer(node).method(*args, **kwargs)."""
         d = self.peer(node_id)
         d.addCallback(lambda p: getattr(p, method)(*args, **kwargs))
         return d
@@ -200,4 +233,5 @@ class Network:
         return self.health.blame(node_id, error)
 
     def close(self) -> None:
+        self.watch.stop()
         self.net.close()

@@ -315,7 +315,9 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     landed, so a segment costs its shares' memory and nothing more. (A large
     file's full segments are restored block by block instead: blocks.py.)"""
     k = coder.k
-    holders = sorted(record["shares"], key=lambda s: s[0])  # primaries first: no decode
+    # Primaries first (no decode), but nodes this run found failed last.
+    failed = getattr(network, "failed", ())
+    holders = sorted(record["shares"], key=lambda s: (bytes.fromhex(s[2]) in failed, s[0]))
     waiting = iter(holders)
     got = {}
     failures = []

@@ -34,6 +34,10 @@ class ConnectionPool:
         if self._by_peer.get(conn.peer_id) is conn:
             del self._by_peer[conn.peer_id]
 
+    def connections(self) -> list:
+        """Every open connection, to watch (flud.protocol.stall)."""
+        return [conn for conn in self._by_peer.values() if not conn.closed]
+
     def connection(self, node_id):
         """The open connection to a peer, if there is one."""
         conn = self._by_peer.get(node_id)

@@ -207,10 +207,11 @@ def _answer_buffer(total: int):
 
 
 class _Pending:
-    __slots__ = ("deferred", "op", "sink", "into", "head", "parts", "buffer", "filled")
+    __slots__ = ("deferred", "op", "sink", "into", "head", "parts", "buffer", "filled", "sent")
 
     def __init__(self, op, sink, into=None):
         self.deferred = defer.Deferred()
+        self.sent = False  # the request went out whole: the answer is the peer's to give
         self.op = op
         self.sink = sink
         self.into = into  # a writable buffer the caller offers for the answer
@@ -284,6 +285,8 @@ class Connection(protocol.Protocol):
         self._scratch = None
         self.bytes_in = 0
         self.bytes_out = 0
+        self._lost_reason = None  # what pending requests fail with (abort)
+        self._reading_paused = False
 
     # ---- Twisted protocol --------------------------------------------------
 
@@ -376,7 +379,7 @@ class Connection(protocol.Protocol):
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         pending, self._pending = self._pending, {}
-        lost = ConnectionLost(f"connection to {self.describe()} was lost")
+        lost = self._lost_reason or ConnectionLost(f"connection to {self.describe()} was lost")
         for item in pending.values():
             item.deferred.errback(lost)
         for stream in list(self._streams) + list(self._parked.values()):
@@ -400,7 +403,8 @@ class Connection(protocol.Protocol):
         self._paused = True
 
     def resumeProducing(self):
-        # The transport wrote out everything it held.
+        # The transport wrote out everything it held: the peer is reading.
+        self._last_activity = self.clock.seconds()
         self._paused = False
         self._since_drain = 0
         self._count_queued(0)
@@ -411,10 +415,37 @@ class Connection(protocol.Protocol):
         self._paused = True
 
     def pause_reading(self):
+        self._reading_paused = True
         self.transport.pauseProducing()
 
     def resume_reading(self):
+        self._reading_paused = False
+        self._last_activity = self.clock.seconds()
         self.transport.resumeProducing()
+
+    # ---- progress (flud.protocol.stall watches it) -------------------------
+
+    @property
+    def last_progress(self) -> float:
+        """When the peer last showed it is alive: bytes arrived, or our
+        transport drained what it held for the peer."""
+        return self._last_activity
+
+    def owes_us(self) -> bool:
+        """The peer has something to do for us and nothing of it waits on us:
+        answer a request that went out whole, or read what we hold for it."""
+        if self.closed or self._reading_paused:
+            return False
+        if self._paused and (self._plain or self._streams):
+            return True
+        return any(item.sent for item in self._pending.values())
+
+    def abort(self, error: BaseException) -> None:
+        """Drop the connection now; its requests fail with `error`."""
+        if self.closed or self.transport is None:
+            return
+        self._lost_reason = error
+        self._fail(error)
 
     # ---- requests we send --------------------------------------------------
 
@@ -436,6 +467,7 @@ class Connection(protocol.Protocol):
         end = source is None or source.remaining == 0
         rid = self.session.send_request(op, body, end=end)
         pending = _Pending(op, sink, into)
+        pending.sent = end
         self._pending[rid] = pending
         if not end:
             self._streams.append(_Stream(rid, source, False, None))
@@ -638,6 +670,10 @@ class Connection(protocol.Protocol):
                 stream.source.close()
                 if stream.on_done is not None:
                     stream.on_done()
+                if not stream.is_response:
+                    item = self._pending.get(stream.rid)
+                    if item is not None:
+                        item.sent = True
             else:
                 self._streams.append(stream)
             self._flush()
