@@ -133,17 +133,23 @@ def photo_tree(root, count, seed):
 
 # ---- who holds what ------------------------------------------------------------------------
 
+def large_records(manifest) -> list:
+    """The content records of the manifest's large files."""
+    contents = manifest["contents"]
+    records = contents.values() if isinstance(contents, dict) else contents
+    return [r for r in records if isinstance(r, dict) and r.get("t") == "L"]
+
+
 def primary_holders(home) -> Counter:
     """node hex -> primary blocks (shares 0..k-1) it holds, over every large file."""
     manifest = manifest_of(home)
     k = manifest.get("k", K)
     held = Counter()
-    for record in manifest["contents"]:
-        if isinstance(record, dict) and record.get("t") == "L":
-            for extent in record["ext"]:
-                for index, _, node in extent["shares"]:
-                    if index < k:
-                        held[node] += len(extent["segs"])
+    for record in large_records(manifest):
+        for extent in record["ext"]:
+            for index, _, node in extent["shares"]:
+                if index < k:
+                    held[node] += len(extent["segs"])
     return held
 
 
@@ -361,11 +367,12 @@ def test_node_killed_mid_store_with_uploads_at_once(net, tmp_path):
         result = finish(started, 300)
         assert_clean(result, may_fail=[node["node_id"]])
         manifest = manifest_of(home)
-        for record in manifest["contents"]:
-            if isinstance(record, dict) and record.get("t") == "L":
-                for extent in record["ext"]:
-                    holders = {n for _, _, n in extent["shares"]}
-                    assert len(holders) == N and node["node_id"] not in holders, extent["shares"]
+        records = large_records(manifest)
+        assert records, "the manifest names no large file"
+        for record in records:
+            for extent in record["ext"]:
+                holders = {n for _, _, n in extent["shares"]}
+                assert len(holders) == N and node["node_id"] not in holders, extent["shares"]
         restore_and_compare(home, src, tmp_path / "dest", limit=120)  # the victim still down
     finally:
         if popen.poll() is None:
