@@ -176,7 +176,9 @@ class Network:
         return d
 
     def _unreachable(self, failure, node_id, deadline):
-        if failure.check(defer.TimeoutError):
+        # The caller whose timer ran out sees TimeoutError; the others that
+        # waited on the same dial see it cancelled.
+        if failure.check(defer.TimeoutError, defer.CancelledError):
             failure = Failure(PeerStalled(f"node {node_id.hex()[:12]} did not complete "
                                           f"its handshake in {deadline:.1f} s"))
         self.mark_failed(node_id, failure.getErrorMessage())

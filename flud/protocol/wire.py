@@ -383,7 +383,7 @@ class Connection(protocol.Protocol):
         for item in pending.values():
             item.deferred.errback(lost)
         for stream in list(self._streams) + list(self._parked.values()):
-            stream.source.close()
+            _close_source(stream.source, lost)  # a feeder learns why
         self._streams.clear()
         self._parked.clear()
         self._plain.clear()
