@@ -8,6 +8,7 @@ An identity's ID is SHA-256 of the DER SubjectPublicKeyInfo of its public key
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import stat
 import struct
@@ -163,11 +164,14 @@ def _pem_private_der(pem: bytes) -> bytes:
     raise ValueError("no PEM private key block")
 
 
-def write_private_file(path: str | os.PathLike, data: bytes) -> None:
+def write_private_file(path: str | os.PathLike, data: bytes, replace: bool = True) -> None:
     """Write data so that it is never visible half-written nor readable by others.
 
     Temp file created 0600 (never widened by umask), fsynced, renamed over the
     target, then the directory fsynced so the rename survives a crash.
+    replace=False: FileExistsError if anything (a symlink included) has the
+    name, checked by the kernel as the file takes it (a hard link, not a
+    rename), so nothing made meanwhile is overwritten either.
     """
     path = Path(path)
     temp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")  # secrets.token_hex(4)
@@ -177,15 +181,28 @@ def write_private_file(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
+        if replace:
+            os.replace(temp, path)
+        else:
+            _link_new(temp, path)
+    finally:
         temp.unlink(missing_ok=True)
-        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _link_new(temp: Path, path: Path) -> None:
+    try:
+        os.link(temp, path, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:  # a filesystem without hard links: checked, then renamed
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "file exists", str(path)) from None
+        os.replace(temp, path)
 
 
 # --- self-signed TLS certificate ----------------------------------------------

@@ -4,7 +4,15 @@ import os
 import sys
 import time
 
+from flud.errors import FludError
+
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
+
+
+class NoPassphrase(FludError):
+    """No FLUD_PASSPHRASE and no terminal to ask on."""
+
+    code = "NO_PASSPHRASE"
 
 
 def add_client_commands(sub) -> None:
@@ -24,6 +32,7 @@ def add_client_commands(sub) -> None:
     export = key.add_parser("export", help="write the key, protected by a passphrase")
     export.add_argument("--home", required=True)
     export.add_argument("file")
+    export.add_argument("--force", action="store_true", help="replace FILE if it exists")
     export.set_defaults(handler=cmd_key_export)
 
     backup = sub.add_parser("backup", help="back up directories")
@@ -57,6 +66,9 @@ def add_client_commands(sub) -> None:
     verify.add_argument("--home", required=True)
     verify.add_argument("--sample", type=float, default=1.0, metavar="FRACTION")
     verify.add_argument("--snapshot", type=int)
+    verify.add_argument("--full", action="store_true",
+                        help="challenge every byte of every share (runs otherwise alternate "
+                             "between that and a spot check of one 64 KiB span)")
     verify.set_defaults(handler=cmd_verify)
 
 
@@ -80,7 +92,9 @@ def _passphrase(prompt: str) -> str:
     if env is not None:
         return env
     if not sys.stdin.isatty():
-        raise SystemExit("no passphrase: set FLUD_PASSPHRASE or run in a terminal")
+        # An error like any other (exit 2), not SystemExit's bare exit 1.
+        raise NoPassphrase("no passphrase: set FLUD_PASSPHRASE, or run this in a terminal "
+                           "to be asked for one")
     return getpass.getpass(prompt)
 
 
@@ -122,15 +136,33 @@ def cmd_init(args) -> int:
 
 
 def cmd_key_export(args) -> int:
-    from flud.client.home import ClientHome
+    from flud.client.home import ClientHome, HomeError
     from flud.keys import export_secret_bundle, write_private_file
 
-    home = ClientHome(args.home)
-    passphrase = _passphrase("passphrase to protect the key: ")
+    try:
+        home = ClientHome(args.home)
+    except HomeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    exists = (f"error: {args.file} already exists; choose another file, or add --force "
+              f"to replace it")
+    if os.path.lexists(args.file) and not args.force:  # before asking for the passphrase
+        print(exists, file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        passphrase = _passphrase("passphrase to protect the key: ")
+    except NoPassphrase as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
     if len(passphrase) < 8:
         print("error: use a passphrase of at least 8 characters", file=sys.stderr)
         return EXIT_ERROR
-    write_private_file(args.file, export_secret_bundle(home.identity, home.secret, passphrase))
+    bundle = export_secret_bundle(home.identity, home.secret, passphrase)
+    try:
+        write_private_file(args.file, bundle, replace=args.force)
+    except FileExistsError:  # made since the check above
+        print(exists, file=sys.stderr)
+        return EXIT_ERROR
     print(f"key written to {args.file} (mode 0600); restore with "
           f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
     return EXIT_OK

@@ -29,6 +29,7 @@ STAGING_SIZE = 1024 * 1024  # one device read per MiB of an unaligned range
 KEEP_SPARE = 4  # staging buffers kept for reuse (reused pages are already mapped)
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def round_up(n: int) -> int:
@@ -63,12 +64,13 @@ class _StagingPool:
 STAGING = _StagingPool()
 
 
-def open_direct(path: str, flags: int) -> int | None:
-    """An O_DIRECT descriptor for path, or None where the filesystem has no O_DIRECT."""
+def open_direct(path: str, flags: int, dir_fd: int | None = None) -> int | None:
+    """An O_DIRECT descriptor for path (relative to dir_fd if given), or None
+    where the filesystem has no O_DIRECT."""
     if not _O_DIRECT:
         return None
     try:
-        return os.open(path, flags | _O_DIRECT)
+        return os.open(path, flags | _O_DIRECT, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.EINVAL:
             return None
@@ -191,14 +193,30 @@ class PositionalWriter(_ClosedOnExit):
     """A new file written piece by piece at the pieces' own offsets, in any
     order: page-aligned whole blocks at aligned offsets go to the device
     (O_DIRECT), anything else through the page cache. finish(length) sets
-    the file's length and makes every byte durable."""
+    the file's length and makes every byte durable.
 
-    def __init__(self, path: str, mode: int = 0o600) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    With dir_fd, path is a name in that directory, and the file must be new:
+    created O_EXCL | O_NOFOLLOW, so nothing already there (a symlink
+    included) is followed or written (FileExistsError). A restore opens its
+    files so (client/destdir.py)."""
+
+    def __init__(self, path: str, mode: int = 0o600, dir_fd: int | None = None) -> None:
+        if dir_fd is None:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        else:
+            self.fd = os.open(path, _NEW_FLAGS, mode, dir_fd=dir_fd)
+        self._direct = None
         try:
-            self._direct = open_direct(path, os.O_WRONLY)
+            if dir_fd is None:
+                self._direct = open_direct(path, os.O_WRONLY | os.O_CLOEXEC)
+            else:
+                self._direct = open_direct(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW,
+                                           dir_fd)
+            if self._direct is not None and not _same_file(self.fd, self._direct):
+                # The name was replaced between the two opens: write nothing.
+                raise FileExistsError(errno.EEXIST, "the file was replaced while opened", path)
         except BaseException:
-            os.close(self.fd)
+            self.close()
             raise
 
     def write_at(self, offset: int, data) -> None:
@@ -223,3 +241,8 @@ class PositionalWriter(_ClosedOnExit):
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
+
+
+def _same_file(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)

@@ -6,6 +6,11 @@ the primary share of their bundle, many requests pipelined per node; if the
 primary is missing or corrupt, the same range from k other shares and a zfec
 decode of just that range. Every file is checked against its convergent key
 before it is written, so a corrupt share never reaches a file.
+
+Every path under DEST goes through client/destdir.py: directories opened one
+name at a time, never through a symlink. An entry whose path would pass
+through one (or is not a plain relative path) is refused, reported and
+skipped; the rest is restored.
 """
 import logging
 import os
@@ -13,6 +18,7 @@ import os
 from twisted.internet import defer
 
 from flud.client.blocks import BlockRestore
+from flud.client.destdir import SafeDest, UnsafePath
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
 from flud.client.segments import FetchFailed
@@ -28,6 +34,8 @@ LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
 BESIDE_SUFFIX = ".flud-restored"
+TEMP_SUFFIX = ".flud-part"
+TEMP_TRIES = 100  # names tried for a temp file (one left by an interrupted run is kept)
 
 
 class RestoreError(Exception):
@@ -56,10 +64,14 @@ class Restore:
         self.segment_coder = SegmentCoder(k, n)
         self.bundle_coder = SegmentCoder(k, n)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
-                        "failed": 0, "bad_shares": 0, "retrieves": 0}
+                        "failed": 0, "refused": 0, "bad_shares": 0, "retrieves": 0}
         self.bad_shares = []
         self._reported = set()
         self.failed = []
+        self.refused = []  # [(path in the snapshot, why)]
+        self._refused = set()
+        self.dest = None  # a SafeDest while run() runs
+        self._temps = 0
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
         self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
 
@@ -71,74 +83,105 @@ class Restore:
         self.bad_shares.append((node_hex, key_hex, why))
         self.progress.warn(f"share {key_hex[:16]} on node {node_hex[:12]}: {why}; using others")
 
+    def refuse(self, rel, why):
+        """Skip an entry whose path is not safe to write; said once per entry."""
+        if rel in self._refused:
+            return
+        self._refused.add(rel)
+        self.summary["refused"] += 1
+        self.refused.append((rel, why))
+        self.progress.warn(f"refused {rel}: {why}")
+
+    def _safe(self, rel, fn, *args):
+        """fn(*args); False (and the entry refused) if its path is not safe."""
+        if rel in self._refused:
+            return False
+        try:
+            fn(*args)
+        except UnsafePath as err:
+            self.refuse(rel, err.why)
+            return False
+        return True
+
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        dest = os.path.abspath(dest)
         entries = select(self.manifest["entries"], paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
+        self.dest = SafeDest(dest)
+        try:
+            yield self._run(entries)
+        finally:
+            self.dest.close()
+        return self.summary
+
+    @defer.inlineCallbacks
+    def _run(self, entries):
         files = [e for e in entries if e[1] == "file"]
         self.progress.start(len(files), sum(e[4] for e in files))
-        os.makedirs(dest, exist_ok=True)
-        for rel, kind, mode, mtime_ns, size, last in entries:
-            if kind == "dir":
-                os.makedirs(self._target(dest, rel), exist_ok=True)
+        for rel, kind, *_ in entries:
+            if kind == "dir" and self._safe(rel, self.dest.make_dir, rel):
                 self.summary["dirs"] += 1
+        # Refused before anything is fetched for them (a file is checked
+        # again where it is written).
+        files = [e for e in files if self._safe(e[0], self._check_parent, e[0])]
         contents = self.manifest["contents"]
         small = [e for e in files if contents[e[5]]["t"] == "S"]
-        work = [self._slots.run(self._small, dest, e) for e in small]
+        work = [self._slots.run(self._small, e) for e in small]
         for entry in files:
             record = contents[entry[5]]
             if record["t"] == "E":
-                self._write(dest, entry, [b""])
+                self._safe(entry[0], self._write, entry, [b""])
             elif record["t"] == "L":
-                work.append(self._large_slots.run(self._guarded, self._large, dest, entry))
+                work.append(self._large_slots.run(self._guarded, self._large, entry))
         yield settle_all(work)
         for rel, kind, mode, mtime_ns, size, target in entries:
             if kind == "symlink":
-                self._symlink(dest, rel, target, mtime_ns)
+                self._safe(rel, self._symlink, rel, target, mtime_ns)
         for rel, kind, mode, mtime_ns, size, last in sorted(entries, reverse=True):
             if kind == "dir":  # after their contents: writing into them moved mtime
-                path = self._target(dest, rel)
-                os.chmod(path, mode)
-                os.utime(path, ns=(mtime_ns, mtime_ns))
+                self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
         self.progress.finish()
-        return self.summary
 
-    def _target(self, dest, rel) -> str:
-        path = os.path.normpath(os.path.join(dest, rel))
-        if path != dest and not path.startswith(dest + os.sep):
-            raise RestoreError(f"refusing a path outside {dest}: {rel}")
-        return path
+    def _check_parent(self, rel):
+        self.dest.place(rel).close()
 
     @defer.inlineCallbacks
-    def _guarded(self, fn, dest, entry):
+    def _guarded(self, fn, entry):
         try:
-            yield fn(dest, entry)
+            yield fn(entry)
+        except UnsafePath as err:
+            self.refuse(entry[0], err.why)
         except (FetchFailed, RestoreError, OSError) as err:
             self.summary["failed"] += 1
             self.failed.append((entry[0], str(err)))
             self.progress.warn(f"could not restore {entry[0]}: {err}")
 
     @defer.inlineCallbacks
-    def _large(self, dest, entry):
+    def _large(self, entry):
         """Block by block into a temp file (flud/client/blocks.py), a window
         of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
         record = self.manifest["contents"][entry[5]]
         transfer = self.monitor.transfer("download", entry[0])
-        path, temp = self._paths(dest, entry)
+        place = self.dest.place(entry[0])
         try:
-            with PositionalWriter(temp) as out:
-                yield BlockRestore(self, record, out, transfer, FILE_FOOTPRINT).run()
-            self._finish(path, temp, entry)
-        except BaseException:
-            _unlink(temp)
-            raise
+            final = self._final_name(place)
+            temp, out = self._new_temp(place, lambda name: PositionalWriter(
+                name, dir_fd=place.dir_fd))
+            try:
+                with out:
+                    yield BlockRestore(self, record, out, transfer, FILE_FOOTPRINT).run()
+                    _set_meta(out.fd, entry)
+                self._finish(place, temp, final, entry)
+            except BaseException:
+                place.unlink(temp)
+                raise
         finally:
+            place.close()
             transfer.close()
 
     @defer.inlineCallbacks
-    def _small(self, dest, entry):
+    def _small(self, entry):
         record = self.manifest["contents"][entry[5]]
         try:
             data = yield self._fetch_small(record)
@@ -147,8 +190,13 @@ class Restore:
             self.failed.append((entry[0], str(err)))
             self.progress.warn(f"could not restore {entry[0]}: {err}")
             return
-        self._write(dest, entry, [data])
-        self.progress.bytes_done(len(data))
+        try:
+            if self._safe(entry[0], self._write, entry, [data]):
+                self.progress.bytes_done(len(data))
+        except (RestoreError, OSError) as err:
+            self.summary["failed"] += 1
+            self.failed.append((entry[0], str(err)))
+            self.progress.warn(f"could not restore {entry[0]}: {err}")
 
     @defer.inlineCallbacks
     def _fetch_small(self, record):
@@ -168,25 +216,31 @@ class Restore:
                 except Exception as err:
                     self.report_bad(holder[2], holder[1], str(err))
             parts.append((block, start, end, part))
-        cipher = b"".join(p for _, _, _, p in parts if p is not None)
-        if all(p is not None for *_, p in parts):
-            plain = decrypt_ctr(key, cipher)
+        fetched = [(block, part) for block, _, _, part in parts if part is not None]
+        if len(fetched) == len(parts):
+            plain = decrypt_ctr(key, b"".join(part for _, part in fetched))
             if convergent_key(self.home.secret, content_digest(plain)) == key:
                 return plain
-            for block, *_ in parts:
+        # Which part is wrong, the check cannot say (a file spanning two
+        # blocks has two holders): the rebuild from other shares can.
+        suspects = {block for block, _ in fetched}
+        plain, rebuilt = yield self._rebuild_small(bundle, pieces, key, avoid=suspects)
+        for block, part in fetched:
+            if bytes(part) != rebuilt[block]:
                 holder = holders[block]
                 self.report_bad(holder[2], holder[1], "corrupt (content check failed)")
-        plain = yield self._rebuild_small(record, bundle, pieces, key)
         return plain
 
     @defer.inlineCallbacks
-    def _rebuild_small(self, record, bundle, pieces, key):
-        """The same ranges from any k shares, decoded (zfec works byte-wise)."""
+    def _rebuild_small(self, bundle, pieces, key, avoid=()):
+        """The same ranges from any k shares, decoded (zfec works byte-wise),
+        the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
         k = bundle["k"]
         first = min(s for _, s, _ in pieces) if len(pieces) == 1 else 0
         last = max(e for _, _, e in pieces) if len(pieces) == 1 else bundle["bl"]
         got = {}
-        for index, key_hex, node_hex in sorted(bundle["shares"], key=lambda s: -s[0]):
+        order = sorted(bundle["shares"], key=lambda s: (s[0] in avoid, -s[0]))
+        for index, key_hex, node_hex in order:
             if len(got) == k:
                 break
             try:
@@ -198,54 +252,69 @@ class Restore:
         if len(got) < k:
             raise FetchFailed(f"only {len(got)} of {k} shares of a bundle are reachable")
         blocks = self.bundle_coder.decode_blocks_range(got)
-        cipher = b"".join(blocks[b][s - first:e - first] for b, s, e in pieces)
-        plain = decrypt_ctr(key, cipher)
+        rebuilt = {b: bytes(blocks[b][s - first:e - first]) for b, s, e in pieces}
+        plain = decrypt_ctr(key, b"".join(rebuilt[b] for b, _, _ in pieces))
         if convergent_key(self.home.secret, content_digest(plain)) != key:
             raise FetchFailed("a small file rebuilt from other shares is still wrong: "
                               "more shares are corrupt than the code can repair")
-        return plain
+        return plain, rebuilt
 
-    def _paths(self, dest, entry):
-        path = self._target(dest, entry[0])
-        if os.path.lexists(path):
-            path = path + BESIDE_SUFFIX
-            self.summary["beside"] += 1
-            if os.path.lexists(path):
-                raise RestoreError(f"{path} exists too; restore into an empty directory")
-        return path, path + ".part"
+    def _final_name(self, place):
+        """The entry's own name, or NAME.flud-restored beside what is there:
+        a restore never overwrites, and never writes through a symlink."""
+        if not place.exists():
+            return place.name
+        self.summary["beside"] += 1
+        name = place.name + BESIDE_SUFFIX
+        if place.exists(name):
+            raise RestoreError(f"{place.rel}{BESIDE_SUFFIX} exists too; "
+                               f"restore into an empty directory")
+        return name
 
-    def _write(self, dest, entry, chunks):
-        path, temp = self._paths(dest, entry)
-        try:
-            with open(temp, "wb") as out:
-                for chunk in chunks:
-                    out.write(chunk)
-            self._finish(path, temp, entry)
-        except BaseException:
-            _unlink(temp)
-            raise
+    def _new_temp(self, place, opener):
+        """(name, opener(name)) of a new temp file beside the entry: a name
+        no file has (one an interrupted run left is kept, not reused)."""
+        for _ in range(TEMP_TRIES):
+            self._temps += 1
+            name = f".{self._temps}{TEMP_SUFFIX}"
+            try:
+                return name, opener(name)
+            except FileExistsError:
+                continue
+        raise RestoreError(f"no free temp name beside {place.rel}: remove the "
+                           f"*{TEMP_SUFFIX} files an interrupted restore left there")
 
-    def _finish(self, path, temp, entry):
-        rel, kind, mode, mtime_ns, size, _ = entry
-        os.chmod(temp, mode)
-        os.utime(temp, ns=(mtime_ns, mtime_ns))
-        os.rename(temp, path)
+    def _write(self, entry, chunks):
+        with self.dest.place(entry[0]) as place:
+            final = self._final_name(place)
+            temp, fd = self._new_temp(place, lambda name: place.open_new(name, 0o600))
+            try:
+                with open(fd, "wb", closefd=True) as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+                    out.flush()
+                    _set_meta(out.fileno(), entry)
+                self._finish(place, temp, final, entry)
+            except BaseException:
+                place.unlink(temp)
+                raise
+
+    def _finish(self, place, temp, final, entry):
+        place.rename(temp, final)
         self.summary["files"] += 1
-        self.summary["bytes"] += size
+        self.summary["bytes"] += entry[4]
         self.progress.file_done(0)
 
-    def _symlink(self, dest, rel, target, mtime_ns):
-        path = self._target(dest, rel)
-        if os.path.lexists(path):
-            path += BESIDE_SUFFIX
-            self.summary["beside"] += 1
-        os.symlink(target, path)
-        os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+    def _symlink(self, rel, target, mtime_ns):
+        with self.dest.place(rel) as place:
+            name = self._final_name(place)
+            place.symlink(target, name)
+            place.set_link_times(name, mtime_ns)
         self.summary["symlinks"] += 1
 
 
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+def _set_meta(fd, entry):
+    """Mode and times through the file's own descriptor (never a path)."""
+    mode, mtime_ns = entry[2], entry[3]
+    os.fchmod(fd, mode)
+    os.utime(fd, ns=(mtime_ns, mtime_ns))

@@ -170,26 +170,44 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
           f"{s['retrieves']} RETRIEVEs")
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
+    if s["refused"]:
+        print(f"{s['refused']} refused: their path under {args.to} passes through a symlink "
+              f"or something that is not a directory (never followed), or is not a plain "
+              f"relative path; the rest is restored")
+        _listed(job.refused, "refused")
     for node_hex, key_hex, why in job.bad_shares[:20]:
         print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
     print(_memory_line(monitor))
     if s["failed"]:
-        for rel, why in job.failed[:20]:
-            print(f"  failed {rel}: {why}")
+        _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_OK
+    return EXIT_SKIPPED if s["refused"] else EXIT_OK
+
+
+def _listed(items, what, most=20) -> None:
+    for rel, why in items[:most]:
+        print(f"  {what} {rel}: {why}")
+    if len(items) > most:
+        print(f"  ... and {len(items) - most} more {what}")
 
 
 @defer.inlineCallbacks
 def _verify(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.verify import verify
+    from flud.client.segments import CHALLENGES_PER_SHARE
+    from flud.client.verify import challenge_index, describe_round, summary_line, verify
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot)
     if manifest is None:
         raise UserError("no snapshot to verify: back something up first")
+    full = getattr(args, "full", False)
     round_number = home.index.get_meta("verify_round", 0)
-    per_node, bad = yield verify(network, home.secret, manifest, round_number, args.sample)
-    home.index.set_meta("verify_round", round_number + 1)
+    kind = challenge_index(round_number, CHALLENGES_PER_SHARE, full)
+    heading = "full check" if full else f"round {round_number}"
+    print(f"verify ({heading}): {describe_round(kind)}")
+    per_node, bad = yield verify(network, home.secret, manifest, round_number, args.sample,
+                                 full=full)
+    if not full:  # a full check takes no turn from the rounds' spot/whole rotation
+        home.index.set_meta("verify_round", round_number + 1)
     print(f"{'node':12} {'confirmed':>9} {'missing':>7} {'corrupt':>7} {'unreachable':>11}")
     totals = {"confirmed": 0, "missing": 0, "corrupt": 0, "unreachable": 0}
     for node_hex, counts in sorted(per_node.items()):
@@ -201,4 +219,5 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
           f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
+    print(summary_line(kind, totals["confirmed"], sum(totals.values())))
     return EXIT_OK if not bad else EXIT_SKIPPED

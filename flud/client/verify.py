@@ -3,15 +3,49 @@
 Each share has precomputed challenges (nonce from the user secret, a range,
 the expected digest) recorded in the manifest, so verifying needs neither the
 files nor a download, and works after a total-loss restore.
+
+A share has two: the whole share, and a spot check of one CHALLENGE_SPAN
+span. Runs take them in turn (the spot check is cheap for the nodes), so a
+spot round can miss a corruption outside its span while every share looks
+well: the output says which round it ran, and `--full` asks for the whole
+share every time.
 """
 import random
 
 from twisted.internet import defer
 
-from flud.client.segments import challenge_nonce
+from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
 from flud.protocol.errors import ErrorCode, RemoteError
 
 IN_FLIGHT = 128
+# A share's challenges, in the order they are recorded
+# (segments.challenges_for, extents.StreamHashes.challenges).
+WHOLE, SPOT = 0, 1
+
+
+def challenge_index(round_number: int, count: int, full: bool = False) -> int:
+    """Which of a share's `count` challenges a round asks."""
+    if full or count < 2:
+        return WHOLE
+    return round_number % count
+
+
+def _span() -> str:
+    return f"{CHALLENGE_SPAN // 1024} KiB"
+
+
+def describe_round(index: int) -> str:
+    if index == WHOLE:
+        return "whole-share challenge: every byte of every share read and hashed by its node"
+    return (f"spot check of a {_span()} span of each share (a corruption outside it goes "
+            f"unseen; `flud verify --full` reads every byte)")
+
+
+def summary_line(index: int, confirmed: int, checked: int) -> str:
+    if index == WHOLE:
+        return f"{confirmed} of {checked} shares confirmed whole (every byte)"
+    return (f"{confirmed} of {checked} shares confirmed by a spot check only ({_span()} of "
+            f"each); run `flud verify --full` to read every byte")
 
 
 def share_locations(manifest) -> list:
@@ -31,7 +65,9 @@ def share_locations(manifest) -> list:
 
 
 @defer.inlineCallbacks
-def verify(network, secret, manifest, round_number, sample=1.0, rng=None):
+def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=False):
+    """Challenge each share's holder: ({node hex: counts}, [(node hex, share
+    key hex, what)]). full: the whole-share challenge, whatever the round."""
     rng = rng or random.Random()
     shares = share_locations(manifest)
     if sample < 1.0:
@@ -49,7 +85,7 @@ def verify(network, secret, manifest, round_number, sample=1.0, rng=None):
         challenges = manifest["challenges"].get(key_hex)
         if not challenges:
             return
-        index = round_number % len(challenges)
+        index = challenge_index(round_number, len(challenges), full)
         offset, length, expected = challenges[index][:3]
         key = bytes.fromhex(key_hex)
         # An extent's stream records its nonces (they come from what was

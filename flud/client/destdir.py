@@ -1,0 +1,202 @@
+"""Paths under a restore's DEST, walked without ever following a symlink.
+
+Checking a path as text says nothing about where the kernel takes it: with
+DEST/tree a symlink to /elsewhere (there before the restore, or restored
+from an older snapshot whose `tree` was a link), every file of tree/ would
+land in /elsewhere. So DEST is opened once, and every directory below it
+is opened from its parent's descriptor, one name at a time, with
+O_NOFOLLOW: a component that is a symlink, or not a directory, is refused
+with UnsafePath and nothing is written through it. Files are created with
+O_EXCL | O_NOFOLLOW beside their parent's descriptor, and renamed, linked
+and timed relative to it, so the final name is never followed either.
+
+DEST itself is the user's own choice and may be a symlink.
+
+The descriptors of directories already walked are kept (DIR_CACHE of them,
+least recently used let go first): a restore visits a directory's files
+one after the other, so most paths cost a dictionary lookup, not a walk.
+
+What this does not stop: someone else who can write in DEST and moves a
+directory away while the restore runs; its descriptor, once opened, goes
+with it.
+"""
+import errno
+import os
+import stat
+from collections import OrderedDict
+
+from flud.errors import FludError
+
+# Directory descriptors kept open at once (beside DEST's own). Each Place
+# handed out holds one more of its own until it is closed.
+DIR_CACHE = 32
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(FludError):
+    """A path of a snapshot that would lead outside DEST, or through
+    something that is not a plain directory of DEST; nothing was written."""
+
+    code = "UNSAFE_PATH"
+
+    def __init__(self, rel: str, why: str):
+        super().__init__(f"{rel}: {why}")
+        self.rel = rel
+        self.why = why
+
+
+def split(rel: str) -> list:
+    """The names of a relative path, each one a plain name; UnsafePath if
+    any is empty, `.` or `..`, or the path is absolute."""
+    parts = rel.split("/") if isinstance(rel, str) else []
+    if not parts or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise UnsafePath(repr(rel) if isinstance(rel, str) else str(rel),
+                         "not a plain relative path (empty, absolute, `.` or `..` in it): "
+                         "never restored")
+    return parts
+
+
+class Place:
+    """A name in one directory of DEST: that directory's descriptor (its own
+    copy, closed by close()) and the name; every call is relative to it."""
+
+    def __init__(self, dir_fd: int, name: str, rel: str):
+        self.dir_fd = dir_fd
+        self.name = name
+        self.rel = rel
+
+    def exists(self, name: str = None) -> bool:
+        """Anything there, a symlink included (not followed)."""
+        try:
+            os.stat(name or self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def open_new(self, name: str, mode: int) -> int:
+        """A descriptor of a file created here, write only; FileExistsError if
+        anything, a symlink included, has that name."""
+        return os.open(name, NEW_FILE_FLAGS, mode, dir_fd=self.dir_fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+
+    def unlink(self, name: str) -> None:
+        try:
+            os.unlink(name, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            pass
+
+    def symlink(self, target: str, name: str) -> None:
+        os.symlink(target, name, dir_fd=self.dir_fd)
+
+    def set_link_times(self, name: str, mtime_ns: int) -> None:
+        os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=self.dir_fd, follow_symlinks=False)
+
+    def close(self) -> None:
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class SafeDest:
+    """DEST, opened once; paths below it resolved name by name, never
+    through a symlink. Use it from one thread (the reactor's)."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        os.makedirs(self.path, exist_ok=True)
+        self._root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._dirs = OrderedDict()  # "a/b" -> descriptor, least recently used first
+
+    def make_dir(self, rel: str) -> None:
+        """DEST/rel as a directory: made (with its parents) where missing,
+        kept where it is one; UnsafePath where anything on the way is not."""
+        self._dir(split(rel), rel, create=True)
+
+    def place(self, rel: str) -> Place:
+        """Where rel's last name goes: its parent made where missing. The
+        caller closes the Place."""
+        parts = split(rel)
+        fd = self._dir(parts[:-1], rel, create=True)
+        return Place(os.dup(fd), parts[-1], rel)
+
+    def set_dir_meta(self, rel: str, mode: int, mtime_ns: int) -> None:
+        """A directory's mode and times, set through its own descriptor."""
+        fd = self._dir(split(rel), rel, create=False)
+        os.fchmod(fd, mode)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+
+    def close(self) -> None:
+        while self._dirs:
+            os.close(self._dirs.popitem()[1])
+        if self._root is not None:
+            os.close(self._root)
+            self._root = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _dir(self, parts: list, rel: str, create: bool) -> int:
+        """The descriptor of DEST/parts, owned by the cache: use it before
+        the next call."""
+        if not parts:
+            return self._root
+        key = "/".join(parts)
+        fd = self._dirs.get(key)
+        if fd is not None:
+            self._dirs.move_to_end(key)
+            return fd
+        parent = self._dir(parts[:-1], rel, create)
+        fd = self._open_dir(parent, parts[-1], key, rel, create)
+        self._dirs[key] = fd
+        if len(self._dirs) > DIR_CACHE:
+            os.close(self._dirs.popitem(last=False)[1])
+        return fd
+
+    @staticmethod
+    def _open_dir(parent: int, name: str, key: str, rel: str, create: bool) -> int:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise
+        except OSError as err:
+            _refuse_if_not_a_dir(err, parent, name, key, rel)
+            raise
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent)  # the umask applies, as for any new directory
+        except FileExistsError:
+            pass  # made meanwhile: what it is, the open says
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError as err:
+            _refuse_if_not_a_dir(err, parent, name, key, rel)
+            raise
+
+
+def _refuse_if_not_a_dir(err: OSError, parent: int, name: str, key: str, rel: str) -> None:
+    """UnsafePath for an open that met a symlink (ENOTDIR or ELOOP, as the
+    kernel has it) or a file that is not a directory."""
+    if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+        return
+    try:
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISLNK(mode):
+        why = f"{key} in DEST is a symlink; a restore never follows one"
+    else:
+        why = f"{key} in DEST is not a directory"
+    raise UnsafePath(rel, why) from None

@@ -1,0 +1,198 @@
+"""Restore over an in-memory network: nothing lands outside DEST, and only a
+share that is really bad is named."""
+import os
+import random
+import shutil
+
+import pytest
+
+from flud.client.backup import Backup
+from flud.client.progress import Progress
+from flud.client.restore import Restore
+from flud.coding import locate
+from flud.memory import MemoryMonitor
+from flud.workers import CPUPool
+from tests.unit.client.fakes import make_world, run_until
+from tools.treecmp import compare_trees
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def world(tmp_path):
+    return make_world(tmp_path, nodes=10)
+
+
+def backup(world, paths):
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
+    job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                 Progress("backup", quiet=True), clock=clock.seconds)
+    summary = run_until(clock, job.run(paths))
+    return home.index.manifest(summary["snapshot"])
+
+
+def restore(world, dest, manifest, paths=()):
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
+    job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
+                  Progress("restore", quiet=True), manifest)
+    return run_until(clock, job.run(str(dest), paths)), job
+
+
+def write(path, size, seed):
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(random.Random(seed).randbytes(size))
+
+
+def make_tree(root, seed):
+    """A large file (block by block, PositionalWriter) and small ones, in a
+    subdirectory `d` and beside it."""
+    write(os.path.join(root, "d", "big.bin"), 2 * MIB + 4097, seed)
+    write(os.path.join(root, "d", "small.txt"), 3000, seed + 1)
+    write(os.path.join(root, "d", "deeper", "s2.txt"), 100, seed + 2)
+    write(os.path.join(root, "keep.txt"), 5000, seed + 3)
+    write(os.path.join(root, "sub", "big2.bin"), MIB + 77, seed + 4)
+
+
+def everything_under(path) -> list:
+    return sorted(os.path.relpath(os.path.join(d, n), path)
+                  for d, dirs, files in os.walk(path) for n in dirs + files)
+
+
+@pytest.fixture
+def outside(tmp_path):
+    path = tmp_path / "outside"
+    path.mkdir()
+    (path / "precious").write_bytes(b"not yours")
+    return path
+
+
+def test_a_symlinked_directory_in_dest_is_refused_and_the_rest_restored(world, tmp_path,
+                                                                        outside):
+    tree, other = tmp_path / "src" / "tree", tmp_path / "src" / "other"
+    make_tree(str(tree), 1)
+    make_tree(str(other), 10)
+    manifest = backup(world, [str(tree), str(other)])
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    os.symlink(str(outside), dest / "tree")
+
+    summary, job = restore(world, dest, manifest)
+
+    assert everything_under(outside) == ["precious"]
+    assert compare_trees(str(other), str(dest / "other")) == []
+    under_tree = [e[0] for e in manifest["entries"] if e[0].split("/")[0] == "tree"]
+    assert summary["refused"] == len(under_tree) and summary["failed"] == 0
+    assert sorted(rel for rel, _ in job.refused) == sorted(under_tree)
+    assert all("symlink" in why for _, why in job.refused)
+
+
+def test_two_snapshots_a_dir_then_a_symlink_to_outside_restored_into_one_dest(
+        world, tmp_path, outside):
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 2)
+    first = backup(world, [str(src)])
+    shutil.rmtree(src / "d")
+    os.symlink(str(outside), src / "d")
+    second = backup(world, [str(src)])
+    dest = tmp_path / "dest"
+
+    summary2, _ = restore(world, dest, second)
+    assert summary2["refused"] == 0 and os.readlink(dest / "tree" / "d") == str(outside)
+    summary1, job = restore(world, dest, first)
+
+    assert everything_under(outside) == ["precious"]
+    refused = sorted(rel for rel, _ in job.refused)
+    assert refused == sorted(e[0] for e in first["entries"] if e[0].startswith("tree/d"))
+    assert summary1["refused"] == len(refused) and summary1["failed"] == 0
+    # the rest of snapshot 1 is there, beside what snapshot 2 restored
+    for rel in ("keep.txt", "sub/big2.bin"):
+        with open(src / rel, "rb") as f:
+            assert (dest / "tree" / (rel + ".flud-restored")).read_bytes() == f.read()
+
+
+def test_names_with_dot_dot_in_a_manifest_are_refused_and_the_rest_restored(
+        world, tmp_path, outside):
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 3)
+    manifest = backup(world, [str(src)])
+    small = next(e for e in manifest["entries"] if e[0] == "tree/keep.txt")
+    big = next(e for e in manifest["entries"] if e[0] == "tree/d/big.bin")
+    bad = ["tree/../../outside/evil", "../escape", "tree/d/../../../x"]
+    manifest = dict(manifest, entries=manifest["entries"] + [
+        [bad[0], "file", 0o644, small[3], small[4], small[5]],
+        [bad[1], "dir", 0o755, small[3], 0, None],
+        [bad[2], "file", 0o644, big[3], big[4], big[5]]])
+    dest = tmp_path / "dest"
+
+    summary, job = restore(world, dest, manifest)
+
+    assert everything_under(outside) == ["precious"]
+    assert sorted(os.listdir(tmp_path)) == sorted(["dest", "home", "outside", "src"])
+    assert sorted(rel for rel, _ in job.refused) == sorted(bad)
+    assert summary["refused"] == 3 and summary["failed"] == 0
+    assert compare_trees(str(src), str(dest / "tree")) == []
+
+
+def test_an_existing_file_and_symlink_are_restored_beside_never_through(world, tmp_path,
+                                                                        outside):
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 4)
+    manifest = backup(world, [str(src)])
+    dest = tmp_path / "dest" / "tree"
+    os.makedirs(dest / "d")
+    os.symlink(str(outside / "precious"), dest / "keep.txt")
+    os.symlink(str(outside / "new"), dest / "d" / "big.bin")  # dangling
+
+    summary, _ = restore(world, tmp_path / "dest", manifest)
+
+    assert everything_under(outside) == ["precious"]
+    assert (outside / "precious").read_bytes() == b"not yours"
+    assert summary["beside"] == 2 and summary["refused"] == 0
+    with open(src / "keep.txt", "rb") as f:
+        assert (dest / "keep.txt.flud-restored").read_bytes() == f.read()
+    with open(src / "d" / "big.bin", "rb") as f:
+        assert (dest / "d" / "big.bin.flud-restored").read_bytes() == f.read()
+
+
+# ---- a small file whose two parts fail the content check -----------------------------
+
+def straddling_file(manifest):
+    """(entry, bundle, pieces) of a small file that spans two blocks."""
+    for entry in manifest["entries"]:
+        record = manifest["contents"].get(entry[5]) if entry[1] == "file" else None
+        if record and record["t"] == "S":
+            bundle = manifest["bundles"][record["b"]]
+            pieces = locate(record["o"], record["l"], bundle["bl"])
+            if len(pieces) == 2:
+                return entry, bundle, pieces
+    raise AssertionError("no small file spans two blocks")
+
+
+def test_only_the_corrupt_part_of_a_two_block_small_file_is_blamed(world, tmp_path):
+    src = tmp_path / "src" / "tree"
+    rng = random.Random(5)
+    for i in range(40):
+        write(src / f"s{i}.bin", rng.randint(20_000, 60_000), 100 + i)
+    manifest = backup(world, [str(src)])
+    entry, bundle, pieces = straddling_file(manifest)
+    holders = {s[0]: s for s in bundle["shares"]}
+    for which in (0, 1):
+        clock, home, network = world
+        bad = holders[pieces[which][0]]
+        good = holders[pieces[1 - which][0]]
+        for node in network.nodes.values():
+            node.corrupt.clear()
+        network.nodes[bytes.fromhex(bad[2])].corrupt.add(bytes.fromhex(bad[1]))
+        dest = tmp_path / f"dest{which}"
+
+        summary, job = restore(world, dest, manifest, [entry[0]])
+
+        assert summary["failed"] == 0 and summary["files"] == 1
+        with open(tmp_path / "src" / entry[0], "rb") as f:
+            assert (dest / entry[0]).read_bytes() == f.read()
+        named = [key for _, key, _ in job.bad_shares]
+        assert named == [bad[1]], job.bad_shares
+        assert good[1] not in named
