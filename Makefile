@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
 COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud storage aggregator tools
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast bench stress clean
 
 $(STAMP): pyproject.toml setup.py flud/_gf256.c
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	@$(COMPILE)
 	$(PY) tools/bench/run_all.py $(BENCH_ARGS)
+
+# Not part of `make test`: many backups of large files at once on a 10-node
+# testnet; bounded by STRESS_RUNS and STRESS_TIME (no run starts after it).
+STRESS_RUNS ?= 20
+STRESS_TIME ?= 900
+stress: $(STAMP)
+	@$(COMPILE)
+	$(PY) tools/stress.py --runs $(STRESS_RUNS) --time-limit $(STRESS_TIME) $(STRESS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
