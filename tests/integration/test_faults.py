@@ -177,16 +177,16 @@ def receiving_a_stream(net):
     return None
 
 
-def part_bytes(dest) -> int:
-    """Bytes a restore has written so far into its .part files."""
+def written_bytes(dest) -> int:
+    """Bytes a restore has written so far under dest (its temp files and the
+    files it has finished, whatever their names)."""
     total = 0
     for dirpath, _, names in os.walk(dest):
         for name in names:
-            if name.endswith(".part"):
-                try:
-                    total += os.stat(os.path.join(dirpath, name)).st_blocks * 512
-                except FileNotFoundError:
-                    pass
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
     return total
 
 
@@ -296,7 +296,7 @@ def test_restore_with_a_holder_stalled_midway(net, restorable, tmp_path):
     popen = started[0]
     try:
         # stop the holder once the restore has written its first blocks
-        wait_until(lambda: part_bytes(dest) >= 4 * MIB or popen.poll() is not None,
+        wait_until(lambda: written_bytes(dest) >= 4 * MIB or popen.poll() is not None,
                    60, "the restore to write its first blocks", interval=0.002)
         assert popen.poll() is None, "the restore ended before a holder could be stopped"
         with Stopped(net, victim) as stopped:
