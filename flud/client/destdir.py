@@ -122,6 +122,11 @@ class SafeDest:
         kept where it is one; UnsafePath where anything on the way is not."""
         self._dir(split(rel), rel, create=True)
 
+    def check(self, rel: str) -> None:
+        """UnsafePath unless rel's parent is (or can be made) a plain
+        directory of DEST; nothing kept open for the caller."""
+        self._dir(split(rel)[:-1], rel, create=True)
+
     def place(self, rel: str) -> Place:
         """Where rel's last name goes: its parent made where missing. The
         caller closes the Place."""

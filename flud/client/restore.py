@@ -108,7 +108,10 @@ class Restore:
         entries = select(self.manifest["entries"], paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
-        self.dest = SafeDest(dest)
+        try:
+            self.dest = SafeDest(dest)
+        except OSError as err:
+            raise RestoreError(f"cannot restore into {dest}: {err.strerror or err}") from None
         try:
             yield self._run(entries)
         finally:
@@ -124,27 +127,27 @@ class Restore:
                 self.summary["dirs"] += 1
         # Refused before anything is fetched for them (a file is checked
         # again where it is written).
-        files = [e for e in files if self._safe(e[0], self._check_parent, e[0])]
+        files = [e for e in files if self._safe(e[0], self.dest.check, e[0])]
         contents = self.manifest["contents"]
         small = [e for e in files if contents[e[5]]["t"] == "S"]
         work = [self._slots.run(self._small, e) for e in small]
         for entry in files:
             record = contents[entry[5]]
             if record["t"] == "E":
-                self._safe(entry[0], self._write, entry, [b""])
+                self._write_or_fail(entry, b"")
             elif record["t"] == "L":
                 work.append(self._large_slots.run(self._guarded, self._large, entry))
         yield settle_all(work)
         for rel, kind, mode, mtime_ns, size, target in entries:
             if kind == "symlink":
-                self._safe(rel, self._symlink, rel, target, mtime_ns)
+                try:
+                    self._safe(rel, self._symlink, rel, target, mtime_ns)
+                except (RestoreError, OSError) as err:
+                    self._failed((rel,), err)
         for rel, kind, mode, mtime_ns, size, last in sorted(entries, reverse=True):
             if kind == "dir":  # after their contents: writing into them moved mtime
                 self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
         self.progress.finish()
-
-    def _check_parent(self, rel):
-        self.dest.place(rel).close()
 
     @defer.inlineCallbacks
     def _guarded(self, fn, entry):
@@ -153,9 +156,7 @@ class Restore:
         except UnsafePath as err:
             self.refuse(entry[0], err.why)
         except (FetchFailed, RestoreError, OSError) as err:
-            self.summary["failed"] += 1
-            self.failed.append((entry[0], str(err)))
-            self.progress.warn(f"could not restore {entry[0]}: {err}")
+            self._failed(entry, err)
 
     @defer.inlineCallbacks
     def _large(self, entry):
@@ -186,17 +187,23 @@ class Restore:
         try:
             data = yield self._fetch_small(record)
         except (FetchFailed, RestoreError) as err:
-            self.summary["failed"] += 1
-            self.failed.append((entry[0], str(err)))
-            self.progress.warn(f"could not restore {entry[0]}: {err}")
+            self._failed(entry, err)
             return
+        if self._write_or_fail(entry, data):
+            self.progress.bytes_done(len(data))
+
+    def _write_or_fail(self, entry, data) -> bool:
+        """Write a small file; a refused or failed one is counted, not raised."""
         try:
-            if self._safe(entry[0], self._write, entry, [data]):
-                self.progress.bytes_done(len(data))
+            return self._safe(entry[0], self._write, entry, [data])
         except (RestoreError, OSError) as err:
-            self.summary["failed"] += 1
-            self.failed.append((entry[0], str(err)))
-            self.progress.warn(f"could not restore {entry[0]}: {err}")
+            self._failed(entry, err)
+            return False
+
+    def _failed(self, entry, err):
+        self.summary["failed"] += 1
+        self.failed.append((entry[0], str(err)))
+        self.progress.warn(f"could not restore {entry[0]}: {err}")
 
     @defer.inlineCallbacks
     def _fetch_small(self, record):

@@ -196,3 +196,14 @@ def test_only_the_corrupt_part_of_a_two_block_small_file_is_blamed(world, tmp_pa
         named = [key for _, key, _ in job.bad_shares]
         assert named == [bad[1]], job.bad_shares
         assert good[1] not in named
+
+
+def test_a_dest_that_is_a_file_is_a_clear_error(world, tmp_path):
+    from flud.client.restore import RestoreError
+
+    src = tmp_path / "src" / "tree"
+    write(src / "a.txt", 10, 1)
+    manifest = backup(world, [str(src)])
+    (tmp_path / "dest").write_bytes(b"a file")
+    with pytest.raises(RestoreError, match="cannot restore into"):
+        restore(world, tmp_path / "dest", manifest)

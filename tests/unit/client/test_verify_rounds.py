@@ -5,6 +5,7 @@ import blake3
 import pytest
 from twisted.internet import defer
 
+from flud.client.extents import StreamHashes
 from flud.client.segments import CHALLENGE_SPAN, challenges_for
 from flud.client.verify import SPOT, WHOLE, challenge_index, describe_round, verify
 
@@ -31,11 +32,19 @@ def synchronous(d):
     return out[0]
 
 
-@pytest.fixture
-def share():
+@pytest.fixture(params=["share", "stream"])
+def share(request):
+    """A bundle's share (challenges from its key) or an extent's stream
+    (challenges with their nonces, made as its blocks went by)."""
     data = bytearray(random.Random(1).randbytes(5 * CHALLENGE_SPAN + 123))
     key = blake3.blake3(data).digest()
-    challenges = challenges_for(SECRET, key, data)
+    if request.param == "share":
+        challenges = challenges_for(SECRET, key, data)
+    else:
+        hashes = StreamHashes(SECRET, b"first block key" + bytes([3]), len(data))
+        for i in range(0, len(data), 10_000):
+            hashes.update(bytes(data[i:i + 10_000]))
+        challenges = hashes.challenges()
     manifest = {"contents": {}, "bundles": {"b": {"shares": [[0, key.hex(), NODE]]}},
                 "challenges": {key.hex(): challenges}}
     return data, key, challenges, manifest
