@@ -249,6 +249,7 @@ def main(argv=None) -> int:
         parser.error("--runs must be at least 1")
 
     signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
     started = time.monotonic()
     deadline = started + args.time_limit
     work = os.path.abspath(args.work)
@@ -286,7 +287,7 @@ def main(argv=None) -> int:
             if stopped or (args.fail_fast and not all(o.ok for r, o in results if r == run)):
                 break
     except (KeyboardInterrupt, Interrupted) as err:
-        stopped = f"interrupted ({err or 'Ctrl-C'})"
+        stopped = f"interrupted ({str(err) or 'Ctrl-C'})"
         common.log(f"stress: {stopped}; stopping the testnet")
     finally:
         stop_testnet(testnet)
@@ -346,9 +347,10 @@ def _summary(results: list, args, started: float, stopped: str | None) -> int:
                 line += f"; restores median {statistics.median(restores):.2f} s"
             print(line)
     print(f"  failed runs: {failed_runs if failed_runs else 'none'}")
-    ok = runs > 0 and not failed_runs and not (stopped and stopped.startswith(("interrupted",
-                                                                              "nodes")))
-    print("stress: " + ("ok" if ok else "FAILED"))
+    interrupted = bool(stopped and stopped.startswith("interrupted"))
+    ok = runs > 0 and not failed_runs and not interrupted and stopped != "nodes went down"
+    print("stress: " + ("ok" if ok else "interrupted" if interrupted and not failed_runs
+                        else "FAILED"))
     return 0 if ok else 1
 
 
