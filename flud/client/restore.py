@@ -146,7 +146,10 @@ class Restore:
                     self._failed((rel,), err)
         for rel, kind, mode, mtime_ns, size, last in sorted(entries, reverse=True):
             if kind == "dir":  # after their contents: writing into them moved mtime
-                self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
+                try:
+                    self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
+                except OSError as err:  # gone meanwhile, say: the rest still gets its times
+                    self._failed((rel,), err)
         self.progress.finish()
 
     @defer.inlineCallbacks
