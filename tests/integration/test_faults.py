@@ -283,6 +283,7 @@ def test_restore_with_a_holder_stalled_before(net, restorable, tmp_path):
         f"restore took {result.elapsed:.1f} s with a holder stalled, all up " \
         f"{all_up.elapsed:.1f} s (bound {limit:.1f} s)\n{result}"
     assert result.returncode == 0, str(result)
+    assert stopped.hex in result.text, "the restore never named the stalled node\n" + str(result)
     assert compare_trees(src, tmp_path / "dest" / os.path.basename(src)) == []
 
 
@@ -311,6 +312,7 @@ def test_restore_with_a_holder_stalled_midway(net, restorable, tmp_path):
         f"restore took {result.elapsed:.1f} s with a holder stalled mid-way, all up " \
         f"{all_up.elapsed:.1f} s (bound {limit:.1f} s)\n{result}"
     assert result.returncode == 0, str(result)
+    assert stopped.hex in result.text, "the restore never named the stalled node\n" + str(result)
     assert compare_trees(src, dest / os.path.basename(src)) == []
 
 
@@ -344,6 +346,7 @@ def test_backup_with_a_node_stalled_midway(net, tmp_path):
         f"backup took {result.elapsed:.1f} s with a node stalled mid-way, all up " \
         f"{all_up.elapsed:.1f} s (bound {limit:.1f} s)\n{result}"
     assert_clean(result, may_fail=[stopped.hex])
+    assert stopped.hex in result.text, "the backup never named the stalled node\n" + str(result)
     restore_and_compare(home, src, tmp_path / "dest", limit=120)
 
 
@@ -384,6 +387,11 @@ def test_node_killed_mid_store_with_uploads_at_once(net, tmp_path):
 
 # ---- full disks -------------------------------------------------------------------------------
 
+def _last_line(text, prefix):
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    return lines[-1] if lines else ""
+
+
 def add_small_nodes(net, count, capacity, base):
     """Start `count` nodes offering `capacity` each, joined to the testnet;
     the testnet's cleanup stops them (by pid)."""
@@ -398,11 +406,12 @@ def add_small_nodes(net, count, capacity, base):
 
 
 def test_a_full_node_is_skipped(testnet_factory, tmp_path):
-    """9 nodes with room and one offering 6 MiB: the backup fills it, goes on
-    with the others, and every node stays up."""
+    """9 nodes with room and one offering 12 MiB (a stream of an extent is
+    8 MiB at 4-of-8): the backup fills it, goes on with the others, and every
+    node stays up."""
     net = testnet_factory(NODES - 1, "full-net")
-    (small,) = add_small_nodes(net, 1, "6M", tmp_path)
-    src = large_files_tree(tmp_path / "tree", [40 * MIB, 40 * MIB + 5], 5000)
+    (small,) = add_small_nodes(net, 1, "12M", tmp_path)
+    src = large_files_tree(tmp_path / "tree", [40 * MIB, 40 * MIB + 5, 24 * MIB], 5000)
     home = tmp_path / "home"
     init_client(home, net, None, "--k", K, "--n", N)
     backup = run("backup", src, "--home", home, limit=300)
@@ -412,6 +421,9 @@ def test_a_full_node_is_skipped(testnet_factory, tmp_path):
     assert all(net.node_alive(i) for i in range(len(net.nodes))), "a node went down"
     store = tool("stats-one", small.addr, home)["store"]     # it answers, and kept its bound
     assert 0 < store["bytes_stored"] <= store["capacity"], store
+    assert small_id[:12] in backup.text, "the backup never met the full node:\n" + str(backup)
+    print(f"\nfull node {small_id[:12]}: {store['bytes_stored']} of {store['capacity']} bytes; "
+          f"backup {backup.elapsed:.1f} s, nodes marked failed {sorted(backup.failed_nodes())}")
     restore_and_compare(home, src, tmp_path / "dest", limit=120)
 
 
@@ -431,6 +443,9 @@ def test_too_few_nodes_with_room_is_a_clear_error(testnet_factory, tmp_path):
     smalls = {n.info.get("node_id", "")[:12] for n in small}
     wrongly = backup.failed_nodes() - smalls
     assert not wrongly, f"nodes with room marked failed: {sorted(wrongly)}\n{backup}"
+    print(f"\n3 of 10 nodes full: backup exit {backup.returncode} in {backup.elapsed:.1f} s, "
+          f"nodes marked failed {sorted(backup.failed_nodes())}; "
+          + (_last_line(backup.stderr, "error:") or "no error"))
     if backup.returncode == 0:
         restore_and_compare(home, src, tmp_path / "dest", limit=120)
     else:
