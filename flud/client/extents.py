@@ -27,8 +27,8 @@ from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
 
 log = logging.getLogger("flud.client")
 
-# 32 MiB of a file: a node's share of it is 4 MiB at 4-of-8, one STORE
-# (against 32 with a STORE per 1 MiB segment). Larger extents save little
+# 32 MiB of a file: a node's share of it is 8 MiB at 4-of-8 (32 MiB / k), one STORE
+# (against 16 with a STORE per 2 MiB segment). Larger extents save little
 # more and cost more on a retry.
 EXTENT_BYTES = 32 * 1024 * 1024
 MAX_EXTENT_ATTEMPTS = 3

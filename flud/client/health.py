@@ -30,6 +30,7 @@ def is_cancel(error) -> bool:
 class NodeHealth:
     def __init__(self):
         self.failed = set()      # node ids no work goes to for the rest of the run
+        self.why = {}            # node id -> why it failed, as first said
         self._mismatches = {}    # node id -> streams it found not matching their key
 
     def blame(self, node_id: bytes, error) -> bool:
@@ -50,6 +51,7 @@ class NodeHealth:
 
     def mark_failed(self, node_id: bytes, why=None) -> None:
         if node_id not in self.failed:
+            self.why[node_id] = str(why) if why is not None else "failed"
             reason = f": {why}" if why is not None else ""
             log.warning("node %s failed; using others%s", node_id.hex()[:12], reason)
         self.failed.add(node_id)

@@ -66,6 +66,7 @@ class Restore:
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "refused": 0, "bad_shares": 0, "retrieves": 0}
         self.bad_shares = []
+        self.unreachable = {}  # node hex -> shares of it fetched elsewhere
         self._reported = set()
         self.failed = []
         self.refused = []  # [(path in the snapshot, why)]
@@ -79,6 +80,16 @@ class Restore:
         if (node_hex, key_hex) in self._reported:
             return  # one warning per share, however many files it serves
         self._reported.add((node_hex, key_hex))
+        health = getattr(self.network, "health", None)
+        if health is not None and bytes.fromhex(node_hex) in health.failed:
+            # Down or stalled, not corrupt: said once for the node.
+            counted = self.unreachable.get(node_hex, 0)
+            self.unreachable[node_hex] = counted + 1
+            if not counted:
+                reason = health.why.get(bytes.fromhex(node_hex), why)
+                self.progress.warn(f"node {node_hex[:12]} is unreachable ({reason}); "
+                                   f"its shares come from other holders")
+            return
         self.summary["bad_shares"] += 1
         self.bad_shares.append((node_hex, key_hex, why))
         self.progress.warn(f"share {key_hex[:16]} on node {node_hex[:12]}: {why}; using others")

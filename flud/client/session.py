@@ -177,6 +177,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         _listed(job.refused, "refused")
     for node_hex, key_hex, why in job.bad_shares[:20]:
         print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
+    for node_hex, shares in job.unreachable.items():
+        print(f"  node {node_hex[:12]} unreachable: {shares} of its shares came from "
+              f"other holders")
     print(_memory_line(monitor))
     if s["failed"]:
         _listed(job.failed, "failed")
