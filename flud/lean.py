@@ -297,11 +297,38 @@ def release_free_memory() -> None:
     """Hand memory freed during start-up back to the OS (glibc only)."""
     import gc
     gc.collect()
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    trim_heap()
+
+
+_LIBC = []  # glibc, loaded once (None where there is none)
+
+
+def _libc():
+    if not _LIBC:
+        try:
+            import ctypes
+            libc = ctypes.CDLL("libc.so.6")
+            libc.malloc_trim  # noqa: B018 - not glibc: no trim
+        except (OSError, AttributeError):
+            libc = None
+        _LIBC.append(libc)
+    return _LIBC[0]
+
+
+def trim_heap() -> bool:
+    """Give every free page of glibc's heap back to the OS, not only its top.
+
+    The trim threshold (tune_malloc) only ever gives back the top of the
+    heap. What a burst of short-lived objects leaves free below a survivor
+    stays resident: 2,000 connections that completed TLS and never said
+    HELLO took a node from 30 to 77 MB of RSS, and it stayed there once they
+    were gone. malloc_trim(0) hands back the free pages wherever they are
+    (madvise), at a cost that grows with the heap: call it after such a
+    burst, not on a hot path. True if memory went back."""
+    libc = _libc()
+    if libc is None:
+        return False
+    return bool(libc.malloc_trim(0))
 
 
 def proc_rss() -> int:

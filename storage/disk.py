@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from zope.interface import implementer
 
 from storage.archives import STEP_INDEXED, STEP_RENAMED, STEP_SYNCED, ArchiveFiles, FaultHook
-from storage.capacity import CapacityLedger, Reservation, needs_compaction
+from storage.capacity import CapacityLedger, Reservation, ReservationGroup, needs_compaction
 from storage.errors import NotFound, StorageError, StoreClosed
 from storage.fileio import (STREAMED_MIN, disk_full_as_no_space, drop_cached, fsync_dir,
                             make_dirs_durably, start_writeback, write_all_pieces)
@@ -121,11 +121,12 @@ class ShareStore:
 
     # --- uploads -------------------------------------------------------------
 
-    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
+    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE,
+                    group: ReservationGroup | None = None) -> Upload:
         key, owner = check_upload_key(key, kind), check_owner(owner)
         check_upload(size, kind)
         self._require_open()
-        reservation = self._ledger.reserve(size)
+        reservation = self._ledger.reserve(size, owner, group)
         try:
             with disk_full_as_no_space("starting an upload"):
                 return _DiskUpload(self, key, owner, size, kind, reservation)

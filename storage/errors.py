@@ -41,6 +41,14 @@ class NoSpace(StorageError):
     code = "no_space"
 
 
+class UploadLimit(StorageError):
+    """A new upload would take its owner (or its group: a connection) past the
+    bytes or uploads it may hold in unfinished uploads. Not the node being
+    full: what the sender already holds open is what stands in the way."""
+
+    code = "upload_limit"
+
+
 class BadKey(StorageError):
     """A key or owner id that is not exactly 32 bytes."""
 

@@ -49,12 +49,14 @@ class IUpload(Interface):
 
 
 class IShareStore(Interface):
-    def open_upload(key, owner, size, kind="share"):
+    def open_upload(key, owner, size, kind="share", group=None):
         """Start an upload of `size` bytes; kind "share", "archive" or "streamed share".
 
         BadKey (key or owner not 32 bytes), TooLarge (size over MAX_SHARE_SIZE,
         or MAX_ARCHIVE_UPLOAD for an archive), NoSpace (capacity; `size` bytes
-        are reserved until commit or abort). Returns an IUpload.
+        are reserved until commit or abort), UploadLimit (the owner's open
+        reservations would pass owner_reserve_limit(capacity), or those of
+        `group`, a capacity.ReservationGroup, its bounds). Returns an IUpload.
 
         A share whose key exists already only gains the owner. An archive is a
         ustar/GNU tar whose members are named by the hex BLAKE3 of their data;

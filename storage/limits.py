@@ -12,6 +12,27 @@ KEY_HEX_LENGTH = 2 * KEY_LENGTH
 MAX_SHARE_SIZE = 1 * GIB
 MAX_ARCHIVE_UPLOAD = 256 * MIB
 
+# Bytes promised to unfinished uploads (reserved at open, before any byte
+# arrives) that one party may hold, so that a sender who declares uploads and
+# sends nothing cannot promise a node's space away from everyone else.
+#
+# Per group (the node makes one per connection): 256 MiB and 64 uploads. The
+# most an honest flud client has open on one node is 6 extent streams (3
+# large files, each sending one extent while its previous one commits) of
+# 32 MiB / k each, plus its tars not yet confirmed (the aggregator holds at
+# most 32 MiB of them) and a manifest segment's share: 80 MiB at the default
+# 4-of-8, 224 MiB at k = 1; 6 streams plus at most 16 tars in flight. 256 MiB
+# is also MAX_ARCHIVE_UPLOAD, so any legal archive upload fits alone. The
+# count bounds the temporary files (and descriptors) one connection holds.
+MAX_GROUP_RESERVED = 256 * MIB
+MAX_GROUP_UPLOADS = 64
+# Per owner (sender identity), over all its connections: 1/32 of capacity,
+# so one identity leaves at least 31/32 (97%) of a node's space to everyone
+# else, and a few colluding ones still leave over 90%; never less than one
+# group's bound, or a small node would refuse an honest client (below 8 GiB
+# of capacity that floor rules: 256 MiB is 10% of 2.5 GiB).
+OWNER_RESERVED_DIVISOR = 32
+
 # Unit of every streamed read/copy/hash: memory per operation stays bounded.
 IO_CHUNK = 1 * MIB
 

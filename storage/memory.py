@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from zope.interface import implementer
 
-from storage.capacity import CapacityLedger, Reservation, needs_compaction
+from storage.capacity import CapacityLedger, Reservation, ReservationGroup, needs_compaction
 from storage.errors import NotFound, StoreClosed
 from storage.interfaces import IShareStore
 from storage.limits import KIND_SHARE
@@ -70,11 +70,12 @@ class MemoryShareStore:
         self._archives: dict[bytes, _Archive] = {}
         self._closed = False
 
-    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE) -> Upload:
+    def open_upload(self, key: bytes | None, owner: bytes, size: int, kind: str = KIND_SHARE,
+                    group: ReservationGroup | None = None) -> Upload:
         key, owner = check_upload_key(key, kind), check_owner(owner)
         check_upload(size, kind)
         self._require_open()
-        return _MemoryUpload(self, key, owner, size, kind, self._ledger.reserve(size))
+        return _MemoryUpload(self, key, owner, size, kind, self._ledger.reserve(size, owner, group))
 
     def put(self, key: bytes, owner: bytes, data: bytes, kind: str = KIND_SHARE) -> list[bytes]:
         with self.open_upload(key, owner, len(data), kind) as upload:

@@ -12,13 +12,14 @@ import random
 import time
 
 from flud.keys import Identity, self_signed_cert_pem
+from flud.node.gate import GatedConnectionFactory
 from flud.node.peers import Membership
 from flud.node.pool import ConnectionPool
 from flud.node.roots import RootStore
 from flud.protocol import messages
 from flud.protocol.server import NodeHandler
 from flud.protocol.tls import make_context
-from flud.protocol.wire import ConnectionFactory, LocalParty
+from flud.protocol.wire import LocalParty
 
 DEFAULT_CAPACITY = 10 * 1024 ** 3
 STORE_WORKERS = 4
@@ -143,8 +144,8 @@ class NodeService(Service):
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
                                    stats=self.stats, monitor=self.monitor, inline_commits=True)
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
-        factory = ConnectionFactory(self.local, self.handler, self.reactor)
-        self._listening = self.reactor.listenTCP(self.port, factory, interface=self.host)
+        self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
+        self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
         self.local.listen_port = self._listening.getHost().port
         self.membership = Membership(
             messages.PeerInfo(self.node_id, self.host, self.local.listen_port),
@@ -176,6 +177,7 @@ class NodeService(Service):
         self.monitor.stop_sampling()
         self.monitor.close_log()
         self.pool.close_all()
+        self.door.stop()
         d = self._listening.stopListening() if self._listening else None
         self.workers.stop()
         self.store.close()

@@ -18,6 +18,8 @@ class ErrorCode(enum.IntEnum):
     VERSION = 13
     INTERNAL = 14
     UNAVAILABLE = 15
+    UPLOAD_LIMIT = 16
+    STALLED = 17
 
 
 MAX_ERROR_MESSAGE = 1024
@@ -60,6 +62,7 @@ STORAGE_CODES = {
     "too_large": ErrorCode.TOO_LARGE,
     "bad_archive": ErrorCode.BAD_ARCHIVE,
     "store_closed": ErrorCode.UNAVAILABLE,  # the node is shutting down
+    "upload_limit": ErrorCode.UPLOAD_LIMIT,
 }
 
 

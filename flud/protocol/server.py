@@ -11,6 +11,7 @@ from twisted.internet import defer
 from flud.protocol import messages
 from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
+from storage.capacity import ReservationGroup
 
 log = logging.getLogger("flud.server")
 
@@ -22,6 +23,23 @@ INLINE_IO = 1024 * 1024
 # frame (time to first byte), then in DATA_CHUNK pieces.
 INLINE_RETRIEVE = 64 * 1024
 FIRST_PIECE = 64 * 1024
+# An upload holds its declared size from its first frame (storage/capacity.py
+# bounds how much one connection and one sender may hold). One that receives
+# nothing is dropped, its space given back (STALLED to the sender):
+# - once neither it nor its connection received a byte for
+#   UPLOAD_STALL_TIMEOUT: the sender is silent, gone or hung. 90 s is the flud
+#   client's own STALL_TIMEOUT (60 s) and a margin: a client feeds an
+#   extent's streams at the pace of the slowest of its nodes and gives up on
+#   that node after 60 s, so it always names the slow node itself before a
+#   healthy one, whose stream waited meanwhile, drops that stream.
+# - once it received no byte of its own for UPLOAD_ABANDON_TIMEOUT, however
+#   busy its connection. The connection counts because a DATA frame (1 MiB)
+#   reaches the handler only whole, and a sender sends its uploads' frames in
+#   turn: on a slow link an upload's next frame can be minutes away while its
+#   connection never stops receiving. 300 s keeps three uploads sharing one
+#   connection alive down to ~10 KB/s.
+UPLOAD_STALL_TIMEOUT = 90.0
+UPLOAD_ABANDON_TIMEOUT = 300.0
 
 
 class ReaderSource:
@@ -50,6 +68,29 @@ class ReaderSource:
                 self._on_close()
 
 
+class _OpenUpload:
+    """An upload receiving its bytes, and when it last made progress."""
+
+    __slots__ = ("upload", "transfer", "timer", "progress_at", "seen_in", "quiet_since")
+
+    def __init__(self, upload, transfer, now: float, bytes_in: int):
+        self.upload = upload
+        self.transfer = transfer
+        self.timer = None
+        self.progress_at = now      # its last bytes (or its request)
+        self.seen_in = bytes_in     # its connection's bytes_in then...
+        self.quiet_since = now      # ...or when a check last saw that change
+
+    def progressed(self, now: float, bytes_in: int) -> None:
+        self.progress_at = self.quiet_since = now
+        self.seen_in = bytes_in
+
+    def stop_timer(self) -> None:
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.timer = None
+
+
 class NodeHandler:
     """Serves one node's requests from every connection."""
 
@@ -66,9 +107,10 @@ class NodeHandler:
         self.stats = stats or (lambda: {})
         self.monitor = monitor
         self.listeners = []  # told of every connection made ready or lost
-        self._uploads = {}  # (connection, rid) -> (upload, transfer)
+        self._uploads = {}  # (connection, rid) -> _OpenUpload
+        self._groups = {}   # connection -> ReservationGroup of its open uploads
         self.counters = {"requests": 0, "errors": 0, "stores": 0, "retrieves": 0,
-                         "verifies": 0, "deletes": 0,
+                         "verifies": 0, "deletes": 0, "stalled": 0,
                          "bytes_stored_in": 0, "bytes_retrieved_out": 0}
         self._live = set()           # open connections, for byte totals
         self._closed_bytes = [0, 0]  # bytes in/out of connections now closed
@@ -98,6 +140,7 @@ class NodeHandler:
             self._closed_bytes[1] += conn.bytes_out
         for (owner_conn, rid) in [k for k in self._uploads if k[0] is conn]:
             self._abort_upload(owner_conn, rid)
+        self._groups.pop(conn, None)
         for listener in self.listeners:
             listener.connection_lost(conn)
 
@@ -116,7 +159,8 @@ class NodeHandler:
         if entry is None:
             return
         try:
-            entry[0].write_pieces(pieces_of(data))
+            entry.upload.write_pieces(pieces_of(data))
+            entry.progressed(conn.clock.seconds(), conn.bytes_in)
             self.counters["bytes_stored_in"] += len(data)
             if end:
                 self._commit(conn, rid)
@@ -150,19 +194,50 @@ class NodeHandler:
 
     def _store(self, conn, rid, message, end):
         key = message.content_key  # None for a streamed share: checked at commit
-        upload = self.store.open_upload(key, conn.peer_id, message.size, message.kind_name)
+        group = self._groups.get(conn)
+        if group is None:
+            group = self._groups[conn] = ReservationGroup(name="this connection")
+        upload = self.store.open_upload(key, conn.peer_id, message.size, message.kind_name,
+                                        group=group)
         transfer = None
         if self.monitor is not None:
             name = key.hex()[:16] if key is not None else "streamed"
             transfer = self.monitor.transfer("store", name)
-        self._uploads[(conn, rid)] = (upload, transfer)
+        entry = _OpenUpload(upload, transfer, conn.clock.seconds(), conn.bytes_in)
+        entry.timer = conn.clock.callLater(UPLOAD_STALL_TIMEOUT, self._check_stall, conn, rid)
+        self._uploads[(conn, rid)] = entry
         self.counters["stores"] += 1
         self.request_data(conn, rid, message.data, end)
+
+    def _check_stall(self, conn, rid):
+        entry = self._uploads.get((conn, rid))
+        if entry is None:
+            return
+        entry.timer = None
+        now = conn.clock.seconds()
+        if conn.bytes_in != entry.seen_in:  # the connection received since: not silent
+            entry.seen_in, entry.quiet_since = conn.bytes_in, now
+        silent = now - entry.progress_at
+        if silent >= UPLOAD_ABANDON_TIMEOUT or (
+                silent >= UPLOAD_STALL_TIMEOUT and now - entry.quiet_since >= UPLOAD_STALL_TIMEOUT):
+            self.counters["stalled"] += 1
+            log.info("dropping an upload from %s: nothing received for it in %.0f s",
+                     conn.describe(), silent)
+            self._abort_upload(conn, rid)
+            self._fail(conn, rid, RemoteError(
+                ErrorCode.STALLED, f"this node received nothing for this upload in {silent:.0f} s "
+                                   f"and dropped it; send it again"))
+            return
+        due = min(entry.quiet_since + UPLOAD_STALL_TIMEOUT,
+                  entry.progress_at + UPLOAD_ABANDON_TIMEOUT)
+        entry.timer = conn.clock.callLater(max(due - now, 1.0), self._check_stall, conn, rid)
 
     def _commit(self, conn, rid):
         # Out of the table first: a CANCEL or a lost connection arriving while
         # the commit runs in a worker must not abort it from another thread.
-        upload, transfer = self._uploads.pop((conn, rid))
+        entry = self._uploads.pop((conn, rid))
+        entry.stop_timer()
+        upload, transfer = entry.upload, entry.transfer
 
         def done(_):
             if transfer is not None:
@@ -195,13 +270,13 @@ class NodeHandler:
         entry = self._uploads.pop((conn, rid), None)
         if entry is None:
             return
-        upload, transfer = entry
+        entry.stop_timer()
         try:
-            upload.abort()
+            entry.upload.abort()
         except Exception:
             log.exception("aborting an upload failed")
-        if transfer is not None:
-            transfer.close()
+        if entry.transfer is not None:
+            entry.transfer.close()
 
     def _retrieve(self, conn, rid, message, end):
         length = None if message.length == messages.TO_END else message.length

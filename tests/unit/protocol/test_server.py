@@ -587,8 +587,8 @@ def test_an_exception_while_receiving_upload_data_is_internal(tmp_path, memory_s
     uploads = []
 
     class Store(FaultyStore):
-        def open_upload(self, *args):
-            uploads.append(BrokenUpload(self.inner.open_upload(*args)))
+        def open_upload(self, *args, **kwargs):
+            uploads.append(BrokenUpload(self.inner.open_upload(*args, **kwargs)))
             return uploads[-1]
 
     node = Node(tmp_path, Store(memory_store, set()))
@@ -1012,3 +1012,285 @@ def test_streamed_share_commits_inline_and_closes_its_transfer(tmp_path, memory_
     assert outcome.result() == messages.Empty()
     assert monitor.active_transfers == 0
     assert memory_store.owners(key_of(data)) == {alice.identity.node_id}
+
+
+# ---- hostile senders: promises held, uploads that stall ----------------------------------
+
+from flud.protocol.server import UPLOAD_ABANDON_TIMEOUT, UPLOAD_STALL_TIMEOUT  # noqa: E402
+from flud.protocol.wire import FedSource  # noqa: E402
+from storage.capacity import owner_reserve_limit  # noqa: E402
+from storage.limits import MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS  # noqa: E402
+
+GIB = 1024 * MIB
+BIG_NODE = 10 * GIB  # a node's default capacity; a memory store takes none until bytes come
+
+
+def open_silent(pair, size):
+    """A streamed STORE that declares `size` and sends nothing (yet): its
+    source is fed by the test, if ever."""
+    source = FedSource(size + messages.KEY_SIZE)
+    request = messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, size)
+    outcome = Outcome(pair.client.request(Op.STORE, request, source=source))
+    return outcome, source
+
+
+def codes(outcomes):
+    return [o.value.value.code if o.fired else None for o in outcomes]
+
+
+def test_one_connection_holds_at_most_its_bound(tmp_path):
+    store = MemoryShareStore(BIG_NODE)
+    node = Node(tmp_path, store)
+    mallory = node.connect()
+    # 64 silent 32 MiB STOREs: 2 GiB declared on one connection (with 256
+    # requests open, one connection could once promise 8 GiB away).
+    outcomes = [open_silent(mallory, 32 * MIB)[0] for _ in range(64)]
+    mallory.flush()
+    held = MAX_GROUP_RESERVED // (32 * MIB)
+    assert codes(outcomes) == [None] * held + [ErrorCode.UPLOAD_LIMIT] * (64 - held)
+    assert "this connection" in outcomes[-1].value.value.message
+    assert store.stats()["reserved"] == MAX_GROUP_RESERVED
+    # Another sender stores as ever.
+    alice = node.connect()
+    data = pattern(3 * MIB)
+    ok(alice, alice.peer.store(key_of(data), data))
+
+
+def test_one_connection_holds_at_most_its_count_of_uploads(tmp_path):
+    store = MemoryShareStore(BIG_NODE)
+    node = Node(tmp_path, store)
+    mallory = node.connect()
+    outcomes = [open_silent(mallory, 1)[0] for _ in range(MAX_GROUP_UPLOADS + 3)]
+    mallory.flush()
+    assert codes(outcomes) == [None] * MAX_GROUP_UPLOADS + [ErrorCode.UPLOAD_LIMIT] * 3
+
+
+def test_one_sender_holds_at_most_its_share_of_capacity_over_all_its_connections(tmp_path):
+    store = MemoryShareStore(BIG_NODE)
+    node = Node(tmp_path, store)
+    first = node.connect()
+    connections = [first] + [node.connect(identity=first.identity) for _ in range(5)]
+    outcomes = []
+    for pair in connections:
+        outcomes += [open_silent(pair, 32 * MIB)[0] for _ in range(20)]
+        pair.flush()
+    limit = owner_reserve_limit(BIG_NODE)
+    assert limit == BIG_NODE // 32
+    assert store.stats()["reserved"] == limit
+    assert codes(outcomes).count(None) == limit // (32 * MIB)
+    refused = [o.value.value for o in outcomes if o.fired]
+    assert {e.code for e in refused} == {ErrorCode.UPLOAD_LIMIT}
+    assert any("one sender" in e.message for e in refused)
+    # What the node still offers everyone else: over 90% of it (31/32).
+    assert store.stats()["free"] >= 0.9 * BIG_NODE
+    alice = node.connect()
+    data = pattern(5 * MIB, 1)
+    ok(alice, store_streamed(alice, data))
+    assert ok(alice, alice.peer.retrieve(key_of(data))) == data
+
+
+def test_an_honest_clients_most_at_once_fits(tmp_path):
+    """Six extent streams (three files, each sending one extent while the
+    last one commits) at k = 1, its 32 MiB of tars in 16 STOREs and a
+    manifest segment's share, open at once on one node of the smallest
+    capacity the bounds are meant for."""
+    store = MemoryShareStore(2 * GIB)
+    node = Node(tmp_path, store)
+    client = node.connect()
+    sizes = [32 * MIB] * 6 + [2 * MIB] * 16 + [MIB // 2]
+    outcomes = [open_silent(client, size)[0] for size in sizes]
+    client.flush()
+    assert codes(outcomes) == [None] * len(sizes)
+
+
+def test_a_silent_upload_is_dropped_and_its_space_given_back(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    mallory = node.connect()
+    outcome, _ = open_silent(mallory, 16 * MIB)
+    mallory.flush()
+    assert any_store.stats()["reserved"] == 16 * MIB
+    node.clock.advance(UPLOAD_STALL_TIMEOUT - 1)
+    mallory.flush()
+    assert not outcome.fired
+    node.clock.advance(1)
+    mallory.flush()
+    error = outcome.failure(RemoteError)
+    assert error.code == ErrorCode.STALLED and "received nothing" in error.message
+    nothing_held(any_store)
+    incoming_is_empty(any_store)
+    assert node.handler.counters["stalled"] == 1
+    assert node.clock.getDelayedCalls() == [] or all(
+        c.func.__name__ != "_check_stall" for c in node.clock.getDelayedCalls())
+    assert ok(mallory, mallory.peer.ping()) == messages.Empty()  # the connection serves on
+
+
+def test_a_slow_upload_that_keeps_sending_is_kept(any_store, tmp_path):
+    node = Node(tmp_path, any_store)
+    alice = node.connect()
+    data = pattern(4 * MIB, 2)
+    outcome, source = open_silent(alice, len(data))
+    alice.flush()
+    for start in range(0, len(data), MIB):  # a MiB a minute
+        node.clock.advance(UPLOAD_STALL_TIMEOUT - 30)
+        source.feed(data[start:start + MIB])
+        alice.flush()
+    node.clock.advance(UPLOAD_STALL_TIMEOUT - 30)
+    source.feed(key_of(data))
+    alice.flush()
+    assert outcome.result() == messages.Empty()
+    assert ok(alice, alice.peer.retrieve(key_of(data))) == data
+    assert [c for c in node.clock.getDelayedCalls() if c.func.__name__ == "_check_stall"] == []
+
+
+def test_an_upload_waiting_its_turn_on_a_busy_connection_is_kept_until_abandoned(tmp_path,
+                                                                                 memory_store):
+    """A frame reaches the node whole: on a slow link an upload's next frame
+    may be minutes away while its connection receives its siblings'. The
+    connection receiving keeps it; only UPLOAD_ABANDON_TIMEOUT of its own
+    silence drops it."""
+    node = Node(tmp_path, memory_store)
+    alice = node.connect()
+    waiting, _ = open_silent(alice, MIB)
+    busy, source = open_silent(alice, 32 * MIB)
+    alice.flush()
+    elapsed = 0.0
+    while elapsed < UPLOAD_ABANDON_TIMEOUT - 20:
+        node.clock.advance(20)
+        elapsed += 20
+        source.feed(b"x" * 1000)
+        alice.flush()
+        assert not waiting.fired, f"dropped after {elapsed} s"
+    node.clock.advance(20)
+    source.feed(b"x" * 1000)
+    alice.flush()
+    assert waiting.failure(RemoteError).code == ErrorCode.STALLED
+    assert not busy.fired
+    assert memory_store.stats()["reserved"] == 32 * MIB
+
+
+def test_an_upload_whose_connection_falls_silent_is_dropped(tmp_path, memory_store):
+    node = Node(tmp_path, memory_store)
+    alice = node.connect()
+    outcome, source = open_silent(alice, 8 * MIB)
+    alice.flush()
+    node.clock.advance(10)
+    source.feed(b"x" * 1000)
+    alice.flush()
+    node.clock.advance(30)
+    assert ok(alice, alice.peer.ping()) == messages.Empty()  # traffic, not for the upload
+    node.clock.advance(UPLOAD_STALL_TIMEOUT - 30)
+    alice.flush()
+    assert not outcome.fired  # the connection spoke 60 s ago
+    node.clock.advance(UPLOAD_STALL_TIMEOUT)
+    alice.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.STALLED
+    nothing_held(memory_store)
+
+
+def test_a_dropped_uploads_late_data_is_ignored(tmp_path, memory_store):
+    node = Node(tmp_path, memory_store)
+    alice = node.connect()
+    data = pattern(2 * MIB, 5)
+    outcome, source = open_silent(alice, len(data))
+    alice.flush()
+    node.clock.advance(UPLOAD_STALL_TIMEOUT)
+    alice.flush()
+    assert outcome.failure(RemoteError).code == ErrorCode.STALLED
+    # The sender wakes up: its client knows the request failed and sends
+    # nothing more, and DATA already on its way is dropped quietly.
+    late = Outcome(source.feed(data))
+    alice.flush()
+    late.failure(RemoteError)
+    assert not alice.client.closed and not alice.server.closed
+    nothing_held(memory_store)
+    ok(alice, store_streamed(alice, data))  # sent again, it lands
+
+
+# ---- the door: connections before HELLO ---------------------------------------------------
+
+from flud.node.gate import TRIM_AFTER_BURST, TRIM_DELAY, GatedConnectionFactory  # noqa: E402
+from flud.protocol.wire import HANDSHAKE_TIMEOUT  # noqa: E402
+from tests.unit.protocol.helpers import TCPStringTransport  # noqa: E402
+
+
+class Door:
+    """A node's listening factory with a clock and a counted trim."""
+
+    def __init__(self, tmp_path, limit):
+        self.clock = task.Clock()
+        self.party = make_party(tmp_path, "door-node")
+        self.handler = NodeHandler(MemoryShareStore(CAPACITY), run_inline)
+        self.trims = []
+        self.factory = GatedConnectionFactory(self.party, self.handler, self.clock, limit=limit,
+                                              trim=lambda: self.trims.append(self.clock.seconds()))
+
+    def silent(self):
+        """An accepted TCP connection that never sends a byte (None: refused)."""
+        conn = self.factory.buildProtocol(None)
+        if conn is not None:
+            conn.makeConnection(TCPStringTransport())
+        return conn
+
+    def honest(self, tmp_path):
+        """A real client over iosim, through the factory: TLS, then HELLO."""
+        party = make_party(tmp_path, "door-client", role=messages.ROLE_CLIENT)
+        return connect(self.party, self.handler, party, ClientOnlyHandler(), clock=self.clock,
+                       server_class=lambda *args, **kwargs: self.factory.buildProtocol(None))
+
+
+def test_connections_past_the_bound_before_hello_are_closed_at_once(tmp_path):
+    door = Door(tmp_path, limit=3)
+    waiting = [door.silent() for _ in range(3)]
+    assert all(waiting) and door.factory.unauthenticated == 3
+    assert door.silent() is None and door.factory.refused == 1  # Twisted closes the socket
+    # The handshake timeout closes the silent ones; their places come back.
+    door.clock.advance(HANDSHAKE_TIMEOUT)
+    for conn in waiting:
+        assert conn.transport.disconnecting and conn.ready.called
+        conn.connectionLost(None)
+    assert door.factory.unauthenticated == 0
+    assert door.silent() is not None
+
+
+def test_a_connection_that_says_hello_frees_its_place(tmp_path):
+    door = Door(tmp_path, limit=2)
+    first = door.silent()
+    pair = door.honest(tmp_path)
+    assert pair.server_ready.result() is pair.server
+    assert door.factory.unauthenticated == 1
+    assert door.silent() is not None and door.silent() is None
+    peer = PeerClient(pair.client)
+    assert call(pair, peer.ping()).result() == messages.Empty()
+    first.connectionLost(None)
+    assert door.factory.unauthenticated == 1
+
+
+def test_the_heap_is_trimmed_once_a_burst_has_gone(tmp_path):
+    door = Door(tmp_path, limit=TRIM_AFTER_BURST + 8)
+    first_wave = [door.silent() for _ in range(TRIM_AFTER_BURST)]
+    door.clock.advance(HANDSHAKE_TIMEOUT / 2)
+    second_wave = [door.silent() for _ in range(10)]
+    assert second_wave.count(None) == 2
+    door.clock.advance(HANDSHAKE_TIMEOUT / 2)  # the first wave times out
+    for conn in first_wave:
+        conn.connectionLost(None)
+    door.clock.advance(TRIM_DELAY)
+    assert door.trims == []  # not while some of the burst are still there
+    door.clock.advance(HANDSHAKE_TIMEOUT / 2)  # and now the second
+    for conn in filter(None, second_wave):
+        conn.connectionLost(None)
+    door.clock.advance(TRIM_DELAY)
+    assert len(door.trims) == 1
+    door.clock.advance(10 * TRIM_DELAY)
+    assert len(door.trims) == 1
+
+
+def test_honest_connections_coming_and_going_do_not_trim(tmp_path):
+    door = Door(tmp_path, limit=128)
+    for _ in range(TRIM_AFTER_BURST + 1):
+        pair = door.honest(tmp_path)
+        pair.server_ready.result()
+        pair.client.transport.loseConnection()
+        pair.flush()
+        door.clock.advance(TRIM_DELAY)
+    assert door.trims == [] and door.factory.refused == 0
