@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
 def run(args) -> list:
     backups = args.backups or (10 if args.quick else 50)
     base = os.path.join(common.RUN_DIR, "faults")
-    data = os.path.join(common.RUN_DIR, "data")
+    data = os.path.join(common.RUN_DIR, "data", "faults")
     tree = _demo_tree(os.path.join(data, "demo-tree"), quick=args.quick)
     rows = []
     tn = Testnet(os.path.join(base, "tn"), args.nodes, noise=getattr(args, "noise", None))
