@@ -199,6 +199,10 @@ class NodeService(Service):
             "peers_known": len(self.membership.peers),
             "peers_alive": len(self.membership.alive()),
             "connections": len(self.pool),
+            # connections that have not said HELLO yet, and those closed at
+            # the door for it (flud/node/gate.py)
+            "unauthenticated": self.door.unauthenticated,
+            "refused_before_hello": self.door.refused,
             "store": store,
             "roots": self.roots.count(),
             "cpu_seconds": round(times.user + times.system, 3),
