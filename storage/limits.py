@@ -16,16 +16,19 @@ MAX_ARCHIVE_UPLOAD = 256 * MIB
 # arrives) that one party may hold, so that a sender who declares uploads and
 # sends nothing cannot promise a node's space away from everyone else.
 #
-# Per group (the node makes one per connection): 256 MiB and 64 uploads. The
+# Per group (the node makes one per connection): 256 MiB and 128 uploads. The
 # most an honest flud client has open on one node is 6 extent streams (3
 # large files, each sending one extent while its previous one commits) of
 # 32 MiB / k each, plus its tars not yet confirmed (the aggregator holds at
-# most 32 MiB of them) and a manifest segment's share: 80 MiB at the default
-# 4-of-8, 224 MiB at k = 1; 6 streams plus at most 16 tars in flight. 256 MiB
+# most 32 MiB of them) and a manifest segment's share: ~81 MiB at the default
+# 4-of-8, ~226 MiB at k = 1; 6 streams plus at most 16 tars in flight. 256 MiB
 # is also MAX_ARCHIVE_UPLOAD, so any legal archive upload fits alone. The
-# count bounds the temporary files (and descriptors) one connection holds.
+# count bounds the temporary files (and descriptors) one connection holds
+# whatever their sizes: half of the 256 requests a connection may have open,
+# so a load generator's 128 sessions under one identity (check_load's sweep)
+# still fit on one node.
 MAX_GROUP_RESERVED = 256 * MIB
-MAX_GROUP_UPLOADS = 64
+MAX_GROUP_UPLOADS = 128
 # Per owner (sender identity), over all its connections: 1/32 of capacity,
 # so one identity leaves at least 31/32 (97%) of a node's space to everyone
 # else, and a few colluding ones still leave over 90%; never less than one
