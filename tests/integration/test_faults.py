@@ -25,9 +25,8 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.helpers import (NodeProcess, compare_trees, flud, flud_popen,
-                                       init_client, is_alive, manifest_of, output, tool,
-                                       wait_until, write_random)
+from tests.integration.helpers import (NodeProcess, compare_trees, flud_popen, init_client,
+                                       is_alive, manifest_of, tool, wait_until, write_random)
 
 pytestmark = pytest.mark.integration
 
