@@ -67,7 +67,7 @@ class CapacityLedger:
                 self._check_group(group, size)
                 group.reserved += size
                 group.uploads += 1
-            if owner is not None:
+            if owner is not None and size:
                 self._by_owner[owner] = held + size
             self._reserved += size
         return Reservation(self, size, owner, group)
@@ -103,7 +103,7 @@ class CapacityLedger:
         with self._lock:
             self._reserved -= size
             self._used += stored
-            if owner is not None:
+            if owner is not None and size:
                 left = self._by_owner[owner] - size
                 if left:
                     self._by_owner[owner] = left

@@ -75,6 +75,15 @@ def test_an_owner_over_its_bound_is_refused_and_others_are_not():
     assert ledger.snapshot() == (10 + limit, 0)
 
 
+def test_empty_uploads_come_and_go_in_any_order():
+    ledger = CapacityLedger(BIG)
+    group = ReservationGroup()
+    first, second = ledger.reserve(0, ALICE, group), ledger.reserve(0, ALICE, group)
+    first.settle(0)
+    second.release()
+    assert ledger._by_owner == {} and (group.reserved, group.uploads) == (0, 0)
+
+
 def test_a_full_node_is_no_space_before_any_bound():
     ledger = CapacityLedger(100 * MIB)
     ledger.reserve(90 * MIB, ALICE)
