@@ -23,7 +23,7 @@ command killed (by its pid) past its own limit. Every process it starts is
 stopped by its pid on the way out, on Ctrl-C and SIGTERM too.
 
     .venv/bin/python tools/stress.py [--runs 20] [--nodes 10] [--time-limit 900]
-                                     [--cases large,photos] [--no-restore] [--fail-fast]
+                                     [--cases large,photos] [--no-restore] [--fail-fast] [--keep]
 """
 from __future__ import annotations
 
@@ -240,6 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-restore", action="store_true",
                         help="back up only (no restore and compare after each backup)")
     parser.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the testnet's directory and the client home for a look")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
@@ -291,6 +293,10 @@ def main(argv=None) -> int:
         common.log(f"stress: {stopped}; stopping the testnet")
     finally:
         stop_testnet(testnet)
+        if not args.keep:
+            testnet.remove()   # the nodes' stores: the trees are kept for the next time
+            for name in ("home", "home-pristine", "restored"):
+                shutil.rmtree(os.path.join(work, name), ignore_errors=True)
     return _summary(results, args, started, stopped)
 
 
