@@ -46,7 +46,7 @@ ANSWER_TIMEOUT = 30.0
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("bench_hostile")
     g.add_argument("--flood", type=int, default=None, help=f"silent TLS connections ({FLOOD})")
-    g.add_argument("--settle", type=float, default=3.0,
+    g.add_argument("--hostile-settle", dest="hostile_settle", type=float, default=3.0,
                    help="seconds between the node's start and its idle RSS sample")
 
 
@@ -60,7 +60,7 @@ def run(args) -> list:
             log(f"bench_hostile: node up ({i + 1}/{args.repeat})")
             tn.up()
             node = tn.nodes[0]
-            time.sleep(args.settle)
+            time.sleep(args.hostile_settle)
             rss = flood_rss(node["pid"], node["host"], node["port"], flood)
             idle.append(rss["idle"] / MB)
             peak.append(rss["peak"] / MB)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""flud's benchmark suite: every figure of issues 2-6 in one table (`make bench`).
+"""flud's benchmark suite: every figure of issues 2-6 and 16 in one table (`make bench`).
 
     .venv/bin/python tools/bench/run_all.py [--quick] [--repeat N] [--only NAME[,NAME]]
 
-NAME: node, backup, small, memory, checkload (bench_*.py in this directory;
+NAME: node, backup, small, memory, checkload, faults, hostile (bench_*.py in this directory;
 each also runs on its own). --quick: small sizes and 1 repetition, a smoke
 test only. Prints ONE table: figure | measured (median of N) | target |
 anchor | ok, with notes, and how much CPU other people's processes took while
@@ -26,7 +26,8 @@ import common  # noqa: E402
 from common import Row, log  # noqa: E402
 
 BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_small"),
-           ("memory", "bench_memory"), ("checkload", "bench_checkload")]
+           ("memory", "bench_memory"), ("checkload", "bench_checkload"),
+           ("faults", "bench_faults"), ("hostile", "bench_hostile")]
 
 
 def main() -> int:
