@@ -45,9 +45,10 @@ class StallWatch:
         self.on_stall = on_stall
         self.floor, self.factor, self.ceiling, self.tick = floor, factor, ceiling, tick
         self._silences = collections.deque(maxlen=SAMPLES)
-        # conn -> (its last_progress, the silence then) at the previous tick,
-        # for connections that owed us progress then
+        # conn -> (its last_progress, the silence counted then) at the
+        # previous tick, for connections that owed us progress then
         self._seen = {}
+        self._last_tick = None
         self._reported = {}  # conn -> last_progress when reported: once per silence
         self._call = None
 
@@ -61,6 +62,7 @@ class StallWatch:
         self._call = None
         self._seen.clear()
         self._reported.clear()
+        self._last_tick = None
 
     def deadline(self) -> float:
         longest = max(self._silences, default=0.0)
@@ -69,6 +71,12 @@ class StallWatch:
     def _tick(self) -> None:
         self._call = None
         now = self.clock.seconds()
+        # Silence is counted in time our own reactor was free to read: a tick
+        # that comes late (the reactor was busy writing files, say) counts one
+        # tick, so what our own work held up is never blamed on a peer.
+        elapsed = self.tick if self._last_tick is None else now - self._last_tick
+        counted = min(elapsed, 2 * self.tick)
+        self._last_tick = now
         seen, self._seen = self._seen, {}
         stalled = []
         for conn in list(self.connections()):
@@ -82,7 +90,10 @@ class StallWatch:
                 self._silences.append(before[1])
             if not conn.owes_us():
                 continue
-            silence = now - last
+            if before is not None and last == before[0]:
+                silence = before[1] + counted
+            else:
+                silence = min(now - last, counted)
             self._seen[conn] = (last, silence)
             if silence > self.deadline() and self._reported.get(conn) != last:
                 stalled.append((conn, silence))

@@ -103,3 +103,18 @@ def test_a_peer_that_never_answers_is_aborted_and_its_requests_fail(tmp_path):
     assert stalls == [conn] and conn.closed
     assert "no progress" in str(outcome.failure(PeerStalled))
     watch.stop()
+
+
+def test_time_our_own_reactor_was_busy_is_not_counted_as_a_peers_silence():
+    """Ticks that come late (the reactor was writing files for seconds) count
+    one tick each: a peer whose answer waited in our socket is not stalled."""
+    clock = task.Clock()
+    conn = _Conn(clock)
+    conn.owed = True
+    watch, stalls = _watch(clock, [conn])
+    for _ in range(3):
+        clock.advance(2.0)  # three late ticks: 6 s of wall time, 3 ticks counted
+    assert stalls == []
+    clock.pump([TICK] * int(STALL_FLOOR / TICK + 2))  # on-time silence does count
+    assert [c for c, _ in stalls] == [conn]
+    watch.stop()
