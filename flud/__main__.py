@@ -1,3 +1,3 @@
-from flud.cli import main
+from flud.cli.main import main
 
 raise SystemExit(main())

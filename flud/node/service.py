@@ -21,7 +21,6 @@ from flud.protocol.server import NodeHandler
 from flud.protocol.tls import make_context
 from flud.protocol.wire import LocalParty
 
-DEFAULT_CAPACITY = 10 * 1024 ** 3
 STORE_WORKERS = 4
 
 
@@ -109,18 +108,17 @@ class Service:
 class NodeService(Service):
     name = "flud-node"
 
-    def __init__(self, reactor, home: str, host: str = "127.0.0.1", port: int = 0,
-                 join=None, capacity: int = DEFAULT_CAPACITY, memory_log: str = None,
-                 memory_budget: int = None,
-                 seed=None):
+    def __init__(self, reactor, config, seed=None):
+        """config: a flud.node.config.NodeConfig."""
         self.reactor = reactor
-        self.home = os.path.abspath(home)
-        self.host = host
-        self.port = port
-        self.join_address = join
-        self.capacity = capacity
-        self.memory_log = memory_log
-        self.memory_budget = memory_budget
+        self.config = config
+        self.home = os.path.abspath(config.home)
+        self.host = config.host
+        self.port = config.port
+        self.join_address = config.join
+        self.capacity = config.capacity
+        self.memory_log = config.memory_log
+        self.memory_budget = config.memory_budget
         self.rng = random.Random(seed)
         self.started_at = time.time()
         self._listening = None

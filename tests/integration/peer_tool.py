@@ -25,11 +25,13 @@ import tarfile
 import blake3
 from twisted.internet import defer
 
+from flud.cli.runner import run_reactor
 from flud.client.net import ClientNet, NodeAddress
 from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.errors import RemoteError
-from flud.testnet_query import collect_stats, run_reactor
+from flud.testnet.launch import load
+from flud.testnet.query import collect_stats
 
 TIMEOUT = 30.0
 
@@ -71,10 +73,9 @@ def with_peer(addr, home, job):
 
 
 def cmd_stats(directory):
-    from flud.testnet import load
     nodes = load(directory)["nodes"]
     out([{"node_id": n["node_id"], "pid": n["pid"], "stats": s}
-         for n, s in collect_stats(directory, nodes)])
+         for n, s in run_reactor(lambda reactor: collect_stats(reactor, directory, nodes))])
 
 
 def cmd_stats_one(addr, home):

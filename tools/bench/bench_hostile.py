@@ -198,13 +198,13 @@ def hold_main(host, port, home, connections, requests, size, seconds) -> int:
     from twisted.internet import defer, task
     from twisted.python.failure import Failure
 
+    from flud.cli.runner import run_reactor
     from flud.node.service import load_party
     from flud.protocol import messages
     from flud.protocol.client import ClientOnlyHandler
     from flud.protocol.codec import Op
     from flud.protocol.errors import RemoteError
     from flud.protocol.wire import FedSource, dial
-    from flud.testnet_query import run_reactor
 
     connections, requests, size = int(connections), int(requests), int(size)
 
@@ -264,9 +264,9 @@ def honest_main(host, port, home, size) -> int:
     import blake3
     from twisted.internet import defer
 
+    from flud.cli.runner import run_reactor
     from flud.client.net import ClientNet, NodeAddress
     from flud.protocol.errors import RemoteError
-    from flud.testnet_query import run_reactor
 
     data = os.urandom(int(size))
     key = blake3.blake3(data).digest()

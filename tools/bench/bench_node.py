@@ -142,8 +142,8 @@ def _wire_client(directory, node_hex, host, port, share_mib, reps, small_ops, in
     import blake3
     from twisted.internet import defer
 
+    from flud.cli.runner import run_reactor
     from flud.client.net import ClientNet, NodeAddress
-    from flud.testnet_query import run_reactor
 
     size = share_mib * MiB
     address = NodeAddress(bytes.fromhex(node_hex), host, port)

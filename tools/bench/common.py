@@ -644,10 +644,11 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------- subprocess mode
 
 def _stats_main(directory: str) -> int:
-    from flud.testnet import load
-    from flud.testnet_query import collect_stats
+    from flud.cli.runner import run_reactor
+    from flud.testnet.launch import load
+    from flud.testnet.query import collect_stats
     nodes = load(directory)["nodes"]
-    rows = collect_stats(directory, nodes)
+    rows = run_reactor(lambda reactor: collect_stats(reactor, directory, nodes))
     json.dump([s for _, s in rows], sys.stdout)
     return 0
 

@@ -276,7 +276,7 @@ def main(argv=None) -> int:
     with open(argv[0]) as f:
         cfg = json.load(f)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from flud.testnet_query import run_reactor
+    from flud.cli.runner import run_reactor
 
     def start(reactor):
         worker = Worker(reactor, cfg)

@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     own_workdir = args.workdir is None
     workdir = tempfile.mkdtemp(prefix="check_load-") if own_workdir else os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
-    from flud.testnet_query import run_reactor
+    from flud.cli.runner import run_reactor
     from tools.loadgen.nodes import NoReachableNode
     try:
         return run_reactor(lambda reactor: _run(reactor, args, workdir))

@@ -94,7 +94,7 @@ def test_the_command_prints_its_round_and_full_finds_what_the_spot_missed(tmp_pa
 
     from flud.client.backup import Backup
     from flud.client.progress import Progress
-    from flud.client.session import _verify
+    from flud.cli.jobs import _verify
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
     from tests.unit.client.fakes import make_world, run_until

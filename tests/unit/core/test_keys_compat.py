@@ -179,13 +179,14 @@ def _run_fresh(code: str) -> str:
 def test_a_node_never_imports_pycryptodome_nor_hashlib():
     code = (
         "import sys, tempfile\n"
-        "import flud.node.run as run\n"
-        "run.preload()\n"
+        "import flud.node.process as process\n"
+        "process.preload()\n"
         "from twisted.internet import reactor\n"
+        "from flud.node.config import NodeConfig\n"
         "from flud.node.service import NodeService\n"
         "home = tempfile.mkdtemp()\n"
         "for start in range(2):  # a fresh home (key and certificate made), then a known one\n"
-        "    node = NodeService(reactor, home, port=0)\n"
+        "    node = NodeService(reactor, NodeConfig(home=home, port=0))\n"
         "    node.startService()\n"
         "    node.stopService()\n"
         "peer = __import__('flud.keys').keys.Identity.generate()\n"

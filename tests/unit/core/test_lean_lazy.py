@@ -34,7 +34,7 @@ def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
         from flud.lean import defer_unused_imports
         defer_unused_imports()
         from twisted.internet import reactor
-        import argparse, flud.node.run, flud.node.service, storage.disk, flud.memory, flud.workers
+        import argparse, flud.node.process, flud.node.service, storage.disk, flud.memory, flud.workers
         assert {loaded(("textwrap",))} == []  # until a help text is formatted
         argparse.ArgumentParser().format_help()  # imports shutil, which imports bz2 and lzma
         assert {loaded(NODE_SPARES)} == [], {loaded(NODE_SPARES)}

@@ -1,8 +1,11 @@
-"""`flud node run`: one node in the foreground until SIGTERM or Ctrl-C."""
+"""A node process: one node in the foreground until SIGTERM or Ctrl-C, run
+from a NodeConfig (`flud node run`, or forked by the testnet harness)."""
 import logging
 import os
 import signal
 import sys
+
+EXIT_CANNOT_LISTEN = 3
 
 
 def setup_logging(home: str, verbose: bool = False) -> None:
@@ -17,13 +20,6 @@ def setup_logging(home: str, verbose: bool = False) -> None:
         handler.setFormatter(fmt)
         root.addHandler(handler)
     globalLogBeginner.beginLoggingTo([STDLibLogObserver()], redirectStandardIO=False)
-
-
-def parse_address(text: str):
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host or "127.0.0.1", int(port)
 
 
 def preload() -> None:
@@ -46,7 +42,7 @@ def preload() -> None:
     gc.freeze()
 
 
-def run_forked(args, stderr_path: str) -> int:
+def run_forked(config, stderr_path: str) -> int:
     """Fork a node process; returns its pid (the child never returns)."""
     pid = os.fork()
     if pid:
@@ -59,7 +55,7 @@ def run_forked(args, stderr_path: str) -> int:
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.dup2(err, 2)
-        code = run(args)
+        code = run(config)
     except BaseException:
         import traceback
         traceback.print_exc()
@@ -67,7 +63,9 @@ def run_forked(args, stderr_path: str) -> int:
         os._exit(code)
 
 
-def run(args) -> int:
+def run(config) -> int:
+    """Run the node of config (a flud.node.config.NodeConfig) until stopped;
+    returns the process's exit code."""
     from flud.lean import (NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD, defer_unused_imports,
                            release_free_memory, tune_malloc)
     defer_unused_imports()
@@ -77,7 +75,7 @@ def run(args) -> int:
 
     from flud.node.service import NodeService
 
-    setup_logging(args.home, args.verbose)
+    setup_logging(config.home, config.verbose)
     log = logging.getLogger("flud.node")
     # Launchers may signal as soon as node.json says we listen, before the
     # reactor runs: Python's default SIGINT handler would then raise inside
@@ -96,16 +94,13 @@ def run(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_stop_signal)
     reactor.callWhenRunning(lambda: early_stop[0] and reactor.stop())
-    join = parse_address(args.join) if args.join else None
-    node = NodeService(reactor, args.home, host=args.host, port=args.port, join=join,
-                       capacity=args.capacity, memory_log=args.memory_log,
-                       memory_budget=getattr(args, "memory_budget", None))
+    node = NodeService(reactor, config)
     try:
         node.startService()
     except CannotListenError as err:
-        log.error("cannot listen on %s:%s: %s", args.host, args.port, err.socketError)
-        return 3
-    log.info("node %s listening on %s:%d (pid %d)", node.node_id.hex()[:16], args.host,
+        log.error("cannot listen on %s:%s: %s", config.host, config.port, err.socketError)
+        return EXIT_CANNOT_LISTEN
+    log.info("node %s listening on %s:%d (pid %d)", node.node_id.hex()[:16], config.host,
              node.local.listen_port, os.getpid())
     reactor.addSystemEventTrigger("before", "shutdown", node.stopService)
     reactor.callLater(1.0, release_free_memory)

@@ -1,15 +1,15 @@
 """The client's static footprint is sampled with the job's code loaded
-(flud/client/session.py): a first segment or manifest must import nothing."""
+(flud/cli/jobs.py): a first segment or manifest must import nothing."""
 import subprocess
 import sys
 
-from flud.client.session import JOB_MODULES
+from flud.cli.jobs import JOB_MODULES
 
 FIRST_WORK = """
 import sys
 from flud.lean import defer_unused_imports
 defer_unused_imports()
-from flud.client.session import load_job_code
+from flud.cli.jobs import load_job_code
 load_job_code("backup")
 before = set(sys.modules)
 from flud.client.segments import prepare_segment
@@ -30,8 +30,8 @@ def test_a_backup_imports_nothing_after_its_code_is_loaded():
 
 
 def test_every_job_has_its_code_listed():
-    from flud.client import session
+    from flud.cli import jobs
     assert set(JOB_MODULES) == {"backup", "restore", "verify"}
     for job in JOB_MODULES:
-        session.load_job_code(job)
+        jobs.load_job_code(job)
         assert all(name in sys.modules for name in JOB_MODULES[job])

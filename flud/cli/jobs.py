@@ -1,10 +1,13 @@
-"""One client run under a reactor: set up, do the job, print the summary."""
+"""The client's composition root: one job (backup, restore, verify) under a
+reactor. It sets up the memory monitor, the CPU pool, the network and the
+progress, runs the job and prints its summary."""
 import logging
 import sys
 
 from twisted.internet import defer
 
-from flud.client.commands import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.cli.runner import run_reactor
 from flud.client.progress import human_bytes
 
 log = logging.getLogger("flud.client")
@@ -16,7 +19,6 @@ class UserError(Exception):
 
 def run_client(args, job: str) -> int:
     from flud.client.home import ClientHome, HomeError
-    from flud.testnet_query import run_reactor
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

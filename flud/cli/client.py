@@ -1,12 +1,14 @@
-"""Client subcommands: init, key, backup, ls, restore, verify."""
+"""Client subcommands: init, key, backup, ls, restore, verify. Each imports
+the client's modules when it runs: building the parser (which every `flud`
+process does, a node too) loads none of them."""
 import getpass
 import os
 import sys
 import time
 
+from flud.cli.exits import EXIT_ERROR, EXIT_OK
+from flud.cli.node import parse_address
 from flud.errors import FludError
-
-EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 
 
 class NoPassphrase(FludError):
@@ -102,7 +104,6 @@ def cmd_init(args) -> int:
     from flud.client.home import HomeError, create_home
     from flud.errors import FludError
     from flud.keys import import_secret_bundle
-    from flud.node.run import parse_address
 
     identity = secret = None
     if args.import_key:
@@ -200,15 +201,15 @@ def cmd_ls(args) -> int:
 
 
 def cmd_backup(args) -> int:
-    from flud.client.session import run_client
+    from flud.cli.jobs import run_client
     return run_client(args, "backup")
 
 
 def cmd_restore(args) -> int:
-    from flud.client.session import run_client
+    from flud.cli.jobs import run_client
     return run_client(args, "restore")
 
 
 def cmd_verify(args) -> int:
-    from flud.client.session import run_client
+    from flud.cli.jobs import run_client
     return run_client(args, "verify")

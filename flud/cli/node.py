@@ -1,0 +1,52 @@
+"""`flud node run`: its arguments, made into a NodeConfig, and the node
+process run on it."""
+from flud.node import process
+from flud.node.config import DEFAULT_CAPACITY, NodeConfig
+
+GIB = 1024 ** 3
+
+
+def _size(text: str) -> int:
+    """'500M', '10G', '64MiB' -> bytes. (argparse names this function in its
+    error message: "invalid _size value".)"""
+    units = {"k": 1024, "m": 1024 ** 2, "g": GIB, "t": 1024 * GIB}
+    text = text.strip().lower().rstrip("b").rstrip("i")
+    factor = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    return int(float(number) * factor)
+
+
+def parse_address(text: str):
+    """'HOST:PORT' -> (host, port); ':PORT' means 127.0.0.1."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+def add_node_commands(sub) -> None:
+    node = sub.add_parser("node", help="run a storage node").add_subparsers(dest="action", required=True)
+    run = node.add_parser("run", help="run one node in the foreground")
+    run.add_argument("--home", required=True, help="the node's directory (created if missing)")
+    run.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=0, help="port (default: chosen by the OS)")
+    run.add_argument("--join", metavar="HOST:PORT", help="any running node to join through")
+    run.add_argument("--capacity", type=_size, default=DEFAULT_CAPACITY,
+                     help="space to offer, e.g. 500M, 10G")
+    run.add_argument("--memory-log", metavar="FILE", help="write memory samples as CSV")
+    run.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
+                     help="bytes of transfer buffers held at once, e.g. 64M (default 64 MiB)")
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(handler=cmd_node_run)
+
+
+def node_config(args) -> NodeConfig:
+    """The NodeConfig that `flud node run`'s parsed arguments ask for."""
+    return NodeConfig(home=args.home, host=args.host, port=args.port,
+                      join=parse_address(args.join) if args.join else None,
+                      capacity=args.capacity, memory_log=args.memory_log,
+                      memory_budget=args.memory_budget, verbose=args.verbose)
+
+
+def cmd_node_run(args) -> int:
+    return process.run(node_config(args))

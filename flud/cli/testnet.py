@@ -1,0 +1,118 @@
+"""`flud testnet up|status|down`: N node processes on 127.0.0.1.
+
+`up` starts the first node, then all the others joining through it, waits for
+every node's readiness file (node.json), then asks each node over the wire
+until every one knows every other. Any failure stops everything it started.
+A directory that already ran a testnet keeps its nodes' homes, so `up` after
+`down` brings back the same nodes with their data.
+
+The harness (flud/testnet/) is imported by each command when it runs: every
+`flud` process builds this parser, a node too, and a node must not load the
+launcher's modules (subprocess among them).
+"""
+import os
+import sys
+import time
+
+from flud.cli.exits import EXIT_ERROR, EXIT_NOT_DONE, EXIT_OK
+from flud.cli.node import _size
+
+
+def add_testnet_commands(sub) -> None:
+    testnet = sub.add_parser("testnet", help="a local testnet of node processes").add_subparsers(
+        dest="action", required=True)
+    up = testnet.add_parser("up", help="start nodes on 127.0.0.1 and wait until they know each other")
+    up.add_argument("--nodes", type=int, default=50)
+    up.add_argument("--dir", required=True)
+    up.add_argument("--base-port", type=int, default=0, help="node i listens on BASE+i (default: OS-chosen)")
+    up.add_argument("--capacity", type=_size, default="10G")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
+    up.add_argument("--memory-log", action="store_true", help="each node writes memory.csv in its home")
+    up.add_argument("--spawn", choices=("fork", "exec"), default="fork",
+                    help="fork nodes from the launcher (fast) or exec a fresh interpreter each")
+    up.set_defaults(handler=cmd_up)
+    for name, text, handler in (("status", "one row per node", cmd_status),
+                                ("down", "stop the testnet's processes", cmd_down)):
+        p = testnet.add_parser(name, help=text)
+        p.add_argument("--dir", required=True)
+        p.set_defaults(handler=handler)
+
+
+def cmd_up(args) -> int:
+    from flud.cli.runner import run_reactor
+    from flud.testnet.launch import LaunchError, Testnet, testnet_file
+    from flud.testnet.query import wait_converged
+
+    directory = os.path.abspath(args.dir)
+    net = Testnet(directory)
+    alive = net.alive()
+    if alive:
+        print(f"a testnet is already running in {directory} ({len(alive)} nodes alive); "
+              f"use `flud testnet status --dir {args.dir}` or `flud testnet down --dir {args.dir}`")
+        return EXIT_NOT_DONE
+    if args.nodes < 1:
+        print("--nodes must be at least 1")
+        return EXIT_ERROR
+    started = time.monotonic()
+    deadline = started + args.timeout
+    try:
+        nodes = net.start(args.nodes, args.capacity, memory_log=args.memory_log,
+                          base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline)
+        processes_ready = time.monotonic() - started
+        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for membership...")
+        run_reactor(lambda reactor: wait_converged(reactor, directory, nodes, deadline))
+    except (LaunchError, KeyboardInterrupt) as err:
+        print(f"testnet did not start: {err}", file=sys.stderr)
+        net.abort()
+        return EXIT_NOT_DONE
+    total = time.monotonic() - started
+    print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node knows every other, "
+          f"in {total:.2f} s (processes {processes_ready:.2f} s). Details: {testnet_file(directory)}")
+    return EXIT_OK
+
+
+def cmd_down(args) -> int:
+    from flud.testnet.launch import Testnet
+
+    net = Testnet(args.dir)
+    nodes = net.nodes
+    if not nodes:
+        print(f"no testnet in {net.directory}")
+        return EXIT_NOT_DONE
+    stopped = net.stop()
+    print(f"stopped {stopped} node process(es) of {len(nodes)} in {net.directory}")
+    return EXIT_OK
+
+
+def cmd_status(args) -> int:
+    from flud.cli.runner import run_reactor
+    from flud.testnet.launch import load
+    from flud.testnet.query import collect_stats
+
+    directory = os.path.abspath(args.dir)
+    nodes = load(directory)["nodes"]
+    if not nodes:
+        print(f"no testnet in {directory}")
+        return EXIT_NOT_DONE
+    rows = run_reactor(lambda reactor: collect_stats(reactor, directory, nodes))
+    print(f"{'#':>3} {'node':12} {'port':>5} {'pid':>7} {'alive':5} {'peers':>5} "
+          f"{'shares':>7} {'members':>7} {'stored':>10} {'rss':>8} {'peak rss':>8} "
+          f"{'xfers':>5} {'buffered':>8} {'cpu s':>6}")
+    alive = 0
+    for i, (node, stats) in enumerate(rows):
+        if stats is None:
+            print(f"{i:>3} {node['node_id'][:12]} {node['port']:>5} {node['pid']:>7} {'no':5}")
+            continue
+        alive += 1
+        store, memory = stats["store"], stats["memory"]
+        print(f"{i:>3} {node['node_id'][:12]} {node['port']:>5} {node['pid']:>7} {'yes':5} "
+              f"{stats['peers_known']:>5} {store['shares']:>7} {store['members']:>7} "
+              f"{_mb(store['bytes_stored']):>10} {_mb(memory['rss']):>8} "
+              f"{_mb(memory['peak_rss']):>8} {memory['active_transfers']:>5} "
+              f"{_mb(memory['buffered_bytes']):>8} {stats['cpu_seconds']:>6.1f}")
+    print(f"{alive} of {len(nodes)} nodes alive")
+    return EXIT_OK if alive == len(nodes) else EXIT_NOT_DONE
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

@@ -1,0 +1,19 @@
+"""What a node is told when it starts: a typed, frozen value.
+
+The CLI builds it from `flud node run`'s arguments (flud/cli/node.py), the
+testnet harness builds it directly for the nodes it forks."""
+from dataclasses import dataclass
+
+DEFAULT_CAPACITY = 10 * 1024 ** 3
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    home: str                     # the node's directory (created if missing)
+    host: str = "127.0.0.1"       # address to listen on
+    port: int = 0                 # 0: chosen by the OS
+    join: tuple = None            # (host, port) of any running node to join through
+    capacity: int = DEFAULT_CAPACITY  # bytes of storage offered
+    memory_log: str = None        # a CSV file of memory samples
+    memory_budget: int = None     # bytes of transfer buffers held at once (None: the default)
+    verbose: bool = False         # log at DEBUG

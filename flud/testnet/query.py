@@ -1,0 +1,60 @@
+"""Asking a testnet's nodes over the wire: whether they have all met, and
+their STATS. Each call returns a Deferred; the caller runs the reactor."""
+import os
+import time
+
+from twisted.internet import defer, task
+
+from flud.client.net import ClientNet, NodeAddress
+from flud.testnet.launch import LaunchError, node_running
+
+POLL_INTERVAL = 0.2
+STATS_TIMEOUT = 5.0
+LAUNCHER_HOME = ".launcher"  # the client identity that asks, inside the testnet directory
+
+
+def _address(node: dict) -> NodeAddress:
+    return NodeAddress(bytes.fromhex(node["node_id"]), node["host"], node["port"])
+
+
+def _stats(net: ClientNet, node: dict, reactor):
+    d = net.peer(_address(node))
+    d.addCallback(lambda peer: peer.stats())
+    d.addTimeout(STATS_TIMEOUT, reactor)
+    return d
+
+
+@defer.inlineCallbacks
+def wait_converged(reactor, directory: str, nodes: list, deadline: float):
+    """Fires once every node knows every other; fails with LaunchError past
+    deadline (a monotonic time)."""
+    want = len(nodes) - 1
+    net = ClientNet(reactor, os.path.join(directory, LAUNCHER_HOME))
+    pending = list(nodes)
+    try:
+        while pending:
+            results = yield defer.DeferredList(
+                [_stats(net, n, reactor) for n in pending], consumeErrors=True)
+            pending = [n for n, (ok, value) in zip(pending, results)
+                       if not ok or value.get("peers_known", 0) < want]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{len(pending)} node(s) still do not know every "
+                                  f"other node; see their node.log files")
+            yield task.deferLater(reactor, POLL_INTERVAL, lambda: None)
+    finally:
+        net.close()
+
+
+@defer.inlineCallbacks
+def collect_stats(reactor, directory: str, nodes: list):
+    """Fires with [(node, stats or None)] for every node, asked in parallel."""
+    net = ClientNet(reactor, os.path.join(directory, LAUNCHER_HOME))
+    try:
+        results = yield defer.DeferredList(
+            [_stats(net, n, reactor) if node_running(n) else defer.fail(Exception("down"))
+             for n in nodes], consumeErrors=True)
+    finally:
+        net.close()
+    return [(n, value if ok else None) for n, (ok, value) in zip(nodes, results)]
