@@ -43,6 +43,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from flud.testnet import launch  # noqa: E402
 from tools.bench import common  # noqa: E402
 from tools.treecmp import compare_trees  # noqa: E402
 
@@ -137,7 +138,7 @@ def fresh_home(pristine: str, home: str) -> str:
 
 
 def dead_nodes(nodes: list) -> list:
-    return [n for n in nodes if not common.same_process_alive(n)]
+    return [n for n in nodes if not launch.node_running(n)]
 
 
 # ---- one case of one run -----------------------------------------------------------------
@@ -307,12 +308,7 @@ def stop_testnet(testnet) -> None:
     try:
         testnet.down()
     finally:
-        for pid, start in _nodes_of(testnet.dir):
-            if common._proc_start(pid) == start:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        launch.signal_all(_nodes_of(testnet.dir), signal.SIGKILL)
 
 
 def _nodes_of(directory: str) -> list:
@@ -327,7 +323,7 @@ def _nodes_of(directory: str) -> list:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        start = common._proc_start(pid)
+        start = launch.start_ticks(pid)
         if directory in cmdline and start is not None:
             found.append((pid, start))
     return found

@@ -24,7 +24,6 @@ import time
 
 from flud.lean import node_interpreter_argv
 from flud.node.config import NodeConfig
-from flud.node.process import preload, run_forked
 
 READY_POLL = 0.05
 STOP_TIMEOUT = 15.0
@@ -182,6 +181,7 @@ def spawn_node(config: NodeConfig, fork: bool = True):
         pass
     stderr_path = os.path.join(config.home, "stderr.log")
     if fork:
+        from flud.node.process import run_forked  # see Testnet.start
         sys.stdout.flush()
         sys.stderr.flush()
         return ForkedNode(run_forked(config, stderr_path))
@@ -292,6 +292,9 @@ class Testnet:
         stops what was started."""
         os.makedirs(self.directory, exist_ok=True)
         if fork:
+            # The node's code, loaded only to fork nodes: the benchmarks and
+            # the tests use this module in processes that must stay small.
+            from flud.node.process import preload
             preload()
 
         def config(index, join):

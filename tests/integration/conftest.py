@@ -22,7 +22,6 @@ def node_factory(tmp_path):
     for node in nodes:
         if node.alive():
             node.stop(signal.SIGKILL)
-        node.close()
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ that the test started (pids from testnet.json, nodes the test restarted, and
 any process whose command line names the test's own temporary directory).
 The Twisted reactor cannot be restarted, so nothing here runs one: every
 exchange with a node goes through `flud` or tests/integration/peer_tool.py in
-a subprocess, each with a hard timeout.
+a subprocess, each with a hard timeout. Starting, watching and stopping node
+processes is the testnet harness's (flud/testnet/launch.py), as for the CLI.
 """
 import json
 import os
@@ -31,29 +32,14 @@ POLL = 0.05
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from flud.testnet import launch  # noqa: E402
+# That very process exists and is not a zombie (pid + start time); processes
+# whose command line names a path: what the tests reap by.
+from flud.testnet.launch import is_running as is_alive  # noqa: E402
+from flud.testnet.launch import processes_mentioning  # noqa: E402,F401
+
 
 # ---- processes ----------------------------------------------------------------
-
-def _stat_fields(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_ticks(pid):
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
-def is_alive(pid, start=None) -> bool:
-    """That very process exists and is not a zombie (pid + start time)."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return False
-    return start is None or int(fields[19]) == start
-
 
 def wait_until(predicate, timeout, what, interval=POLL):
     """Poll predicate() until it is truthy; fail the test after `timeout` s."""
@@ -69,41 +55,11 @@ def wait_until(predicate, timeout, what, interval=POLL):
 
 def wait_gone(procs, timeout=STOP_TIMEOUT) -> list:
     """procs: [(pid, start)]; returns those still alive after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [(p, s) for p, s in procs if is_alive(p, s)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(POLL)
-
-
-def processes_mentioning(text: str) -> list:
-    """[(pid, start)] of processes whose command line contains text."""
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            pid = int(name)
-            start = start_ticks(pid)
-            if start is not None and is_alive(pid, start):
-                found.append((pid, start))
-    return found
+    return launch.wait_gone(procs, timeout, POLL)
 
 
 def kill_all(procs, sig=signal.SIGKILL) -> None:
-    for pid, start in procs:
-        if is_alive(pid, start):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+    launch.signal_all(procs, sig)
 
 
 # ---- commands -----------------------------------------------------------------
@@ -158,31 +114,24 @@ class NodeProcess:
         args = ["node", "run", "--home", self.home, "--port", port]
         if join:
             args += ["--join", join]
-        self._err = open(os.path.join(self.home, "stderr.log"), "ab")
-        self.popen = subprocess.Popen([PYTHON, "-m", "flud", *map(str, args), *extra],
-                                      stdout=subprocess.DEVNULL, stderr=self._err,
-                                      stdin=subprocess.DEVNULL, cwd=ROOT,
-                                      start_new_session=True)
+        # `python -m flud node run`, not the lean interpreter straight away:
+        # the node replacing itself by one is part of what is tested.
+        self.popen = launch.spawn_exec([*map(str, args), *extra],
+                                       os.path.join(self.home, "stderr.log"),
+                                       lean=False, cwd=ROOT)
         self.pid = self.popen.pid
         self.start = None
         self.info = None
 
     def wait_ready(self, timeout=READY_TIMEOUT) -> dict:
-        path = os.path.join(self.home, "node.json")
-
         def ready():
             if self.popen.poll() is not None:
                 pytest.fail(f"node in {self.home} exited with {self.popen.returncode}:\n"
                             + self.log_tail())
-            try:
-                with open(path) as f:
-                    info = json.load(f)
-            except (FileNotFoundError, ValueError):
-                return None
-            return info if info.get("pid") == self.pid else None
+            return launch.ready_info(self.home, self.pid)
 
         self.info = wait_until(ready, timeout, f"node {self.home} to be ready")
-        self.start = start_ticks(self.pid)
+        self.start = launch.start_ticks(self.pid)
         return self.info
 
     @property
@@ -194,11 +143,7 @@ class NodeProcess:
         return f"127.0.0.1:{self.port}"
 
     def log_tail(self, name="stderr.log", lines=20) -> str:
-        try:
-            with open(os.path.join(self.home, name), errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        return launch.log_tail(self.home, name, lines)
 
     def send(self, sig) -> None:
         if self.popen.poll() is None:
@@ -206,18 +151,10 @@ class NodeProcess:
 
     def stop(self, sig=signal.SIGTERM, timeout=STOP_TIMEOUT):
         """Signal, wait (bounded), SIGKILL if needed; returns the exit code."""
-        self.send(sig)
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.send(signal.SIGKILL)
-            return self.popen.wait(timeout=STOP_TIMEOUT)
+        return launch.stop_process(self.popen, sig, timeout, kill_timeout=STOP_TIMEOUT)
 
     def alive(self) -> bool:
         return self.popen.poll() is None
-
-    def close(self) -> None:
-        self._err.close()
 
 
 # ---- testnets -----------------------------------------------------------------
@@ -233,11 +170,7 @@ class Testnet:
     # the nodes as testnet.json recorded them, with restarted ones replaced
     @property
     def nodes(self) -> list:
-        try:
-            with open(os.path.join(self.dir, "testnet.json")) as f:
-                nodes = json.load(f)["nodes"]
-        except FileNotFoundError:
-            return []
+        nodes = launch.load(self.dir)["nodes"]
         for index, node in self.restarted.items():
             nodes[index] = dict(nodes[index], pid=node.pid, start=node.start)
         return nodes
@@ -317,7 +250,6 @@ class Testnet:
                 proc.popen.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            proc.close()
         assert not left, f"could not stop {left}"
 
 

@@ -261,4 +261,3 @@ def test_sigkill_in_the_middle_of_archive_appends(tmp_path):
         for proc in nodes:
             if proc.alive():
                 proc.stop(signal.SIGKILL)
-            proc.close()

@@ -37,7 +37,6 @@ def node(tmp_path_factory):
     finally:
         if proc.alive():
             proc.stop(signal.SIGKILL)
-        proc.close()
 
 
 def closed_by_peer(sock, timeout=CLOSE_TIMEOUT) -> bool:

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import Row, Testnet, log  # noqa: E402
 
+from flud.testnet import launch  # noqa: E402
 from tools.demo import make_demo_tree  # noqa: E402
 from tools.stress import failed_nodes, make_case, mismatches  # noqa: E402
 
@@ -122,7 +123,7 @@ class _Stopped:
         return self
 
     def __exit__(self, *exc):
-        if common.same_process_alive(self.node):
+        if launch.node_running(self.node):
             os.kill(self.node["pid"], signal.SIGCONT)
 
 

@@ -1,7 +1,8 @@
 """Shared pieces of the flud benchmark suite (tools/bench).
 
 - Testnet: `flud testnet up/down` as a context manager; its exit always stops
-  the nodes and SIGKILLs any pid of testnet.json that is still the same process.
+  the nodes and SIGKILLs any pid of testnet.json that is still the same process
+  (flud/testnet/launch.py tells, by pid and start time).
 - run() / flud(): a command with its wall time, CPU time and peak RSS (from
   wait4, i.e. the kernel's high-water mark of the child), stdout and stderr.
 - parse_backup() / parse_restore(): the summary lines that flud prints.
@@ -34,6 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from flud.testnet import launch  # noqa: E402
 
 _VENV_PY = os.path.join(ROOT, ".venv", "bin", "python")
 PY = _VENV_PY if os.path.exists(_VENV_PY) else sys.executable
@@ -288,22 +291,6 @@ def parse_restore(text: str) -> dict:
 
 # ------------------------------------------------------------------------ testnet
 
-def _proc_start(pid: int):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
-
-
-def same_process_alive(node: dict) -> bool:
-    start = _proc_start(node["pid"])
-    return start is not None and (node.get("start") is None or start == node["start"])
-
-
 class Testnet:
     """`with Testnet(dir, 50) as tn:` starts it; leaving always stops it."""
 
@@ -356,8 +343,7 @@ class Testnet:
 
     def _load(self) -> list:
         try:
-            with open(os.path.join(self.dir, "testnet.json")) as f:
-                return json.load(f)["nodes"]
+            return launch.load(self.dir)["nodes"]
         except (OSError, ValueError, KeyError):
             return []
 
@@ -378,19 +364,14 @@ class Testnet:
         if self.noise:
             self.noise.sample()
         try:
-            if os.path.exists(os.path.join(self.dir, "testnet.json")):
+            if os.path.exists(launch.testnet_file(self.dir)):
                 flud("testnet", "down", "--dir", self.dir, timeout=60)
         finally:
             self._stop_leftovers()
 
     def _stop_leftovers(self) -> None:
         nodes = self._load() or self.nodes
-        alive = [n for n in nodes if same_process_alive(n)]
-        for n in alive:
-            try:
-                os.kill(n["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        alive = launch.signal_all([(n["pid"], n.get("start")) for n in nodes], signal.SIGKILL)
         if alive:
             print(f"  (SIGKILLed {len(alive)} leftover node process(es) of {self.dir})",
                   file=sys.stderr)
@@ -404,14 +385,7 @@ def kill_pid(proc) -> None:
     """Stop a Popen we started: SIGTERM, then SIGKILL."""
     if proc is None or proc.poll() is not None:
         return
-    try:
-        proc.terminate()
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
+    launch.stop_process(proc, signal.SIGTERM, timeout=10, kill_timeout=10)
 
 
 # ----------------------------------------------------------------------- homes
@@ -645,9 +619,8 @@ def log(msg: str) -> None:
 
 def _stats_main(directory: str) -> int:
     from flud.cli.runner import run_reactor
-    from flud.testnet.launch import load
     from flud.testnet.query import collect_stats
-    nodes = load(directory)["nodes"]
+    nodes = launch.load(directory)["nodes"]
     rows = run_reactor(lambda reactor: collect_stats(reactor, directory, nodes))
     json.dump([s for _, s in rows], sys.stdout)
     return 0
