@@ -25,6 +25,8 @@ import sys
 import threading
 import types
 
+from flud import procfs
+
 # name -> what leaving it unloaded saves per node (measured as above)
 LAZY_MODULES = {
     "http.cookiejar": "3.6 MB (urllib.request, http.client, email)",
@@ -332,24 +334,14 @@ def trim_heap() -> bool:
 
 
 def proc_rss() -> int:
-    """Resident set size from /proc/self/statm: what psutil reads on Linux,
-    without psutil's 4.9 MB import in every node."""
+    """Resident set size from /proc/self/statm (flud/procfs.py): what psutil
+    reads on Linux, without psutil's 4.9 MB import in every node; psutil
+    only where there is no /proc."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _page_size()
+        return procfs.own_rss()
     except OSError:
         import psutil
         return psutil.Process().memory_info().rss
-
-
-_PAGE = []
-
-
-def _page_size() -> int:
-    if not _PAGE:
-        import os
-        _PAGE.append(os.sysconf("SC_PAGE_SIZE"))
-    return _PAGE[0]
 
 
 M_TRIM_THRESHOLD = -1

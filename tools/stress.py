@@ -43,6 +43,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from flud import procfs  # noqa: E402
 from flud.testnet import launch  # noqa: E402
 from tools.bench import common  # noqa: E402
 from tools.treecmp import compare_trees  # noqa: E402
@@ -319,12 +320,11 @@ def _nodes_of(directory: str) -> list:
         try:
             with open(os.path.join(directory, name, "node.json")) as f:
                 pid = int(json.load(f)["pid"])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        start = launch.start_ticks(pid)
-        if directory in cmdline and start is not None:
+        cmdline = procfs.command_line(pid)
+        start = procfs.start_ticks(pid)
+        if cmdline is not None and directory in cmdline and start is not None:
             found.append((pid, start))
     return found
 

@@ -11,6 +11,7 @@ import os
 import random
 import time
 
+from flud import procfs
 from flud.keys import Identity, self_signed_cert_pem
 from flud.node.gate import GatedConnectionFactory
 from flud.node.peers import Membership
@@ -39,16 +40,6 @@ def load_party(home: str, role: int, host: str = "", port: int = 0):
                       make_context(cert_path, key_path, server_side=True),
                       make_context(cert_path, key_path, server_side=False),
                       host, port)
-
-
-def process_start_ticks(pid: int):
-    """Start time of a process in clock ticks since boot: with the pid, it
-    names one process for good (pids get reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def write_json_atomically(path: str, value) -> None:
@@ -161,7 +152,7 @@ class NodeService(Service):
         write_json_atomically(os.path.join(self.home, "node.json"), {
             "node_id": self.node_id.hex(), "host": self.host,
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
-            "start": process_start_ticks(os.getpid())})
+            "start": procfs.start_ticks(os.getpid())})
 
     def _join_failed(self, failure):
         from twisted.python import log

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from flud import procfs
 from flud.lean import node_interpreter_argv
 from flud.node.config import NodeConfig
 
@@ -68,26 +69,12 @@ def forget(directory: str) -> None:
 
 # ---- one process ------------------------------------------------------------------
 
-def _stat_fields(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_ticks(pid):
-    """Start time of a process in clock ticks since boot, or None."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
 def is_running(pid, start=None) -> bool:
     """That very process exists and is not a zombie (pid, and start time when given)."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
+    stat = procfs.process_stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
         return False
-    return start is None or int(fields[19]) == start
+    return start is None or stat[1] == start
 
 
 def node_running(node: dict) -> bool:
@@ -251,19 +238,12 @@ def processes_mentioning(text: str) -> list:
     line contains text."""
     me = os.getpid()
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+    for pid in procfs.pids():
+        if pid == me or text not in (procfs.command_line(pid) or ""):
             continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            pid = int(name)
-            start = start_ticks(pid)
-            if start is not None and is_running(pid, start):
-                found.append((pid, start))
+        start = procfs.start_ticks(pid)
+        if start is not None and is_running(pid, start):
+            found.append((pid, start))
     return found
 
 

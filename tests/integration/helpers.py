@@ -32,6 +32,7 @@ POLL = 0.05
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from flud import procfs  # noqa: E402
 from flud.testnet import launch  # noqa: E402
 # That very process exists and is not a zombie (pid + start time); processes
 # whose command line names a path: what the tests reap by.
@@ -131,7 +132,7 @@ class NodeProcess:
             return launch.ready_info(self.home, self.pid)
 
         self.info = wait_until(ready, timeout, f"node {self.home} to be ready")
-        self.start = launch.start_ticks(self.pid)
+        self.start = procfs.start_ticks(self.pid)
         return self.info
 
     @property

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from flud import procfs
 from tests.integration.helpers import PYTHON, ROOT, tool, wait_until
 
 pytestmark = pytest.mark.integration
@@ -55,11 +56,10 @@ def stop(proc) -> None:
 
 
 def rss(pid) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for {pid}")
+    value = procfs.status_bytes(pid, "VmRSS")
+    if value is None:
+        raise AssertionError(f"no VmRSS for {pid}")
+    return value
 
 
 def test_a_silent_sender_cannot_hold_the_space_honest_clients_need(node_factory, tmp_path):

@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import MB, MiB, Row, Testnet, log  # noqa: E402
 
+from flud import procfs  # noqa: E402
+
 NAME = "bench_hostile"
 SCRIPT = os.path.abspath(__file__)
 FLOOD = 2000
@@ -92,11 +94,10 @@ def run(args) -> list:
 # ------------------------------------------------------------------ measurements
 
 def proc_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise common.BenchError(f"no VmRSS for pid {pid}")
+    rss = procfs.status_bytes(pid, "VmRSS")
+    if rss is None:
+        raise common.BenchError(f"no VmRSS for pid {pid}")
+    return rss
 
 
 def flood_rss(pid: int, host: str, port: int, count: int) -> dict:

@@ -45,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import MB, MiB, GiB, Row, Testnet, log  # noqa: E402
 
+from flud import procfs  # noqa: E402
+
 NAME = "bench_memory"
 PER_TRANSFER = 4 * MiB
 FLOOR_UPLOADS = 16  # issue 5: RSS with 16 concurrent transfers <= static + 16 x 4 MiB + 10%
@@ -267,13 +269,9 @@ def _measured(r) -> dict:
 def _own_peak_rss() -> int:
     """This process's peak RSS (VmHWM): a child starts from it."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        return procfs.status_bytes("self", "VmHWM") or 0
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def _run_capped(argv, cap: float, results: list, index: int) -> None:

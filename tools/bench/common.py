@@ -36,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from flud import procfs  # noqa: E402
 from flud.testnet import launch  # noqa: E402
 
 _VENV_PY = os.path.join(ROOT, ".venv", "bin", "python")
@@ -481,14 +482,6 @@ def tree_size(path: str) -> tuple:
 
 # ------------------------------------------------------------------------ noise
 
-def _busy_ticks() -> tuple:
-    with open("/proc/stat") as f:
-        parts = f.readline().split()[1:]
-    vals = list(map(int, parts))
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return sum(vals[:8]) - idle, sum(vals[:8])
-
-
 class NoiseMeter:
     """CPU used by processes that are not ours while a bench runs.
 
@@ -539,7 +532,7 @@ class NoiseMeter:
 
     def __enter__(self) -> "NoiseMeter":
         self.t0 = time.monotonic()
-        self.busy0, self.total0 = _busy_ticks()
+        self.busy0, self.total0 = procfs.machine_cpu_ticks()
         self.ours0 = self._ours()
         self.load0 = os.getloadavg()[0]
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -551,7 +544,7 @@ class NoiseMeter:
         self._thread.join()
         self.sample()
         wall = max(time.monotonic() - self.t0, 1e-9)
-        busy1, total1 = _busy_ticks()
+        busy1, total1 = procfs.machine_cpu_ticks()
         hz = os.sysconf("SC_CLK_TCK")
         busy = (busy1 - self.busy0) / hz
         ours = self._ours() - self.ours0 + sum(e[1] - e[0] for e in self._tracked.values())

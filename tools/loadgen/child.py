@@ -18,6 +18,7 @@ import blake3
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
+from flud import procfs
 from flud.client.net import ClientNet, NodeAddress
 from tools.loadgen.payload import Payloads
 from tools.loadgen.pipes import LineReader, write_line
@@ -90,8 +91,7 @@ def _cpu_seconds() -> float:
 
 def _rss() -> int:
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return procfs.own_rss()
     except OSError:
         return 0
 

@@ -17,6 +17,7 @@ BURST = """
 import ctypes, os, sys
 sys.path[:0] = [{repo!r}]
 from flud.lean import NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD, trim_heap, tune_malloc
+from flud.procfs import own_rss
 tune_malloc(NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD)
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -24,8 +25,7 @@ libc.malloc.argtypes = (ctypes.c_size_t,)
 libc.free.argtypes = (ctypes.c_void_p,)
 
 def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    return own_rss() / 1e6
 
 burst = [libc.malloc(2000) for _ in range(15000)]
 for pointer in burst:
