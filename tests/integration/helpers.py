@@ -24,6 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PYTHON = sys.executable
 PEER_TOOL = os.path.join(HERE, "peer_tool.py")
 
+# Tools shared between projects, kept beside the repository (FLUD_SHARED: elsewhere)
+SHARED = os.environ.get("FLUD_SHARED") or os.path.join(os.path.dirname(ROOT), "shared")
+
 COMMAND_TIMEOUT = 180.0     # any single flud command
 READY_TIMEOUT = 30.0        # a node writing node.json
 STOP_TIMEOUT = 20.0         # a process going away after a signal
@@ -61,6 +64,16 @@ def wait_gone(procs, timeout=STOP_TIMEOUT) -> list:
 
 def kill_all(procs, sig=signal.SIGKILL) -> None:
     launch.signal_all(procs, sig)
+
+
+def shared_file(rel: str, what: str) -> str:
+    """The path of a file of the shared directory; skips the test, saying
+    which file and what it is, when it is not there."""
+    path = os.path.join(SHARED, rel)
+    if not os.path.exists(path):
+        pytest.skip(f"needs {path} ({what}), which is missing: the shared directory is "
+                    f"expected beside the repository; set FLUD_SHARED to where it is")
+    return path
 
 
 # ---- commands -----------------------------------------------------------------

@@ -15,11 +15,11 @@ import threading
 import pytest
 
 from tests.integration.helpers import (NodeProcess, PYTHON, compare_trees, flud, init_client,
-                                       manifest_of, output, tool, tool_popen, wait_until)
+                                       manifest_of, output, shared_file, tool, tool_popen,
+                                       wait_until)
 
 pytestmark = pytest.mark.integration
 
-GEN_MIX = "/work/shared/tools/gen_mix.py"
 NODES = 12
 K, N = 4, 8
 MIX_FILES = 51
@@ -32,12 +32,15 @@ def net(module_testnet_factory):
 
 
 @pytest.fixture(scope="module")
-def mix(net, tmp_path_factory):
-    if not os.path.exists(GEN_MIX):
-        pytest.skip(f"{GEN_MIX} is not there")
+def gen_mix():
+    return shared_file("tools/gen_mix.py", "the generator of the seed's 51-file home mix")
+
+
+@pytest.fixture(scope="module")
+def mix(gen_mix, net, tmp_path_factory):
     base = tmp_path_factory.mktemp("mix")
     src = base / "mix"
-    gen = subprocess.run([PYTHON, GEN_MIX, str(src)], capture_output=True, text=True, timeout=60)
+    gen = subprocess.run([PYTHON, gen_mix, str(src)], capture_output=True, text=True, timeout=60)
     assert gen.returncode == 0, gen.stderr
     home = base / "home"
     init_client(home, net, None, "--k", K, "--n", N)

@@ -1,0 +1,80 @@
+"""`flud node run`'s arguments -> NodeConfig (flud/cli/node.py), and the
+testnet harness's way back (a node it execs gets the config it would fork)."""
+import dataclasses
+
+import pytest
+
+from flud.cli.main import build_parser
+from flud.cli.node import node_config
+from flud.node.config import DEFAULT_CAPACITY, NodeConfig
+from flud.testnet.launch import node_run_args
+
+
+def parse(*argv) -> NodeConfig:
+    return node_config(build_parser().parse_args(["node", "run", *argv]))
+
+
+def test_defaults_are_the_configs_own():
+    assert parse("--home", "h") == NodeConfig(home="h")
+    assert NodeConfig(home="h").capacity == DEFAULT_CAPACITY == 10 * 1024 ** 3
+    assert NodeConfig(home="h").join is None and NodeConfig(home="h").memory_budget is None
+
+
+def test_every_option():
+    config = parse("--home", "/n", "--host", "0.0.0.0", "--port", "4100", "--join",
+                   "10.0.0.2:4000", "--capacity", "500M", "--memory-log", "m.csv",
+                   "--memory-budget", "64MiB", "-v")
+    assert config == NodeConfig(home="/n", host="0.0.0.0", port=4100, join=("10.0.0.2", 4000),
+                                capacity=500 * 1024 ** 2, memory_log="m.csv",
+                                memory_budget=64 * 1024 ** 2, verbose=True)
+
+
+@pytest.mark.parametrize("text, size", [("10G", 10 * 1024 ** 3), ("1.5k", 1536), ("123", 123),
+                                        ("2TiB", 2 * 1024 ** 4), (" 7 mb", 7 * 1024 ** 2)])
+def test_sizes(text, size):
+    assert parse("--home", "h", "--capacity", text).capacity == size
+
+
+def test_join_without_a_host_means_this_machine():
+    assert parse("--home", "h", "--join", ":4000").join == ("127.0.0.1", 4000)
+
+
+def test_a_join_that_is_not_host_port_is_refused():
+    with pytest.raises(ValueError, match="is not HOST:PORT"):
+        parse("--home", "h", "--join", "somewhere")
+
+
+def test_a_bad_size_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit:
+        parse("--home", "h", "--capacity", "lots")
+    assert exit.value.code == 2
+    assert "argument --capacity: invalid _size value: 'lots'" in capsys.readouterr().err
+
+
+def test_home_is_required(capsys):
+    with pytest.raises(SystemExit):
+        parse("--port", "1")
+    assert "--home" in capsys.readouterr().err
+
+
+def test_the_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        NodeConfig(home="h").port = 1
+
+
+@pytest.mark.parametrize("config", [
+    NodeConfig(home="/t/node-00"),
+    NodeConfig(home="/t/node-03", port=4003, join=("127.0.0.1", 4000), capacity=12 * 1024 ** 2,
+               memory_log="/t/node-03/memory.csv"),
+    NodeConfig(home="/x", host="0.0.0.0", memory_budget=1 << 20, verbose=True),
+])
+def test_an_exec_spawned_node_gets_the_config_a_forked_one_would(config):
+    args = build_parser().parse_args(node_run_args(config))
+    assert node_config(args) == config
+
+
+def test_testnet_up_capacity_is_a_size():
+    args = build_parser().parse_args(["testnet", "up", "--dir", "d"])
+    assert args.capacity == 10 * 1024 ** 3
+    args = build_parser().parse_args(["testnet", "up", "--dir", "d", "--capacity", "12M"])
+    assert args.capacity == 12 * 1024 ** 2
