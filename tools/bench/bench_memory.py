@@ -88,16 +88,16 @@ IMPORT_STEPS = [
      "import flud.protocol.wire, flud.protocol.client, flud.protocol.codec, "
      "flud.protocol.session, flud.protocol.messages"),
     ("+ flud node service (memory, workers, peers)",
-     "import flud.node.service, flud.memory, flud.workers, flud.node.run"),
+     "import flud.node.service, flud.memory, flud.workers, flud.node.process, flud.node.config"),
 ]
-NODE_ONLY = ("from flud.node.run import preload; preload(); "
+NODE_ONLY = ("from flud.node.process import preload; preload(); "
              "from twisted.internet import epollreactor; epollreactor.install()")
 CLIENT_IMPORTS = ("from flud.lean import defer_unused_imports, tune_malloc; "
                   "defer_unused_imports(); tune_malloc(); "
                   "from twisted.internet import reactor; "
-                  "import flud.cli, flud.client.commands, flud.client.session, "
+                  "import flud.cli.main, flud.cli.client, flud.cli.jobs, "
                   "flud.client.backup, flud.client.restore, flud.client.network, "
-                  "flud.client.home, flud.memory, flud.workers, flud.testnet_query")
+                  "flud.client.home, flud.memory, flud.workers, flud.testnet.query")
 
 
 def add_arguments(parser) -> None:
@@ -195,7 +195,7 @@ def _imports(args) -> list:
              f"{'step':48} {'RSS MB':>8} {'adds MB':>8}"]
     for label, rss, delta in table:
         lines.append(f"{label:48} {rss / MB:8.1f} {'' if delta is None else f'{delta / MB:+8.1f}'}")
-    lines.append(f"{'a node process imports (flud.node.run.preload)':48} {node / MB:8.1f}")
+    lines.append(f"{'a node process imports (flud.node.process.preload)':48} {node / MB:8.1f}")
     text = "\n".join(lines)
     print(text)
     os.makedirs(common.OUT_DIR, exist_ok=True)
