@@ -39,9 +39,7 @@ def add_testnet_commands(sub) -> None:
 
 
 def cmd_up(args) -> int:
-    from flud.cli.runner import run_reactor
     from flud.testnet.launch import LaunchError, Testnet, testnet_file
-    from flud.testnet.query import wait_converged
 
     directory = os.path.abspath(args.dir)
     net = Testnet(directory)
@@ -60,6 +58,10 @@ def cmd_up(args) -> int:
                           base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline)
         processes_ready = time.monotonic() - started
         print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for membership...")
+        # Imported once the nodes are forked, so that they do not inherit
+        # the client's modules the query brings.
+        from flud.cli.runner import run_reactor
+        from flud.testnet.query import wait_converged
         run_reactor(lambda reactor: wait_converged(reactor, directory, nodes, deadline))
     except (LaunchError, KeyboardInterrupt) as err:
         print(f"testnet did not start: {err}", file=sys.stderr)
