@@ -20,6 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from flud.testnet.launch import load as load_testnet  # noqa: E402
 from tools.sample_tree import make_sample_tree  # noqa: E402
 from tools.treecmp import compare_trees  # noqa: E402
 
@@ -105,9 +106,7 @@ def main() -> int:
         shutil.rmtree(home)
         print("-- the client's disk is gone; only the exported key is left --")
         new_home, restored2 = os.path.join(work, "client-new"), os.path.join(work, "restored-2")
-        with open(os.path.join(testnet, "testnet.json")) as f:
-            import json
-            first = json.load(f)["nodes"][0]
+        first = load_testnet(testnet)["nodes"][0]
         flud("init", "--home", new_home, "--import-key", key, "--join",
              f"{first['host']}:{first['port']}", env=env)
         figures["total-loss restore"] = flud("restore", "--home", new_home, "--to", restored2)
