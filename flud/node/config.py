@@ -12,8 +12,8 @@ class NodeConfig:
     home: str                     # the node's directory (created if missing)
     host: str = "127.0.0.1"       # address to listen on
     port: int = 0                 # 0: chosen by the OS
-    join: tuple = None            # (host, port) of any running node to join through
+    join: tuple[str, int] | None = None  # any running node to join through
     capacity: int = DEFAULT_CAPACITY  # bytes of storage offered
-    memory_log: str = None        # a CSV file of memory samples
-    memory_budget: int = None     # bytes of transfer buffers held at once (None: the default)
+    memory_log: str | None = None  # a CSV file of memory samples
+    memory_budget: int | None = None  # bytes of transfer buffers held at once (None: the default)
     verbose: bool = False         # log at DEBUG

@@ -5,6 +5,8 @@ import os
 import signal
 import sys
 
+from flud.node.config import NodeConfig
+
 EXIT_CANNOT_LISTEN = 3
 
 
@@ -42,7 +44,7 @@ def preload() -> None:
     gc.freeze()
 
 
-def run_forked(config, stderr_path: str) -> int:
+def run_forked(config: NodeConfig, stderr_path: str) -> int:
     """Fork a node process; returns its pid (the child never returns)."""
     pid = os.fork()
     if pid:
@@ -63,9 +65,8 @@ def run_forked(config, stderr_path: str) -> int:
         os._exit(code)
 
 
-def run(config) -> int:
-    """Run the node of config (a flud.node.config.NodeConfig) until stopped;
-    returns the process's exit code."""
+def run(config: NodeConfig) -> int:
+    """Run config's node until it is stopped; returns the process's exit code."""
     from flud.lean import (NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD, defer_unused_imports,
                            release_free_memory, tune_malloc)
     defer_unused_imports()

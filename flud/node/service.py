@@ -13,6 +13,7 @@ import time
 
 from flud import procfs
 from flud.keys import Identity, self_signed_cert_pem
+from flud.node.config import NodeConfig
 from flud.node.gate import GatedConnectionFactory
 from flud.node.peers import Membership
 from flud.node.pool import ConnectionPool
@@ -99,8 +100,7 @@ class Service:
 class NodeService(Service):
     name = "flud-node"
 
-    def __init__(self, reactor, config, seed=None):
-        """config: a flud.node.config.NodeConfig."""
+    def __init__(self, reactor, config: NodeConfig, seed=None):
         self.reactor = reactor
         self.config = config
         self.home = os.path.abspath(config.home)
