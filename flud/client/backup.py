@@ -38,6 +38,8 @@ from flud.client.gather import settle_all
 from flud.client.large import (FILE_FOOTPRINT, MAX_PARITY_SETS, MAX_SEGMENT_WINDOW,
                                FileChanged, LargeFiles, ParitySets)
 from flud.client.network import network_share
+from flud.client.records import (Bundle, Challenge, EmptyContent, ShareHolder,
+                                 SmallContent)
 from flud.client.scan import scan
 from flud.client.segments import StoreFailed, challenges_for
 from flud.coding import SegmentCoder
@@ -54,7 +56,7 @@ SMALL_BATCH_BYTES = 4 * 1024 * 1024   # ...or this many bytes, whichever first
 CALL_CREDIT_SHARE = 8
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
 MAX_TARS_IN_FLIGHT = 16
-EMPTY = {"t": "E", "size": 0}
+EMPTY = EmptyContent(0)
 
 
 def _read_small(entry):
@@ -119,7 +121,8 @@ class Backup(LargeFiles):
         self.skipped = []
         self._new_contents = {}     # content id -> record, this run
         self._pending_small = {}    # content id -> file key hex, waiting for its bundle
-        self._bundles = {}          # bundle id hex -> record
+        self._bundles = {}          # bundle id hex -> Bundle
+        self._bundle_files = {}     # bundle id hex -> [(content id, offset, length)]
         self._challenges = _Challenges()
         self._tars_in_flight = []
         self._tar_slots = defer.DeferredSemaphore(MAX_TARS_IN_FLIGHT)
@@ -186,9 +189,8 @@ class Backup(LargeFiles):
         content_of = {}
         for entry in found.files:
             state = states.get(entry.path)
-            if state and state[:4] == (entry.size, entry.mtime_ns, entry.ctime_ns, entry.inode) \
-                    and state[4] in known:
-                content_of[entry.path] = state[4]
+            if state and state.unchanged(entry) and state.content_id in known:
+                content_of[entry.path] = state.content_id
                 self.summary["unchanged"] += 1
             else:
                 files.append(entry)
@@ -500,36 +502,38 @@ class Backup(LargeFiles):
         with self._aggregator_lock:
             records = self.aggregator.take_bundles()
         for record in records:
-            self._bundles[record.bundle_id.hex()] = {
-                "len": record.length, "k": record.k, "n": record.n, "bl": record.block_length,
-                "shares": [[s.index, s.key.hex(), s.node] for s in record.shares],
-                "files": [[f.file_id, f.offset, f.length] for f in record.files]}
+            bundle_id = record.bundle_id.hex()
+            self._bundles[bundle_id] = Bundle(
+                record.length, record.k, record.n, record.block_length,
+                tuple(ShareHolder(s.index, s.key.hex(), s.node) for s in record.shares))
+            self._bundle_files[bundle_id] = [(f.file_id, f.offset, f.length)
+                                             for f in record.files]
 
     def _apply_moves(self, moves):
         self._collect_bundles()
         for move in moves:
-            bundle = self._bundles.get(move.bundle_id.hex())
+            bundle_id = move.bundle_id.hex()
+            bundle = self._bundles.get(bundle_id)
             if bundle is None:
                 continue
-            for share in bundle["shares"]:
-                if share[0] == move.index:
-                    share[2] = move.to_node
+            self._bundles[bundle_id] = bundle.moved(move.index, move.to_node)
 
     def _finish_bundles(self):
         self._collect_bundles()
-        for bundle_id, bundle in self._bundles.items():
-            for content_id, offset, length in bundle.pop("files"):
+        for bundle_id, files in self._bundle_files.items():
+            for content_id, offset, length in files:
                 key_hex, size = self._pending_small.pop(content_id)
-                self._new_contents[content_id] = {"t": "S", "size": size, "key": key_hex,
-                                                  "b": bundle_id, "o": offset, "l": length}
+                self._new_contents[content_id] = SmallContent(size, key_hex, bundle_id, offset,
+                                                              length)
+        self._bundle_files = {}
 
     def _remember(self, content_id, record):
         self._new_contents[content_id] = record
         return content_id
 
     def _save_contents(self):
-        self.index.add_bundles(self._bundles.items())
-        self.index.add_contents(self._new_contents.items())
+        self.index.add_bundles((bid, b.to_wire()) for bid, b in self._bundles.items())
+        self.index.add_contents((cid, c.to_wire()) for cid, c in self._new_contents.items())
         # one row a share, streamed in: the manifest reads them back the same way
         self.index.add_challenges(self._challenges.items())
         self._new_contents, self._bundles = {}, {}
@@ -557,7 +561,7 @@ class _Challenges:
         return self._count
 
     def update(self, challenges):
-        """{share key hex: [[offset, span, digest hex], ...]}, as challenges_for()."""
+        """{share key hex: [Challenge], ...}, as challenges_for() (nonces derived)."""
         data = self._data
         for key_hex, items in challenges.items():
             key = bytes.fromhex(key_hex)
@@ -565,15 +569,15 @@ class _Challenges:
                 raise ValueError(f"unexpected challenges for share {key_hex!r}")
             data += key
             data.append(len(items))
-            for offset, span, digest_hex in items:
-                digest = bytes.fromhex(digest_hex)
-                if len(digest) != 16:
-                    raise ValueError(f"unexpected challenge digest {digest_hex!r}")
-                data += self._ONE.pack(offset, span, digest)
+            for challenge in items:
+                digest = bytes.fromhex(challenge.digest)
+                if len(digest) != 16 or challenge.nonce is not None:
+                    raise ValueError(f"unexpected challenge {challenge!r}")
+                data += self._ONE.pack(challenge.offset, challenge.span, digest)
             self._count += 1
 
     def items(self):
-        """(share key hex, [[offset, span, digest hex], ...]), in the order added."""
+        """(share key hex, [challenge as written]), in the order added."""
         view, pos, one = memoryview(self._data), 0, self._ONE
         while pos < len(view):
             key_hex = view[pos:pos + self._KEY].hex()
@@ -583,7 +587,7 @@ class _Challenges:
             for _ in range(count):
                 offset, span, digest = one.unpack_from(view, pos)
                 pos += one.size
-                items.append([offset, span, digest.hex()])
+                items.append(Challenge(offset, span, digest.hex()).to_wire())
             yield key_hex, items
 
 

@@ -22,8 +22,8 @@ from twisted.internet import defer
 
 from flud.client.buffers import BlockBuffers
 from flud.client.gather import gather
-from flud.client.segments import (FetchFailed, _fits, extent_segments, fetch_record,
-                                  fetch_segment_pieces)
+from flud.client.records import BlockHolder
+from flud.client.segments import FetchFailed, fetch_segment_pieces
 from flud.client.writer import BlockWriter
 from flud.crypto import crypt_ctr_in_place
 
@@ -33,7 +33,7 @@ log = logging.getLogger("flud.client")
 def _open_block(data, holder, key, index, block_length):
     """The block decrypted where it landed, or None if it is not the block
     the manifest recorded (pool)."""
-    if len(data) != block_length or not _fits(data, holder):
+    if len(data) != block_length or not holder.fits(data):
         return None
     view = memoryview(data)
     crypt_ctr_in_place(key, view, index * block_length)
@@ -52,9 +52,9 @@ class _Segment:
 class BlockRestore:
     """One large file's contents into a PositionalWriter `out`."""
 
-    def __init__(self, restore, record, out, transfer, window_bytes):
+    def __init__(self, restore, content, out, transfer, window_bytes):
         self.job = restore
-        self.segs = extent_segments(record)
+        self.content = content  # a LargeContent
         self.out = out
         self.transfer = transfer
         self.window_bytes = window_bytes
@@ -68,19 +68,18 @@ class BlockRestore:
     @defer.inlineCallbacks
     def run(self):
         job, k = self.job, self.coder.k
-        first = fetch_record(self.segs[0])
-        window = max(2, self.window_bytes // max(1, first["len"]))
-        self.buffers = BlockBuffers(first["bl"], count=k * window)
-        size = sum(fetch_record(s)["len"] for s in self.segs)
+        first = next(self.content.segment_fetches())
+        window = max(2, self.window_bytes // max(1, first.length))
+        self.buffers = BlockBuffers(first.block_length, count=k * window)
+        size = self.content.segments_length()
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
         self.writer = BlockWriter(job.reactor, self.out, inline=job.pool.inline)
         pending = set()  # segments not yet all with the writer (or failed)
         try:
             offset = 0
-            for planned in self.segs:
-                record = fetch_record(planned)
+            for record in self.content.segment_fetches():
                 segment = _Segment(record, offset, k)
-                offset += record["len"]
+                offset += record.length
                 pending.add(segment.done)
                 segment.done.addBoth(lambda result, d=segment.done: pending.discard(d))
                 job.summary["retrieves"] += k
@@ -112,21 +111,21 @@ class BlockRestore:
 
     def _by_blocks(self, record) -> bool:
         """A full segment of an extent whose blocks fit the file's buffers."""
-        primaries = {s[0] for s in record["shares"] if len(s) > 3}
-        return (record["bl"] == self.buffers.size
-                and record["len"] == self.coder.k * record["bl"]
+        primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)}
+        return (record.block_length == self.buffers.size
+                and record.length == self.coder.k * record.block_length
                 and all(i in primaries for i in range(self.coder.k)))
 
     def _block(self, segment, index, buffer):
-        holder = next(s for s in segment.record["shares"] if s[0] == index)
-        _, key_hex, node_hex, where = holder[:4]
-        bl = segment.record["bl"]
+        holder = next(h for h in segment.record.holders if h.index == index)
+        key_hex, node_hex = holder.key, holder.node
+        bl = segment.record.block_length
         d = self.job.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
-                                  where, bl, into=buffer)
+                                  *holder.retrieve_range(bl), into=buffer)
 
         def arrived(data):
             opener = functools.partial(_open_block, holder=holder,
-                                       key=bytes.fromhex(segment.record["key"]), index=index,
+                                       key=bytes.fromhex(segment.record.key), index=index,
                                        block_length=bl)
             done = functools.partial(self._block_done, segment, holder, buffer)
             self.writer.write(segment.offset + index * bl, data, done, opener)
@@ -146,7 +145,7 @@ class BlockRestore:
         self.buffers.give_back([data, buffer])
         if written is None:
             if self.writer.error is None:  # refused: not the block the manifest recorded
-                self.job.report_bad(holder[2], holder[1], "corrupt (hash mismatch)")
+                self.job.report_bad(holder.node, holder.key, "corrupt (hash mismatch)")
             segment.failed = True
         else:
             self.job.progress.bytes_done(len(written))
@@ -168,7 +167,7 @@ class BlockRestore:
         slots: block buffers of the window it holds in their place (a segment
         that is not a full one of an extent); without them (a repair, while
         the window is in use) it reserves its size from the budget."""
-        length = 0 if slots else segment.record["len"]
+        length = 0 if slots else segment.record.length
         # [pieces not yet written, bytes reserved, slots]: all go back at the last
         left = [0, length, slots or []]
         try:

@@ -23,6 +23,7 @@ import blake3
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from flud.client.records import Challenge
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
 
 log = logging.getLogger("flud.client")
@@ -76,10 +77,10 @@ class StreamHashes:
         self.position += len(block)
 
     def challenges(self) -> list:
-        """[[offset, length, expected digest hex, nonce hex]], as verify reads them."""
-        return [[0, self.size, self.whole.digest()[:16].hex(), self.nonces[0].hex()],
-                [self.span_offset, self.span, self.spot.digest()[:16].hex(),
-                 self.nonces[1].hex()]]
+        """[Challenge] with their nonces: the whole stream, then the spot check."""
+        return [Challenge(0, self.size, self.whole.digest()[:16].hex(), self.nonces[0].hex()),
+                Challenge(self.span_offset, self.span, self.spot.digest()[:16].hex(),
+                          self.nonces[1].hex())]
 
 
 class ExtentUpload:

@@ -16,6 +16,8 @@ from flud.client.directio import SequentialReader
 from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
+from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
+                                 challenges_to_wire)
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
 from flud.crypto import segment_convergence
 
@@ -160,7 +162,7 @@ class LargeFiles:
         if content_id in known or content_id in self._new_contents:
             self.summary["dedup"] += 1
             return content_id
-        return self._remember(content_id, {"t": "L", "size": entry.size, "ext": extents})
+        return self._remember(content_id, LargeContent(entry.size, extents=tuple(extents)))
 
     @defer.inlineCallbacks
     def _extent(self, entry, f, buffers, first, count, attempt=1):
@@ -244,8 +246,8 @@ class LargeFiles:
                 upload.cancel()
             raise
         keys = [h.key.digest() for h in hashes]
-        record = {"shares": [[i, key.hex(), node.hex()] for i, (key, node)
-                             in enumerate(zip(keys, upload.nodes))], "segs": segs}
+        record = Extent(tuple(ShareHolder(i, key.hex(), node.hex()) for i, (key, node)
+                              in enumerate(zip(keys, upload.nodes))), tuple(segs))
         committed = upload.finish(keys)
         committed.addCallback(self._extent_committed, record, keys, hashes, sum(sizes),
                               stream_size)
@@ -254,8 +256,9 @@ class LargeFiles:
     def _extent_committed(self, _, record, keys, hashes, length, stream_size):
         # The record and its challenges are kept at once: a run that is
         # interrupted later does not send this extent again.
-        self.index.add_challenges([(key.hex(), h.challenges()) for key, h in zip(keys, hashes)])
-        self.index.add_segment(EXTENT_PREFIX + record["segs"][0][0], record)
+        self.index.add_challenges([(key.hex(), challenges_to_wire(h.challenges()))
+                                   for key, h in zip(keys, hashes)])
+        self.index.add_segment(EXTENT_PREFIX + record.segments[0].key, record.to_wire())
         self.counters["stores"] += self.n
         self.counters["bytes_sent"] += self.n * stream_size
         self.progress.bytes_done(length)
@@ -275,13 +278,14 @@ class LargeFiles:
         """The record of this extent if an earlier (interrupted) run sent it
         and the file still reads the same (every segment's key matches);
         their digests are added to `digests`."""
-        record = self.index.segment(EXTENT_PREFIX + prep.key.hex())
-        if record is None or len(record["segs"]) != len(sizes):
+        row = self.index.segment(EXTENT_PREFIX + prep.key.hex())
+        record = None if row is None else Extent.from_wire(row)
+        if record is None or len(record.segments) != len(sizes):
             return None
         for pos in range(1, len(sizes)):
             # Into the first segment's buffer: that segment is settled either way.
             digest, key = yield self.pool.run(self._segment_key, entry, f, buffer, sizes[pos])
-            if key.hex() != record["segs"][pos][0]:
+            if key.hex() != record.segments[pos].key:
                 raise _ResendExtent()
             digests.append(digest)
         self.progress.bytes_done(sum(sizes))
@@ -330,8 +334,8 @@ class LargeFiles:
                 prep.shares[i] = None
             self._slot_freed(None, reading, buffer)
         yield parity
-        segs[pos] = [prep.key.hex(), prep.length, prep.block_length,
-                     b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex()]
+        segs[pos] = ExtentSegment(prep.key.hex(), prep.length, prep.block_length,
+                                  b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex())
 
     def _slot_freed(self, result, queue, buffer):
         # The buffer goes back (and the next segment is read into it) once

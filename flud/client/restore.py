@@ -21,6 +21,8 @@ from flud.client.blocks import BlockRestore
 from flud.client.destdir import SafeDest, UnsafePath
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
+from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, Bundle, content_from_wire,
+                                 content_kind, entries_from_wire)
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder, locate
 from flud.crypto import content_digest, convergent_key, decrypt_ctr
@@ -47,8 +49,8 @@ def select(entries, paths) -> list:
         return entries
     wanted = [os.path.normpath(p).strip("/") for p in paths]
     return [e for e in entries
-            if any(e[0] == w or e[0].startswith(w + "/") or w.startswith(e[0] + "/")
-                   and e[1] == "dir" for w in wanted)]
+            if any(e.rel == w or e.rel.startswith(w + "/") or w.startswith(e.rel + "/")
+                   and e.kind == DIR for w in wanted)]
 
 
 class Restore:
@@ -73,6 +75,7 @@ class Restore:
         self._refused = set()
         self.dest = None  # a SafeDest while run() runs
         self._temps = 0
+        self._bundles = {}  # bundle id -> Bundle, made when first needed
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
         self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
 
@@ -116,7 +119,7 @@ class Restore:
 
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        entries = select(self.manifest["entries"], paths)
+        entries = select(entries_from_wire(self.manifest["entries"]), paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
         try:
@@ -131,36 +134,37 @@ class Restore:
 
     @defer.inlineCallbacks
     def _run(self, entries):
-        files = [e for e in entries if e[1] == "file"]
-        self.progress.start(len(files), sum(e[4] for e in files))
-        for rel, kind, *_ in entries:
-            if kind == "dir" and self._safe(rel, self.dest.make_dir, rel):
+        files = [e for e in entries if e.is_file]
+        self.progress.start(len(files), sum(e.size for e in files))
+        for entry in entries:
+            if entry.kind == DIR and self._safe(entry.rel, self.dest.make_dir, entry.rel):
                 self.summary["dirs"] += 1
         # Refused before anything is fetched for them (a file is checked
         # again where it is written).
-        files = [e for e in files if self._safe(e[0], self.dest.check, e[0])]
+        files = [e for e in files if self._safe(e.rel, self.dest.check, e.rel)]
         contents = self.manifest["contents"]
-        small = [e for e in files if contents[e[5]]["t"] == "S"]
+        small = [e for e in files if content_kind(contents[e.last]) == SMALL]
         work = [self._slots.run(self._small, e) for e in small]
         for entry in files:
-            record = contents[entry[5]]
-            if record["t"] == "E":
+            kind = content_kind(contents[entry.last])
+            if kind == EMPTY:
                 self._write_or_fail(entry, b"")
-            elif record["t"] == "L":
+            elif kind == LARGE:
                 work.append(self._large_slots.run(self._guarded, self._large, entry))
         yield settle_all(work)
-        for rel, kind, mode, mtime_ns, size, target in entries:
-            if kind == "symlink":
+        for entry in entries:
+            if entry.kind == SYMLINK:
                 try:
-                    self._safe(rel, self._symlink, rel, target, mtime_ns)
+                    self._safe(entry.rel, self._symlink, entry.rel, entry.last, entry.mtime_ns)
                 except (RestoreError, OSError) as err:
-                    self._failed((rel,), err)
-        for rel, kind, mode, mtime_ns, size, last in sorted(entries, reverse=True):
-            if kind == "dir":  # after their contents: writing into them moved mtime
+                    self._failed(entry.rel, err)
+        for entry in sorted(entries, reverse=True):
+            if entry.kind == DIR:  # after their contents: writing into them moved mtime
                 try:
-                    self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
+                    self._safe(entry.rel, self.dest.set_dir_meta, entry.rel, entry.mode,
+                               entry.mtime_ns)
                 except OSError as err:  # gone meanwhile, say: the rest still gets its times
-                    self._failed((rel,), err)
+                    self._failed(entry.rel, err)
         self.progress.finish()
 
     @defer.inlineCallbacks
@@ -168,24 +172,24 @@ class Restore:
         try:
             yield fn(entry)
         except UnsafePath as err:
-            self.refuse(entry[0], err.why)
+            self.refuse(entry.rel, err.why)
         except (FetchFailed, RestoreError, OSError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
 
     @defer.inlineCallbacks
     def _large(self, entry):
         """Block by block into a temp file (flud/client/blocks.py), a window
         of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
-        record = self.manifest["contents"][entry[5]]
-        transfer = self.monitor.transfer("download", entry[0])
-        place = self.dest.place(entry[0])
+        content = content_from_wire(self.manifest["contents"][entry.last])
+        transfer = self.monitor.transfer("download", entry.rel)
+        place = self.dest.place(entry.rel)
         try:
             final = self._final_name(place)
             temp, out = self._new_temp(place, lambda name: PositionalWriter(
                 name, dir_fd=place.dir_fd))
             try:
                 with out:
-                    yield BlockRestore(self, record, out, transfer, FILE_FOOTPRINT).run()
+                    yield BlockRestore(self, content, out, transfer, FILE_FOOTPRINT).run()
                     _set_meta(out.fd, entry)
                 self._finish(place, temp, final, entry)
             except BaseException:
@@ -197,11 +201,11 @@ class Restore:
 
     @defer.inlineCallbacks
     def _small(self, entry):
-        record = self.manifest["contents"][entry[5]]
+        content = content_from_wire(self.manifest["contents"][entry.last])
         try:
-            data = yield self._fetch_small(record)
+            data = yield self._fetch_small(content)
         except (FetchFailed, RestoreError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
             return
         if self._write_or_fail(entry, data):
             self.progress.bytes_done(len(data))
@@ -209,33 +213,41 @@ class Restore:
     def _write_or_fail(self, entry, data) -> bool:
         """Write a small file; a refused or failed one is counted, not raised."""
         try:
-            return self._safe(entry[0], self._write, entry, [data])
+            return self._safe(entry.rel, self._write, entry, [data])
         except (RestoreError, OSError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
             return False
 
-    def _failed(self, entry, err):
+    def _failed(self, rel, err):
         self.summary["failed"] += 1
-        self.failed.append((entry[0], str(err)))
-        self.progress.warn(f"could not restore {entry[0]}: {err}")
+        self.failed.append((rel, str(err)))
+        self.progress.warn(f"could not restore {rel}: {err}")
+
+    def _bundle(self, bundle_id):
+        """The bundle's record, made once for all the files in it."""
+        bundle = self._bundles.get(bundle_id)
+        if bundle is None:
+            bundle = self._bundles[bundle_id] = Bundle.from_wire(
+                self.manifest["bundles"][bundle_id])
+        return bundle
 
     @defer.inlineCallbacks
-    def _fetch_small(self, record):
-        bundle = self.manifest["bundles"][record["b"]]
-        key = bytes.fromhex(record["key"])
-        pieces = locate(record["o"], record["l"], bundle["bl"])
-        holders = {s[0]: s for s in bundle["shares"]}
+    def _fetch_small(self, content):
+        bundle = self._bundle(content.bundle)
+        key = bytes.fromhex(content.key)
+        pieces = locate(content.offset, content.length, bundle.block_length)
+        holders = {h.index: h for h in bundle.holders}
         parts = []
         for block, start, end in pieces:
             part = None
             holder = holders.get(block)
             if holder is not None:
                 try:
-                    part = yield self.network.call(bytes.fromhex(holder[2]), "retrieve",
-                                                   bytes.fromhex(holder[1]), start, end - start)
+                    part = yield self.network.call(bytes.fromhex(holder.node), "retrieve",
+                                                   bytes.fromhex(holder.key), start, end - start)
                     self.summary["retrieves"] += 1
                 except Exception as err:
-                    self.report_bad(holder[2], holder[1], str(err))
+                    self.report_bad(holder.node, holder.key, str(err))
             parts.append((block, start, end, part))
         fetched = [(block, part) for block, _, _, part in parts if part is not None]
         if len(fetched) == len(parts):
@@ -249,18 +261,18 @@ class Restore:
         for block, part in fetched:
             if bytes(part) != rebuilt[block]:
                 holder = holders[block]
-                self.report_bad(holder[2], holder[1], "corrupt (content check failed)")
+                self.report_bad(holder.node, holder.key, "corrupt (content check failed)")
         return plain
 
     @defer.inlineCallbacks
     def _rebuild_small(self, bundle, pieces, key, avoid=()):
         """The same ranges from any k shares, decoded (zfec works byte-wise),
         the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
-        k = bundle["k"]
+        k = bundle.k
         first = min(s for _, s, _ in pieces) if len(pieces) == 1 else 0
-        last = max(e for _, _, e in pieces) if len(pieces) == 1 else bundle["bl"]
+        last = max(e for _, _, e in pieces) if len(pieces) == 1 else bundle.block_length
         got = {}
-        order = sorted(bundle["shares"], key=lambda s: (s[0] in avoid, -s[0]))
+        order = sorted(bundle.holders, key=lambda h: (h.index in avoid, -h.index))
         for index, key_hex, node_hex in order:
             if len(got) == k:
                 break
@@ -306,7 +318,7 @@ class Restore:
                            f"*{TEMP_SUFFIX} files an interrupted restore left there")
 
     def _write(self, entry, chunks):
-        with self.dest.place(entry[0]) as place:
+        with self.dest.place(entry.rel) as place:
             final = self._final_name(place)
             temp, fd = self._new_temp(place, lambda name: place.open_new(name, 0o600))
             try:
@@ -323,7 +335,7 @@ class Restore:
     def _finish(self, place, temp, final, entry):
         place.rename(temp, final)
         self.summary["files"] += 1
-        self.summary["bytes"] += entry[4]
+        self.summary["bytes"] += entry.size
         self.progress.file_done(0)
 
     def _symlink(self, rel, target, mtime_ns):
@@ -336,6 +348,5 @@ class Restore:
 
 def _set_meta(fd, entry):
     """Mode and times through the file's own descriptor (never a path)."""
-    mode, mtime_ns = entry[2], entry[3]
-    os.fchmod(fd, mode)
-    os.utime(fd, ns=(mtime_ns, mtime_ns))
+    os.fchmod(fd, entry.mode)
+    os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
