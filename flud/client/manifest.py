@@ -10,17 +10,14 @@ client that lost everything asks every node for it (ROOT_GET).
 """
 import json
 import os
-import time
 import zlib
 
 from twisted.internet import defer
 
-from flud.client.records import (Entry, StoredSegment, bundle_of, entries_to_wire,
-                                 holder_keys_from_wire, manifest_ref_segments,
-                                 manifest_ref_to_wire)
-from flud.client.segments import fetch_segment, prepare_segment, store_segment
-from flud.crypto import (GCM_NONCE_LENGTH, GCM_TAG_LENGTH, derive_key, open_in_place,
-                         open_sealed, seal, seal_in_place)
+from flud.client.records import (Entry, bundle_of, entries_to_wire, holder_keys_from_wire,
+                                 manifest_ref_segments)
+from flud.client.segments import fetch_segment
+from flud.crypto import derive_key, open_sealed, seal
 
 MANIFEST_VERSION = 1
 ROOT_COPIES_EXTRA = 2
@@ -173,53 +170,6 @@ def build_manifest(index, head: dict, entries: list, history: list,
     _write_object(out, index.challenge_rows(), used, lambda key, blob: None)
     out.write(b',"history":' + _ENCODE(history).encode() + b"}")
     return out.finish()
-
-
-@defer.inlineCallbacks
-def publish(backup, entries, roots, started):
-    """Build, store and point to the manifest of this run; returns the summary."""
-    index, secret = backup.home.index, backup.home.secret
-    previous = index.snapshots()
-    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
-    created = time.time()
-    head = {"version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": created,
-            "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n}
-    history = [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
-               for s in previous]
-    # What the manifest holds while it is sealed and stored is counted.
-    memory = backup.monitor.transfer("manifest", f"manifest of snapshot {snapshot_id}")
-    try:
-        # Sealed where it was compressed: the manifest is held once (it is
-        # held whole while it is stored: ~0.55 MB per GiB backed up).
-        blob = build_manifest(index, head, entries, history, headroom=GCM_NONCE_LENGTH)
-        memory.hold(len(blob) + GCM_TAG_LENGTH, "sealed")
-        seal_in_place(derive_key(secret, "manifest"), blob)
-        segments = []
-        for start in range(0, len(blob), backup.segment_size):
-            prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
-                                         blob[start:start + backup.segment_size])
-            # The manifest goes to the nodes that keep the root record: the same
-            # few connections serve both, and a total-loss restore finds both there.
-            holders = yield store_segment(backup.network, prep, backup.n, backup.counters,
-                                          backup.reactor,
-                                          place_key=root_place_key(backup.network))
-            segments.append(StoredSegment(prep.key.hex(), prep.length, prep.block_length,
-                                          holders))
-        manifest_ref = manifest_ref_to_wire(len(blob), segments)
-        # The index keeps the compressed manifest: unsealed where it is.
-        compressed = open_in_place(derive_key(secret, "manifest"), blob)
-        yield put_root(backup.network, secret, backup.n,
-                       {"snapshot": snapshot_id, "manifest": manifest_ref, "created": created})
-        files = sum(1 for e in entries if e.is_file)
-        size = sum(e.size for e in entries if e.is_file)
-        elapsed = backup.clock() - started
-        summary = {"files": files, "bytes": size, "elapsed": elapsed,
-                   "manifest_ref": manifest_ref, **backup.summary, **backup.counters}
-        index.add_snapshot(snapshot_id, created, summary, compressed)
-        compressed.release()
-    finally:
-        memory.close()
-    return {"snapshot": snapshot_id, **summary}
 
 
 def root_place_key(network) -> bytes:

@@ -7,7 +7,9 @@ import random
 import pytest
 
 from flud.client.extents import ExtentUpload
-from flud.client.backup import Backup
+from flud.client.backup.large import LargeFiles
+from flud.client.backup.run import Backup
+from flud.client.backup.small import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
 from flud.client.restore import Restore
@@ -32,7 +34,7 @@ def world(tmp_path):
     return make_world(tmp_path, nodes=20)
 
 
-class CheckedBackup(Backup):
+class CheckedSmallFiles(SmallFiles):
     """Checks, every time the backup settles its accounts, that the monitor
     counts exactly what the aggregator holds."""
 
@@ -56,7 +58,7 @@ class CheckedBackup(Backup):
             assert memory.reserved(label) + memory.held(label) == size
         if not self._small_call:
             assert self._credit == 0 and self._bundle_memory.reserved("work") == 0
-        CheckedBackup.checks += 1
+        CheckedSmallFiles.checks += 1
 
 
 def run_backup(world, paths, budget):
@@ -70,9 +72,10 @@ def run_backup(world, paths, budget):
         return transfer(kind, name)
 
     monitor.transfer = counting
-    CheckedBackup.checks = 0
-    job = CheckedBackup(clock, home, network, CPUPool(clock, inline=True), monitor,
-                        Progress("backup", quiet=True), clock=clock.seconds)
+    CheckedSmallFiles.checks = 0
+    job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                 Progress("backup", quiet=True), clock=clock.seconds,
+                 small_files=CheckedSmallFiles)
     summary = run_until(clock, job.run(paths))
     return summary, monitor, job, kinds
 
@@ -91,7 +94,7 @@ def test_every_tar_and_the_open_bundle_are_transfers_counted_to_the_byte(world, 
     small_tree(src, random.Random(1))
     summary, monitor, job, kinds = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 300 and summary["tars"] > 0
-    assert CheckedBackup.checks > summary["tars"]  # after every call and every answer
+    assert CheckedSmallFiles.checks > summary["tars"]  # after every call and every answer
     assert kinds["tar"] >= summary["tars"] and kinds["bundle"] == 1
     # everything was given back
     assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
@@ -163,7 +166,7 @@ def _watch_segment_reads(monkeypatch, k):
     import weakref
 
     made, seen = [], []
-    real_read = Backup._read_extent_segment
+    real_read = LargeFiles._read_extent_segment
 
     def read_segment(self, entry, f, buffer, length, hashes):
         gc.collect()
@@ -175,7 +178,7 @@ def _watch_segment_reads(monkeypatch, k):
         made.append(weakref.ref(prep))
         return prep
 
-    monkeypatch.setattr(Backup, "_read_extent_segment", read_segment)
+    monkeypatch.setattr(LargeFiles, "_read_extent_segment", read_segment)
     return made, seen
 
 
@@ -245,7 +248,7 @@ def test_large_files_at_once_share_a_few_parity_sets(world, tmp_path):
     """Six large files back up at once, but their parity is coded into at
     most MAX_PARITY_SETS shared sets (a file holds one only while its parity
     is coded and taken), and every file restores byte for byte."""
-    from flud.client.large import MAX_PARITY_SETS, ParitySets
+    from flud.client.backup.large import MAX_PARITY_SETS, ParitySets
 
     clock, home, network = world
     src = str(tmp_path / "src")

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from flud.client import backup as backup_module
-from flud.client.backup import Backup
+from flud.client.backup import run as backup_module
+from flud.client.backup.run import Backup
 from flud.client.home import create_home
 from flud.client.progress import Progress
 from flud.client.restore import Restore

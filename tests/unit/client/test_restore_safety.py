@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from flud.client.backup import Backup
+from flud.client.backup.run import Backup
 from flud.client.progress import Progress
 from flud.client.restore import Restore
 from flud.coding import locate
