@@ -94,7 +94,7 @@ CLIENT_IMPORTS = ("from flud.lean import defer_unused_imports, tune_malloc; "
                   "defer_unused_imports(); tune_malloc(); "
                   "from twisted.internet import reactor; "
                   "import flud.cli, flud.client.commands, flud.client.session, "
-                  "flud.client.backup.run, flud.client.restore, flud.client.network, "
+                  "flud.client.backup.run, flud.client.restore.run, flud.client.network, "
                   "flud.client.home, flud.memory, flud.workers, flud.testnet_query")
 
 

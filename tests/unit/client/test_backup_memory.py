@@ -12,7 +12,8 @@ from flud.client.backup.run import Backup
 from flud.client.backup.small import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
-from flud.client.restore import Restore
+from flud.client.restore.run import Restore
+from flud.client.restore.writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
@@ -84,7 +85,8 @@ def restore_matches(world, src, snapshot, dest):
     clock, home, network = world
     job = Restore(clock, home, network, CPUPool(clock, inline=True),
                   MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
-                  Progress("restore", quiet=True), home.index.manifest(snapshot))
+                  Progress("restore", quiet=True), home.index.manifest(snapshot),
+                  block_writer=InlineBlockWriter)
     run_until(clock, job.run(dest, ()))
     return compare_trees(src, os.path.join(dest, os.path.basename(src))) == []
 

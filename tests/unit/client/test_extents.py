@@ -40,8 +40,8 @@ def _large_record(home, summary):
     return manifest, next(r for r in manifest["contents"].values() if r["t"] == "L")
 
 
-def _restores(world, tmp_path, src, manifest):
-    restored, job = run_restore(world, str(tmp_path / "out"), manifest)
+def _restores(world, tmp_path, src, manifest, **options):
+    restored, job = run_restore(world, str(tmp_path / "out"), manifest, **options)
     assert restored["failed"] == 0
     return compare_trees(src, str(tmp_path / "out" / "src")) == []
 

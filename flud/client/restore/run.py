@@ -1,31 +1,52 @@
 """`flud restore`: bring a snapshot (or part of it) back under DEST.
 
-Large files: segment by segment (fetch_segment), written to a temp file that
-is fsynced and renamed into place. Small files: exactly their byte range from
-the primary share of their bundle, many requests pipelined per node; if the
-primary is missing or corrupt, the same range from k other shares and a zfec
-decode of just that range. Every file is checked against its convergent key
-before it is written, so a corrupt share never reaches a file.
+Large files (blocks.py): a full segment of an extent is restored block by
+block: each of its k primary blocks is asked for as soon as one of the
+file's block buffers is free (a window of FILE_FOOTPRINT, buffers.py), and
+one of the writer's threads (writer.py, WRITER_THREADS) checks its hash,
+decrypts it where it landed and writes it at its offset (O_DIRECT where the
+filesystem allows, any order), so no block waits for its siblings. A
+segment with a block that failed, the file's last (shorter) segment and a
+segment stored before extents are fetched whole (more holders, a zfec
+decode if need be) and written the same way. LARGE_IN_FLIGHT files at once.
+A large file goes to a temp file beside its place; once every block is
+written it is truncated to its length and fsynced (once, for the whole
+file), then renamed into place.
 
-Every path under DEST goes through client/destdir.py: directories opened one
-name at a time, never through a symlink. An entry whose path would pass
-through one (or is not a plain relative path) is refused, reported and
-skipped; the rest is restored.
+Small files (small.py): exactly their byte range from the primary share of
+their bundle, SMALL_IN_FLIGHT at once, many requests pipelined per node; if
+the primary is missing or corrupt, the same range from k other shares and a
+zfec decode of just that range. Each is written whole to a temp file and
+renamed into place, without an fsync.
+
+Every file is checked before it is written (a block against its recorded
+hash, a small file against its convergent key), so a corrupt share never
+reaches a file. Modes and times are set through the file's descriptor;
+directories get theirs after their contents.
+
+Every path under DEST goes through restore/destdir.py: directories opened
+one name at a time, never through a symlink. An entry whose path would
+pass through one (or is not a plain relative path) is refused, reported
+and skipped; the rest is restored.
 """
+import functools
 import logging
 import os
 
 from twisted.internet import defer
 
-from flud.client.blocks import BlockRestore
-from flud.client.destdir import SafeDest, UnsafePath
+from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
-from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, Bundle, content_from_wire,
+from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from_wire,
                                  content_kind, entries_from_wire)
+from flud.client.restore.blocks import BlockRestore
+from flud.client.restore.buffers import BlockBuffers
+from flud.client.restore.destdir import SafeDest, UnsafePath
+from flud.client.restore.small import SmallFetch
+from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
-from flud.coding import SegmentCoder, locate
-from flud.crypto import content_digest, convergent_key, decrypt_ctr
+from flud.coding import SegmentCoder
 
 log = logging.getLogger("flud.client")
 
@@ -54,17 +75,24 @@ def select(entries, paths) -> list:
 
 
 class Restore:
-    def __init__(self, reactor, home, network, pool, monitor, progress, manifest):
-        self.reactor = reactor
-        self.home = home
+    def __init__(self, reactor, home, network, pool, monitor, progress, manifest,
+                 block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True):
+        """block_writer, block_buffers, by_blocks: how large files are
+        written (BlockWriter: on threads of its own; InlineBlockWriter: on the
+        calling thread), what holds their blocks, and whether full segments
+        go block by block (False: every segment whole); see blocks.py."""
+        k, n = manifest["k"], manifest["n"]
+        self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
+                              SegmentCoder(k, n))
         self.network = network
-        self.pool = pool
-        self.monitor = monitor
         self.progress = progress
         self.manifest = manifest
-        k, n = manifest["k"], manifest["n"]
-        self.segment_coder = SegmentCoder(k, n)
-        self.bundle_coder = SegmentCoder(k, n)
+        self._large_file = functools.partial(
+            BlockRestore, self.ctx, report_bad=self.report_bad,
+            count_retrieves=self._count_retrieves, block_writer=block_writer,
+            block_buffers=block_buffers, by_blocks=by_blocks)
+        self._small_files = SmallFetch(self.ctx, manifest["bundles"], SegmentCoder(k, n),
+                                       self.report_bad, self._count_retrieves)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "refused": 0, "bad_shares": 0, "retrieves": 0}
         self.bad_shares = []
@@ -75,9 +103,11 @@ class Restore:
         self._refused = set()
         self.dest = None  # a SafeDest while run() runs
         self._temps = 0
-        self._bundles = {}  # bundle id -> Bundle, made when first needed
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
         self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
+
+    def _count_retrieves(self, count: int) -> None:
+        self.summary["retrieves"] += count
 
     def report_bad(self, node_hex, key_hex, why):
         if (node_hex, key_hex) in self._reported:
@@ -178,10 +208,10 @@ class Restore:
 
     @defer.inlineCallbacks
     def _large(self, entry):
-        """Block by block into a temp file (flud/client/blocks.py), a window
+        """Block by block into a temp file (flud/client/restore/blocks.py), a window
         of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
         content = content_from_wire(self.manifest["contents"][entry.last])
-        transfer = self.monitor.transfer("download", entry.rel)
+        transfer = self.ctx.monitor.transfer("download", entry.rel)
         place = self.dest.place(entry.rel)
         try:
             final = self._final_name(place)
@@ -189,7 +219,7 @@ class Restore:
                 name, dir_fd=place.dir_fd))
             try:
                 with out:
-                    yield BlockRestore(self, content, out, transfer, FILE_FOOTPRINT).run()
+                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
                     _set_meta(out.fd, entry)
                 self._finish(place, temp, final, entry)
             except BaseException:
@@ -203,7 +233,7 @@ class Restore:
     def _small(self, entry):
         content = content_from_wire(self.manifest["contents"][entry.last])
         try:
-            data = yield self._fetch_small(content)
+            data = yield self._small_files.fetch(content)
         except (FetchFailed, RestoreError) as err:
             self._failed(entry.rel, err)
             return
@@ -222,75 +252,6 @@ class Restore:
         self.summary["failed"] += 1
         self.failed.append((rel, str(err)))
         self.progress.warn(f"could not restore {rel}: {err}")
-
-    def _bundle(self, bundle_id):
-        """The bundle's record, made once for all the files in it."""
-        bundle = self._bundles.get(bundle_id)
-        if bundle is None:
-            bundle = self._bundles[bundle_id] = Bundle.from_wire(
-                self.manifest["bundles"][bundle_id])
-        return bundle
-
-    @defer.inlineCallbacks
-    def _fetch_small(self, content):
-        bundle = self._bundle(content.bundle)
-        key = bytes.fromhex(content.key)
-        pieces = locate(content.offset, content.length, bundle.block_length)
-        holders = {h.index: h for h in bundle.holders}
-        parts = []
-        for block, start, end in pieces:
-            part = None
-            holder = holders.get(block)
-            if holder is not None:
-                try:
-                    part = yield self.network.call(bytes.fromhex(holder.node), "retrieve",
-                                                   bytes.fromhex(holder.key), start, end - start)
-                    self.summary["retrieves"] += 1
-                except Exception as err:
-                    self.report_bad(holder.node, holder.key, str(err))
-            parts.append((block, start, end, part))
-        fetched = [(block, part) for block, _, _, part in parts if part is not None]
-        if len(fetched) == len(parts):
-            plain = decrypt_ctr(key, b"".join(part for _, part in fetched))
-            if convergent_key(self.home.secret, content_digest(plain)) == key:
-                return plain
-        # Which part is wrong, the check cannot say (a file spanning two
-        # blocks has two holders): the rebuild from other shares can.
-        suspects = {block for block, _ in fetched}
-        plain, rebuilt = yield self._rebuild_small(bundle, pieces, key, avoid=suspects)
-        for block, part in fetched:
-            if bytes(part) != rebuilt[block]:
-                holder = holders[block]
-                self.report_bad(holder.node, holder.key, "corrupt (content check failed)")
-        return plain
-
-    @defer.inlineCallbacks
-    def _rebuild_small(self, bundle, pieces, key, avoid=()):
-        """The same ranges from any k shares, decoded (zfec works byte-wise),
-        the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
-        k = bundle.k
-        first = min(s for _, s, _ in pieces) if len(pieces) == 1 else 0
-        last = max(e for _, _, e in pieces) if len(pieces) == 1 else bundle.block_length
-        got = {}
-        order = sorted(bundle.holders, key=lambda h: (h.index in avoid, -h.index))
-        for index, key_hex, node_hex in order:
-            if len(got) == k:
-                break
-            try:
-                got[index] = yield self.network.call(bytes.fromhex(node_hex), "retrieve",
-                                                     bytes.fromhex(key_hex), first, last - first)
-                self.summary["retrieves"] += 1
-            except Exception as err:
-                self.report_bad(node_hex, key_hex, str(err))
-        if len(got) < k:
-            raise FetchFailed(f"only {len(got)} of {k} shares of a bundle are reachable")
-        blocks = self.bundle_coder.decode_blocks_range(got)
-        rebuilt = {b: bytes(blocks[b][s - first:e - first]) for b, s, e in pieces}
-        plain = decrypt_ctr(key, b"".join(rebuilt[b] for b, _, _ in pieces))
-        if convergent_key(self.home.secret, content_digest(plain)) != key:
-            raise FetchFailed("a small file rebuilt from other shares is still wrong: "
-                              "more shares are corrupt than the code can repair")
-        return plain, rebuilt
 
     def _final_name(self, place):
         """The entry's own name, or NAME.flud-restored beside what is there:
