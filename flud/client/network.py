@@ -3,8 +3,10 @@ import logging
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from flud.client.health import NodeHealth
+from flud.client.interfaces import INetwork
 from flud.client.net import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.protocol.errors import ConnectionLost
@@ -114,6 +116,7 @@ class NodeUnavailable(ConnectionLost):
     """A node this run already found failed or stalled: not asked again."""
 
 
+@implementer(INetwork)
 class Network:
     def __init__(self, reactor, home: str, bootstrap):
         """bootstrap: [(host, port)] of nodes to ask for the member list."""

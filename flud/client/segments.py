@@ -283,7 +283,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     file's full segments are restored block by block instead: blocks.py.)"""
     k = coder.k
     # Primaries first (no decode), but nodes this run found failed last.
-    failed = getattr(network, "failed", ())
+    failed = network.failed
     holders = sorted(record.holders, key=lambda h: (bytes.fromhex(h.node) in failed, h.index))
     waiting = iter(holders)
     got = {}

@@ -251,8 +251,8 @@ class LargeFiles:
                 buffer = yield reading.get()
                 if any(d.called and isinstance(d.result, Failure) for d in sending):
                     break  # a segment failed: stop reading, report below
-                prep = yield self.ctx.pool.run(self._read_extent_segment, entry, f, buffer, length,
-                                           hashes)
+                prep = yield self.ctx.pool.run(self.read_segment, entry, f, buffer, length,
+                                               hashes)
                 digests.append(prep.digest)
                 self.counters["bytes_read"] += length
                 if pos == 0:
@@ -324,8 +324,10 @@ class LargeFiles:
     def _segment_key(self, entry, f, buffer, length):
         return segment_convergence(self.ctx.secret, read_into(entry, f, buffer, length))
 
-    def _read_extent_segment(self, entry, f, buffer, length, hashes):
-        # Read into the file's buffer, then encrypted in place (prepare_primaries).
+    def read_segment(self, entry, f, buffer, length, hashes):
+        """In the pool: the segment's next `length` bytes of `f` read into
+        the file's `buffer`, encrypted there (prepare_primaries) and its
+        primary shares hashed into the streams' `hashes` (if known yet)."""
         data = read_into(entry, f, buffer, length)
         prep = prepare_primaries(self.ctx.secret, self.ctx.coder, data, challenges=False,
                                  convergence=segment_convergence)

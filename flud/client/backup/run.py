@@ -38,9 +38,9 @@ EMPTY = EmptyContent(0)
 
 class Backup:
     def __init__(self, reactor, home, network, pool, monitor, progress, clock=time.monotonic,
-                 parallel_files=None, small_files=SmallFiles):
-        """small_files: the class of the small-file part (SmallFiles, or one
-        that checks its accounts)."""
+                 parallel_files=None, small_files=SmallFiles, large_files=LargeFiles):
+        """small_files, large_files: the classes of the two parts (SmallFiles
+        and LargeFiles, or ones that watch them)."""
         cfg = home.config
         self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
                               SegmentCoder(cfg["k"], cfg["n"]), clock)
@@ -50,7 +50,7 @@ class Backup:
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
         self.contents = None  # the run's ContentLog, once it started
-        self.large = LargeFiles(self.ctx, self.segment_size, self.parallel_files, None,
+        self.large = large_files(self.ctx, self.segment_size, self.parallel_files, None,
                                 self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
                                 self.parallel_files, None, self.counters, self.summary,
@@ -97,9 +97,7 @@ class Backup:
                 ctx.progress.file_done(0)
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
-        count_sends = getattr(ctx.network, "count_sends", None)
-        sends = (count_sends(ctx.monitor, keep=self.large.segment_footprint)
-                 if count_sends is not None else None)
+        sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
         try:
             self.small.open(with_files=bool(small))
             try:
@@ -116,8 +114,7 @@ class Backup:
             snapshot = yield publish(ctx, entries, paths, started, self.segment_size,
                                      self.summary, self.counters)
         finally:
-            if sends is not None:
-                sends.close()
+            sends.close()
         ctx.progress.finish()
         return snapshot
 

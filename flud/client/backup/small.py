@@ -150,7 +150,7 @@ class SmallFiles:
 
     def _network_bytes(self) -> int:
         """The budget a run reserves for its connections (network_share)."""
-        nodes = len(getattr(self.ctx.network, "nodes", ()))
+        nodes = len(self.ctx.network.nodes)
         return sum(network_share(self.ctx.monitor.budget_bytes, nodes, self.segment_footprint).values())
 
     def _work_bytes(self, policy, largest):

@@ -113,8 +113,8 @@ class Restore:
         if (node_hex, key_hex) in self._reported:
             return  # one warning per share, however many files it serves
         self._reported.add((node_hex, key_hex))
-        health = getattr(self.network, "health", None)
-        if health is not None and bytes.fromhex(node_hex) in health.failed:
+        health = self.network.health
+        if bytes.fromhex(node_hex) in health.failed:
             # Down or stalled, not corrupt: said once for the node.
             counted = self.unreachable.get(node_hex, 0)
             self.unreachable[node_hex] = counted + 1

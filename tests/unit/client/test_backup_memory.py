@@ -62,7 +62,7 @@ class CheckedSmallFiles(SmallFiles):
         CheckedSmallFiles.checks += 1
 
 
-def run_backup(world, paths, budget):
+def run_backup(world, paths, budget, large_files=LargeFiles):
     clock, home, network = world
     monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=budget)
     kinds = {}
@@ -76,7 +76,7 @@ def run_backup(world, paths, budget):
     CheckedSmallFiles.checks = 0
     job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
                  Progress("backup", quiet=True), clock=clock.seconds,
-                 small_files=CheckedSmallFiles)
+                 small_files=CheckedSmallFiles, large_files=large_files)
     summary = run_until(clock, job.run(paths))
     return summary, monitor, job, kinds
 
@@ -161,31 +161,30 @@ def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tm
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
 
 
-def _watch_segment_reads(monkeypatch, k):
+def _watch_segment_reads(k):
     """Before each segment is read: how many earlier segments' primary shares
-    and parity sets are still alive. Returns (weakrefs to the segments, that log)."""
+    and parity sets are still alive. Returns (weakrefs to the segments, that
+    log, the LargeFiles part that keeps them)."""
     import gc
     import weakref
 
     made, seen = [], []
-    real_read = LargeFiles._read_extent_segment
 
-    def read_segment(self, entry, f, buffer, length, hashes):
-        gc.collect()
-        alive = [ref() for ref in made if ref() is not None]
-        seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
-                     sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
-                     id(buffer)))
-        prep = real_read(self, entry, f, buffer, length, hashes)
-        made.append(weakref.ref(prep))
-        return prep
+    class WatchedLargeFiles(LargeFiles):
+        def read_segment(self, entry, f, buffer, length, hashes):
+            gc.collect()
+            alive = [ref() for ref in made if ref() is not None]
+            seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
+                         sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
+                         id(buffer)))
+            prep = super().read_segment(entry, f, buffer, length, hashes)
+            made.append(weakref.ref(prep))
+            return prep
 
-    monkeypatch.setattr(LargeFiles, "_read_extent_segment", read_segment)
-    return made, seen
+    return made, seen, WatchedLargeFiles
 
 
-def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_path,
-                                                                   monkeypatch):
+def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_path):
     """When the next segment is read, at most window-1 earlier segments'
     ciphertexts are alive (their primary shares are views of them; a
     segment's goes once its primaries are taken and its parity coded) and at
@@ -197,8 +196,8 @@ def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_pat
     os.makedirs(src)
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(random.Random(5).randbytes(9 * MIB + 5))
-    made, seen = _watch_segment_reads(monkeypatch, k)
-    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
+    made, seen, watched = _watch_segment_reads(k)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB, large_files=watched)
     assert summary["new"] == 1
     assert len(seen) == 10  # ten segments
     window = job.segment_window
@@ -225,7 +224,7 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     data = random.Random(6).randbytes(5 * home.config["segment_size"])
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(data)
-    made, seen = _watch_segment_reads(monkeypatch, k)
+    made, seen, watched = _watch_segment_reads(k)
     real_feed = ExtentUpload.feed
 
     def slow_parity(self, shares, indexes):
@@ -235,7 +234,7 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
         return d
 
     monkeypatch.setattr(ExtentUpload, "feed", slow_parity)
-    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB, large_files=watched)
     assert summary["new"] == 1
     window = job.segment_window
     assert all(primaries <= (window - 1) * k and parities <= 1
