@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 
 from flud.client.records import Challenge
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
+from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
 
@@ -39,8 +40,11 @@ STALL_TIMEOUT = 60.0
 BLOCK_HASH = 16  # bytes of each block's BLAKE3 kept in the manifest
 
 
-class ExtentFailed(Exception):
-    pass
+class ExtentFailed(FludError):
+    """A node failed, refused or stalled one of an extent's streams: the
+    extent is sent again (to nodes that have not failed)."""
+
+    code = "EXTENT_FAILED"
 
 
 def segments_per_extent(segment_size: int) -> int:

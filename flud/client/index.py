@@ -10,6 +10,8 @@ import sqlite3
 import zlib
 from typing import NamedTuple
 
+from flud.errors import FludError
+
 SCHEMA_VERSION = 2
 
 _MIGRATIONS = {
@@ -35,8 +37,10 @@ _MIGRATIONS = {
 }
 
 
-class IndexVersionError(Exception):
-    pass
+class IndexVersionError(FludError):
+    """The client index was made by a newer flud."""
+
+    code = "INDEX_VERSION"
 
 
 class FileState(NamedTuple):

@@ -18,13 +18,16 @@ from flud.client.records import (Entry, bundle_of, entries_to_wire, holder_keys_
                                  manifest_ref_segments)
 from flud.client.segments import fetch_segment
 from flud.crypto import derive_key, open_sealed, seal
+from flud.errors import FludError
 
 MANIFEST_VERSION = 1
 ROOT_COPIES_EXTRA = 2
 
 
-class ManifestMissing(Exception):
-    pass
+class ManifestMissing(FludError):
+    """No root record (so no manifest) for this key could be found or stored."""
+
+    code = "MANIFEST_MISSING"
 
 
 def _root_names(roots) -> list:
@@ -75,8 +78,10 @@ def _open_json(secret, purpose, blob):
     return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
 
 
-class ManifestIncomplete(Exception):
+class ManifestIncomplete(FludError):
     """An entry's content (or its bundle) is not in the index: an index bug."""
+
+    code = "MANIFEST_INCOMPLETE"
 
 
 # Entries are JSON-encoded this many at a time, and the JSON goes to the

@@ -1,9 +1,13 @@
 """Reading a backup's files, and what is said when one cannot be read."""
 import os
 
+from flud.errors import FludError
 
-class FileChanged(Exception):
-    pass
+
+class FileChanged(FludError):
+    """A file changed while it was backed up: it is skipped this run."""
+
+    code = "FILE_CHANGED"
 
 
 def read_small(entry):

@@ -47,6 +47,7 @@ from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder
+from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
 
@@ -61,8 +62,11 @@ TEMP_SUFFIX = ".flud-part"
 TEMP_TRIES = 100  # names tried for a temp file (one left by an interrupted run is kept)
 
 
-class RestoreError(Exception):
-    pass
+class RestoreError(FludError):
+    """A restore (or one of its files) cannot go on: nothing matches, DEST
+    cannot be used, or a name is taken."""
+
+    code = "RESTORE"
 
 
 def select(entries, paths) -> list:
