@@ -3,9 +3,13 @@ started, and those it made (recorded once the run has them all)."""
 
 
 class ContentLog:
-    def __init__(self, known):
-        self.known = known  # content ids in the index when the run started
+    def __init__(self):
+        self.known = set()  # content ids in the index when the run started
         self.new = {}       # content id -> content record, this run
+
+    def begin(self, known) -> None:
+        """The run starts: `known` is what the index has."""
+        self.known = known
 
     def __contains__(self, content_id) -> bool:
         return content_id in self.known or content_id in self.new

@@ -49,12 +49,12 @@ class Backup:
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
-        self.contents = None  # the run's ContentLog, once it started
-        self.large = large_files(self.ctx, self.segment_size, self.parallel_files, None,
-                                self.counters, self.summary)
+        self.contents = ContentLog()
+        self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
+                                 self.contents, self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
-                                self.parallel_files, None, self.counters, self.summary,
-                                self._skip)
+                                 self.parallel_files, self.contents, self.counters, self.summary,
+                                 self._skip)
 
     @property
     def policy(self):
@@ -74,8 +74,7 @@ class Backup:
         for path, why in found.skipped:
             self._skip(path, why)
         states = index.file_states()
-        self.contents = self.small.contents = self.large.contents = ContentLog(
-            index.known_contents())
+        self.contents.begin(index.known_contents())
         known = self.contents.known
         files = []
         content_of = {}
