@@ -337,7 +337,3 @@ class Challenge(NamedTuple):
 
 def challenges_to_wire(challenges) -> list:
     return [c.to_wire() for c in challenges]
-
-
-def challenges_from_wire(rows) -> list:
-    return [Challenge(*row) for row in rows]
