@@ -298,6 +298,11 @@ class Bundle(NamedTuple):
         return cls(record["len"], record["k"], record["n"], record["bl"],
                    holders_from_wire(record["shares"]))
 
+    @staticmethod
+    def holders_from_wire(record) -> tuple:
+        """Only the holders of a bundle record as written."""
+        return holders_from_wire(record["shares"])
+
     def moved(self, index: int, node: str) -> "Bundle":
         """The same bundle with share `index` on `node` instead."""
         return self._replace(holders=tuple(h._replace(node=node) if h.index == index else h

@@ -14,7 +14,7 @@ import random
 
 from twisted.internet import defer
 
-from flud.client.records import LARGE, Challenge, content_from_wire, holders_from_wire
+from flud.client.records import LARGE, Bundle, Challenge, content_from_wire
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
 from flud.protocol.errors import ErrorCode, RemoteError
 
@@ -58,7 +58,7 @@ def share_locations(manifest) -> list:
             for holder in content.holders():
                 out[holder.key] = holder.node
     for bundle in manifest["bundles"].values():
-        for holder in holders_from_wire(bundle["shares"]):
+        for holder in Bundle.holders_from_wire(bundle):
             out[holder.key] = holder.node
     return sorted(out.items())
 
