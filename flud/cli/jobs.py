@@ -82,8 +82,8 @@ def _job(reactor, home, args, job):
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
 JOB_MODULES = {
-    "backup": ("flud.client.backup", "flud.client.manifest", *_AES_MODES),
-    "restore": ("flud.client.restore", "flud.client.manifest", *_AES_MODES),
+    "backup": ("flud.client.backup.run", "flud.client.manifest", *_AES_MODES),
+    "restore": ("flud.client.restore.run", "flud.client.manifest", *_AES_MODES),
     "verify": ("flud.client.verify", "flud.client.manifest", *_AES_MODES),
 }
 
@@ -103,7 +103,7 @@ def _memory_line(monitor) -> str:
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.backup import Backup
+    from flud.client.backup.run import Backup
     from flud.client.segments import StoreFailed
 
     job = Backup(reactor, home, network, pool, monitor, progress,
@@ -154,7 +154,7 @@ def _manifest_for(home, network, pool, snapshot):
 
 @defer.inlineCallbacks
 def _restore(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.restore import Restore, RestoreError
+    from flud.client.restore.run import Restore, RestoreError
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot)
     if manifest is None:

@@ -198,7 +198,7 @@ class PositionalWriter(_ClosedOnExit):
     With dir_fd, path is a name in that directory, and the file must be new:
     created O_EXCL | O_NOFOLLOW, so nothing already there (a symlink
     included) is followed or written (FileExistsError). A restore opens its
-    files so (client/destdir.py)."""
+    files so (client/restore/destdir.py)."""
 
     def __init__(self, path: str, mode: int = 0o600, dir_fd: int | None = None) -> None:
         if dir_fd is None:

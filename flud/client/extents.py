@@ -23,7 +23,9 @@ import blake3
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from flud.client.records import Challenge
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
+from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
 
@@ -38,8 +40,11 @@ STALL_TIMEOUT = 60.0
 BLOCK_HASH = 16  # bytes of each block's BLAKE3 kept in the manifest
 
 
-class ExtentFailed(Exception):
-    pass
+class ExtentFailed(FludError):
+    """A node failed, refused or stalled one of an extent's streams: the
+    extent is sent again (to nodes that have not failed)."""
+
+    code = "EXTENT_FAILED"
 
 
 def segments_per_extent(segment_size: int) -> int:
@@ -76,10 +81,10 @@ class StreamHashes:
         self.position += len(block)
 
     def challenges(self) -> list:
-        """[[offset, length, expected digest hex, nonce hex]], as verify reads them."""
-        return [[0, self.size, self.whole.digest()[:16].hex(), self.nonces[0].hex()],
-                [self.span_offset, self.span, self.spot.digest()[:16].hex(),
-                 self.nonces[1].hex()]]
+        """[Challenge] with their nonces: the whole stream, then the spot check."""
+        return [Challenge(0, self.size, self.whole.digest()[:16].hex(), self.nonces[0].hex()),
+                Challenge(self.span_offset, self.span, self.spot.digest()[:16].hex(),
+                          self.nonces[1].hex())]
 
 
 class ExtentUpload:

@@ -10,6 +10,7 @@ import os
 
 from flud.client.index import ClientIndex
 from flud.crypto import new_user_secret
+from flud.errors import FludError
 from flud.keys import Identity, write_private_file
 
 DEFAULTS = {
@@ -23,8 +24,10 @@ DEFAULTS = {
 }
 
 
-class HomeError(Exception):
-    pass
+class HomeError(FludError):
+    """A client home is missing, or its files cannot be read."""
+
+    code = "CLIENT_HOME"
 
 
 class ClientHome:

@@ -8,6 +8,9 @@ is a cache of what the manifest says plus change-detection state.
 import json
 import sqlite3
 import zlib
+from typing import NamedTuple
+
+from flud.errors import FludError
 
 SCHEMA_VERSION = 2
 
@@ -34,8 +37,24 @@ _MIGRATIONS = {
 }
 
 
-class IndexVersionError(Exception):
-    pass
+class IndexVersionError(FludError):
+    """The client index was made by a newer flud."""
+
+    code = "INDEX_VERSION"
+
+
+class FileState(NamedTuple):
+    """What the index knows of a file as it was last backed up."""
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    content_id: str
+
+    def unchanged(self, entry) -> bool:
+        """The scanned `entry` looks as it did (size, mtime, ctime, inode)."""
+        return (self.size == entry.size and self.mtime_ns == entry.mtime_ns
+                and self.ctime_ns == entry.ctime_ns and self.inode == entry.inode)
 
 
 def _pack(record) -> bytes:
@@ -89,9 +108,10 @@ class ClientIndex:
     # ---- change detection --------------------------------------------------
 
     def file_states(self) -> dict:
-        """path -> (size, mtime_ns, ctime_ns, inode, content_id), all at once:
-        one query beats thousands of lookups on a no-change backup."""
-        return {row[0]: row[1:] for row in self.db.execute(
+        """path -> FileState, all at once: one query beats thousands of
+        lookups on a no-change backup."""
+        make = FileState._make
+        return {row[0]: make(row[1:]) for row in self.db.execute(
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
 
     def record_files(self, rows) -> None:

@@ -10,21 +10,24 @@ client that lost everything asks every node for it (ROOT_GET).
 """
 import json
 import os
-import time
 import zlib
 
 from twisted.internet import defer
 
-from flud.client.segments import fetch_segment, prepare_segment, store_segment
-from flud.crypto import (GCM_NONCE_LENGTH, GCM_TAG_LENGTH, derive_key, open_in_place,
-                         open_sealed, seal, seal_in_place)
+from flud.client.records import (Entry, bundle_of, entries_to_wire, holder_keys_from_wire,
+                                 manifest_ref_segments)
+from flud.client.segments import fetch_segment
+from flud.crypto import derive_key, open_sealed, seal
+from flud.errors import FludError
 
 MANIFEST_VERSION = 1
 ROOT_COPIES_EXTRA = 2
 
 
-class ManifestMissing(Exception):
-    pass
+class ManifestMissing(FludError):
+    """No root record (so no manifest) for this key could be found or stored."""
+
+    code = "MANIFEST_MISSING"
 
 
 def _root_names(roots) -> list:
@@ -40,7 +43,7 @@ def _root_names(roots) -> list:
 
 
 def entries_for(found, content_of, roots) -> list:
-    """[relpath, kind, mode, mtime_ns, size, content id or link target]."""
+    """[Entry] of the scanned tree (`last`: content id or link target)."""
     bases = [(os.path.abspath(r), n) for r, n in zip(roots, _root_names(roots))]
     entries = []
     for e in found.entries:
@@ -53,7 +56,7 @@ def entries_for(found, content_of, roots) -> list:
         else:
             continue
         last = content_of.get(e.path, "") if e.kind == "file" else e.target
-        entries.append([os.path.normpath(rel), e.kind, e.mode, e.mtime_ns, e.size, last])
+        entries.append(Entry(os.path.normpath(rel), e.kind, e.mode, e.mtime_ns, e.size, last))
     return entries
 
 
@@ -75,8 +78,10 @@ def _open_json(secret, purpose, blob):
     return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
 
 
-class ManifestIncomplete(Exception):
+class ManifestIncomplete(FludError):
     """An entry's content (or its bundle) is not in the index: an index bug."""
+
+    code = "MANIFEST_INCOMPLETE"
 
 
 # Entries are JSON-encoded this many at a time, and the JSON goes to the
@@ -131,29 +136,29 @@ def build_manifest(index, head: dict, entries: list, history: list,
     contents, bundles and challenges are read from the index a row at a time
     and only the keys of what this snapshot uses are kept (a 1 GiB file's
     manifest built as one dict peaked ~8 MB above the upload). head: the
-    small fields (version, snapshot, created, roots, k, n). headroom: zero
-    bytes in front, for seal_in_place."""
+    small fields (version, snapshot, created, roots, k, n). entries: [Entry].
+    headroom: zero bytes in front, for seal_in_place."""
     out = _Compressor(headroom)
     out.write(_ENCODE(head)[:-1].encode() + b',"entries":[')
     for start in range(0, len(entries), ENTRY_BATCH):
-        batch = _ENCODE(entries[start:start + ENTRY_BATCH])[1:-1].encode()
+        batch = _ENCODE(entries_to_wire(entries[start:start + ENTRY_BATCH]))[1:-1].encode()
         out.write((b"," if start else b"") + batch)
-    needed = {e[5] for e in entries if e[1] == "file"}
+    needed = {e.last for e in entries if e.is_file}
     bundles, used, found = set(), set(), []
 
+    # The index's records are read as JSON, not made into records: a row
+    # at a time, only their bundle and share keys are kept.
     def content_seen(cid, blob):
         record = json.loads(blob)
         found.append(cid)
-        if record["t"] == "S":
-            bundles.add(record["b"])
-        for seg in record.get("segs", ()):
-            used.update(s[1] for s in seg[3])
-        for extent in record.get("ext", ()):
-            used.update(s[1] for s in extent["shares"])
+        bundle = bundle_of(record)
+        if bundle is not None:
+            bundles.add(bundle)
+        used.update(holder_keys_from_wire(record))
 
     def bundle_seen(bid, blob):
         found.append(bid)
-        used.update(s[1] for s in json.loads(blob)["shares"])
+        used.update(holder_keys_from_wire(json.loads(blob)))
 
     out.write(b'],"contents":')
     _write_object(out, index.content_rows(), needed, content_seen)
@@ -170,52 +175,6 @@ def build_manifest(index, head: dict, entries: list, history: list,
     _write_object(out, index.challenge_rows(), used, lambda key, blob: None)
     out.write(b',"history":' + _ENCODE(history).encode() + b"}")
     return out.finish()
-
-
-@defer.inlineCallbacks
-def publish(backup, entries, roots, started):
-    """Build, store and point to the manifest of this run; returns the summary."""
-    index, secret = backup.home.index, backup.home.secret
-    previous = index.snapshots()
-    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
-    created = time.time()
-    head = {"version": MANIFEST_VERSION, "snapshot": snapshot_id, "created": created,
-            "roots": [os.path.abspath(r) for r in roots], "k": backup.k, "n": backup.n}
-    history = [{"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
-               for s in previous]
-    # What the manifest holds while it is sealed and stored is counted.
-    memory = backup.monitor.transfer("manifest", f"manifest of snapshot {snapshot_id}")
-    try:
-        # Sealed where it was compressed: the manifest is held once (it is
-        # held whole while it is stored: ~0.55 MB per GiB backed up).
-        blob = build_manifest(index, head, entries, history, headroom=GCM_NONCE_LENGTH)
-        memory.hold(len(blob) + GCM_TAG_LENGTH, "sealed")
-        seal_in_place(derive_key(secret, "manifest"), blob)
-        segments = []
-        for start in range(0, len(blob), backup.segment_size):
-            prep = yield backup.pool.run(prepare_segment, secret, backup.coder,
-                                         blob[start:start + backup.segment_size])
-            # The manifest goes to the nodes that keep the root record: the same
-            # few connections serve both, and a total-loss restore finds both there.
-            shares = yield store_segment(backup.network, prep, backup.n, backup.counters,
-                                         backup.reactor,
-                                         place_key=root_place_key(backup.network))
-            segments.append([prep.key.hex(), prep.length, prep.block_length, shares])
-        manifest_ref = {"size": len(blob), "segs": segments}
-        # The index keeps the compressed manifest: unsealed where it is.
-        compressed = open_in_place(derive_key(secret, "manifest"), blob)
-        yield put_root(backup.network, secret, backup.n,
-                       {"snapshot": snapshot_id, "manifest": manifest_ref, "created": created})
-        files = sum(1 for e in entries if e[1] == "file")
-        size = sum(e[4] for e in entries if e[1] == "file")
-        elapsed = backup.clock() - started
-        summary = {"files": files, "bytes": size, "elapsed": elapsed,
-                   "manifest_ref": manifest_ref, **backup.summary, **backup.counters}
-        index.add_snapshot(snapshot_id, created, summary, compressed)
-        compressed.release()
-    finally:
-        memory.close()
-    return {"snapshot": snapshot_id, **summary}
 
 
 def root_place_key(network) -> bytes:
@@ -259,8 +218,7 @@ def find_root(network, secret):
 @defer.inlineCallbacks
 def fetch_manifest(network, pool, coder, secret, manifest_ref):
     parts = []
-    for key_hex, length, block_length, shares in manifest_ref["segs"]:
-        record = {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-        data = yield fetch_segment(network, pool, coder, secret, record)
+    for segment in manifest_ref_segments(manifest_ref):
+        data = yield fetch_segment(network, pool, coder, secret, segment.fetch())
         parts.append(data)
     return _open_json(secret, "manifest", b"".join(parts))

@@ -3,10 +3,13 @@ import logging
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from flud.client.health import NodeHealth
+from flud.client.interfaces import INetwork
 from flud.client.net import ClientNet, NodeAddress
 from flud.client.placement import rank
+from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost
 from flud.protocol.stall import PeerStalled, StallWatch
 
@@ -106,14 +109,19 @@ class SendQueue:
         self.transfer.close()
 
 
-class NotEnoughNodes(Exception):
-    pass
+class NotEnoughNodes(FludError):
+    """No bootstrap node answered."""
+
+    code = "NOT_ENOUGH_NODES"
 
 
-class NodeUnavailable(ConnectionLost):
+class NodeUnavailable(ConnectionLost, FludError):
     """A node this run already found failed or stalled: not asked again."""
 
+    code = "NODE_UNAVAILABLE"
 
+
+@implementer(INetwork)
 class Network:
     def __init__(self, reactor, home: str, bootstrap):
         """bootstrap: [(host, port)] of nodes to ask for the member list."""

@@ -17,7 +17,9 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.gather import gather
+from flud.client.records import Challenge, SegmentFetch, ShareHolder
 from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
+from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
@@ -28,16 +30,20 @@ MAX_ATTEMPTS_PER_SHARE = 4
 HEDGE_AFTER = 2.0  # seconds a last share may lag before it is hedged
 
 
-class StoreFailed(Exception):
-    pass
+class StoreFailed(FludError):
+    """Too few nodes took a segment, an extent or a bundle."""
+
+    code = "STORE_FAILED"
 
 
-class FetchFailed(Exception):
-    pass
+class FetchFailed(FludError):
+    """Too few good shares of a segment or a small file could be fetched."""
+
+    code = "FETCH_FAILED"
 
 
 def challenges_for(secret: bytes, key: bytes, share) -> list:
-    """[(offset, length, expected digest hex)] a verifier can ask later.
+    """[Challenge] a verifier can ask later (their nonces derive from `key`).
 
     Nonces are derived from the user's secret, so nothing but the expected
     answers needs storing, and no node can precompute them."""
@@ -52,7 +58,7 @@ def challenges_for(secret: bytes, key: bytes, share) -> list:
         hasher = blake3.blake3(nonce)
         hasher.update(memoryview(share)[offset:offset + span])  # no copy of the share
         expected = hasher.digest()
-        out.append([offset, span, expected[:16].hex()])
+        out.append(Challenge(offset, span, expected[:16].hex()))
     return out
 
 
@@ -241,8 +247,8 @@ class SegmentUpload:
         if self._hedge_call is not None and self._hedge_call.active():
             self._hedge_call.cancel()
         self._cancel_running()
-        self.done.callback(sorted([i, self.prep.share_keys[i].hex(), n]
-                                  for i, n in self.landed.items()))
+        self.done.callback(tuple(sorted(ShareHolder(i, self.prep.share_keys[i].hex(), n)
+                                        for i, n in self.landed.items())))
 
     def _finish_failed(self, err=None):
         if self._hedge_call is not None and self._hedge_call.active():
@@ -258,7 +264,7 @@ class SegmentUpload:
 
 def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None,
                   place_key=None):
-    """Store the shares on distinct nodes; fires with [[index, key hex, node hex]].
+    """Store the shares on distinct nodes; fires with their ShareHolders, by index.
 
     place_key: rank nodes by this instead of the first share's key."""
     if clock is None:
@@ -266,44 +272,10 @@ def store_segment(network, prep: PreparedSegment, keep: int, counters=None, cloc
     return SegmentUpload(network, prep, keep, counters, clock, place_key).start()
 
 
-def _fits(share: bytes, holder) -> bool:
-    """A whole share matches its key; a block of a stream its recorded hash."""
-    if len(holder) > 3:
-        return blake3.blake3(share).digest()[:len(holder[4]) // 2].hex() == holder[4]
-    return blake3.blake3(share).hexdigest() == holder[1]
-
-
-def extent_segments(record) -> list:
-    """A large content's segments as fetch records (see fetch_segment_pieces),
-    made when asked for: [(extent, position, offset in its streams)]."""
-    if "segs" in record:  # one STORE per share (before extents)
-        return [(None, seg, 0) for seg in record["segs"]]
-    plan = []
-    for extent in record["ext"]:
-        offset = 0
-        for pos, seg in enumerate(extent["segs"]):
-            plan.append((extent, pos, offset))
-            offset += seg[2]
-    return plan
-
-
-def fetch_record(planned) -> dict:
-    extent, seg, offset = planned
-    if extent is None:
-        key_hex, length, block_length, shares = seg
-        return {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-    key_hex, length, block_length, hashes_hex = extent["segs"][seg]
-    width = len(hashes_hex) // len(extent["shares"])
-    shares = [[i, stream_hex, node_hex, offset, hashes_hex[i * width:(i + 1) * width]]
-              for i, stream_hex, node_hex in extent["shares"]]
-    return {"key": key_hex, "len": length, "bl": block_length, "shares": shares}
-
-
 @defer.inlineCallbacks
-def fetch_segment(network, pool, coder, secret, record, report=None):
-    """record: {"key", "len", "bl", "shares": [[i, key hex, node hex]]} -> plaintext.
-    A share [i, stream key hex, node hex, offset, block hash hex] is the
-    segment's block at offset in an extent's stream."""
+def fetch_segment(network, pool, coder, secret, record: SegmentFetch, report=None):
+    """The segment's plaintext, from its holders (records.SegmentFetch: whole
+    shares, or an extent's blocks at their offsets in its streams)."""
     pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -316,29 +288,27 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     file's full segments are restored block by block instead: blocks.py.)"""
     k = coder.k
     # Primaries first (no decode), but nodes this run found failed last.
-    failed = getattr(network, "failed", ())
-    holders = sorted(record["shares"], key=lambda s: (bytes.fromhex(s[2]) in failed, s[0]))
+    failed = network.failed
+    holders = sorted(record.holders, key=lambda h: (bytes.fromhex(h.node) in failed, h.index))
     waiting = iter(holders)
     got = {}
     failures = []
 
     def ask(holder):
-        index, key_hex, node_hex = holder[:3]
-        where = (holder[3], record["bl"]) if len(holder) > 3 else ()
-        d = network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex), *where)
+        d = network.call(bytes.fromhex(holder.node), "retrieve", bytes.fromhex(holder.key),
+                         *holder.retrieve_range(record.block_length))
         d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d
 
     def failed(holder, why):
-        index, key_hex, node_hex = holder[:3]
-        failures.append((node_hex, key_hex, why))
+        failures.append((holder.node, holder.key, why))
         if report is not None:
-            report(node_hex, key_hex, why)
+            report(holder.node, holder.key, why)
         nxt = next(waiting, None)
         if nxt is not None:
             active.append(ask(nxt))
 
-    key = bytes.fromhex(record["key"])
+    key = bytes.fromhex(record.key)
     active = [ask(h) for h in (next(waiting, None) for _ in range(k)) if h is not None]
     while active:
         results = yield gather(active)
@@ -354,7 +324,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
         fits, pieces = yield pool.run(_check_and_open, coder, arrived, dict(got), record, key)
         for (holder, value), fit in zip(arrived, fits):
             if fit:
-                got[holder[0]] = value
+                got[holder.index] = value
             else:
                 failed(holder, "corrupt (hash mismatch)")
         if pieces is not None:
@@ -372,8 +342,8 @@ def _check_and_open(coder, arrived, got, record, key):
     Every share that is used matched its BLAKE3 key or block hash, and those
     come from the authenticated manifest: the ciphertext is exactly what was
     stored, so no second hash of the plaintext is needed."""
-    fits = [_fits(value, holder) for holder, value in arrived]
-    got.update((holder[0], value) for (holder, value), fit in zip(arrived, fits) if fit)
+    fits = [holder.fits(value) for holder, value in arrived]
+    got.update((holder.index, value) for (holder, value), fit in zip(arrived, fits) if fit)
     if len(got) < coder.k:
         return fits, None
     return fits, _decode_and_decrypt(coder, got, record, key)
@@ -385,7 +355,7 @@ def _writable(share) -> bool:
 
 
 def _decode_and_decrypt(coder, got, record, key) -> list:
-    length, block_length = record["len"], record["bl"]
+    length, block_length = record.length, record.block_length
     primaries = [got.get(i) for i in range(coder.k)]
     if all(_writable(p) and len(p) == block_length for p in primaries):
         # Systematic: the primaries are the ciphertext, block after block.

@@ -14,6 +14,7 @@ import random
 
 from twisted.internet import defer
 
+from flud.client.records import LARGE, Bundle, Challenge, content_from_wire
 from flud.client.segments import CHALLENGE_SPAN, challenge_nonce
 from flud.protocol.errors import ErrorCode, RemoteError
 
@@ -52,15 +53,13 @@ def share_locations(manifest) -> list:
     """[(share key hex, node hex)] for every share the snapshot uses."""
     out = {}
     for record in manifest["contents"].values():
-        for seg in record.get("segs", ()):
-            for _, key_hex, node_hex in seg[3]:
-                out[key_hex] = node_hex
-        for extent in record.get("ext", ()):
-            for _, key_hex, node_hex in extent["shares"]:
-                out[key_hex] = node_hex
+        content = content_from_wire(record)
+        if content.kind == LARGE:
+            for holder in content.holders():
+                out[holder.key] = holder.node
     for bundle in manifest["bundles"].values():
-        for _, key_hex, node_hex in bundle["shares"]:
-            out[key_hex] = node_hex
+        for holder in Bundle.holders_from_wire(bundle):
+            out[holder.key] = holder.node
     return sorted(out.items())
 
 
@@ -86,11 +85,12 @@ def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=F
         if not challenges:
             return
         index = challenge_index(round_number, len(challenges), full)
-        offset, length, expected = challenges[index][:3]
+        challenge = Challenge.from_wire(challenges[index])
+        offset, length, expected = challenge.offset, challenge.span, challenge.digest
         key = bytes.fromhex(key_hex)
         # An extent's stream records its nonces (they come from what was
         # known before its key); a share's derive from its key.
-        nonce = (bytes.fromhex(challenges[index][3]) if len(challenges[index]) > 3
+        nonce = (bytes.fromhex(challenge.nonce) if challenge.nonce is not None
                  else challenge_nonce(secret, key, index))
         try:
             digest = yield network.call(bytes.fromhex(node_hex), "verify", key, nonce,

@@ -6,10 +6,12 @@ injected task.Clock, so many transfers overlap without sockets or sleeps.
 import blake3
 from twisted.internet import task
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import TO_END
 from flud.client.health import NodeHealth
+from flud.client.interfaces import INetwork
 from flud.client.placement import rank
 from storage.errors import StorageError
 from storage.memory import MemoryShareStore
@@ -59,8 +61,9 @@ class FakeNode:
         return self.roots[owner]
 
 
+@implementer(INetwork)
 class FakeNetwork:
-    """The client.network.Network interface, over FakeNodes."""
+    """An INetwork over FakeNodes (no TLS: count_sends counts nothing)."""
 
     def __init__(self, clock, nodes: int, client_id: bytes = b"c" * 32, delay: float = 0.01):
         self.clock = clock
@@ -109,6 +112,16 @@ class FakeNetwork:
 
     def blame(self, node_id, error):
         return self.health.blame(node_id, error)
+
+    def count_sends(self, monitor, keep=0):
+        return _NothingQueued()
+
+    def close(self):
+        pass
+
+
+class _NothingQueued:
+    """No connection queues anything here: nothing to count."""
 
     def close(self):
         pass

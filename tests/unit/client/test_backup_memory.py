@@ -7,10 +7,13 @@ import random
 import pytest
 
 from flud.client.extents import ExtentUpload
-from flud.client.backup import Backup
+from flud.client.backup.large import LargeFiles
+from flud.client.backup.run import Backup
+from flud.client.backup.small import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
-from flud.client.restore import Restore
+from flud.client.restore.run import Restore
+from flud.client.restore.writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
@@ -32,7 +35,7 @@ def world(tmp_path):
     return make_world(tmp_path, nodes=20)
 
 
-class CheckedBackup(Backup):
+class CheckedSmallFiles(SmallFiles):
     """Checks, every time the backup settles its accounts, that the monitor
     counts exactly what the aggregator holds."""
 
@@ -56,10 +59,10 @@ class CheckedBackup(Backup):
             assert memory.reserved(label) + memory.held(label) == size
         if not self._small_call:
             assert self._credit == 0 and self._bundle_memory.reserved("work") == 0
-        CheckedBackup.checks += 1
+        CheckedSmallFiles.checks += 1
 
 
-def run_backup(world, paths, budget):
+def run_backup(world, paths, budget, large_files=LargeFiles):
     clock, home, network = world
     monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=budget)
     kinds = {}
@@ -70,9 +73,10 @@ def run_backup(world, paths, budget):
         return transfer(kind, name)
 
     monitor.transfer = counting
-    CheckedBackup.checks = 0
-    job = CheckedBackup(clock, home, network, CPUPool(clock, inline=True), monitor,
-                        Progress("backup", quiet=True), clock=clock.seconds)
+    CheckedSmallFiles.checks = 0
+    job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                 Progress("backup", quiet=True), clock=clock.seconds,
+                 small_files=CheckedSmallFiles, large_files=large_files)
     summary = run_until(clock, job.run(paths))
     return summary, monitor, job, kinds
 
@@ -81,7 +85,8 @@ def restore_matches(world, src, snapshot, dest):
     clock, home, network = world
     job = Restore(clock, home, network, CPUPool(clock, inline=True),
                   MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
-                  Progress("restore", quiet=True), home.index.manifest(snapshot))
+                  Progress("restore", quiet=True), home.index.manifest(snapshot),
+                  block_writer=InlineBlockWriter)
     run_until(clock, job.run(dest, ()))
     return compare_trees(src, os.path.join(dest, os.path.basename(src))) == []
 
@@ -91,7 +96,7 @@ def test_every_tar_and_the_open_bundle_are_transfers_counted_to_the_byte(world, 
     small_tree(src, random.Random(1))
     summary, monitor, job, kinds = run_backup(world, [src], budget=64 * MIB)
     assert summary["new"] == 300 and summary["tars"] > 0
-    assert CheckedBackup.checks > summary["tars"]  # after every call and every answer
+    assert CheckedSmallFiles.checks > summary["tars"]  # after every call and every answer
     assert kinds["tar"] >= summary["tars"] and kinds["bundle"] == 1
     # everything was given back
     assert monitor.buffered_bytes == 0 and monitor.active_transfers == 0
@@ -156,31 +161,30 @@ def test_a_failed_tar_moves_its_shares_and_every_byte_is_still_counted(world, tm
     assert restore_matches(world, src, summary["snapshot"], str(tmp_path / "out"))
 
 
-def _watch_segment_reads(monkeypatch, k):
+def _watch_segment_reads(k):
     """Before each segment is read: how many earlier segments' primary shares
-    and parity sets are still alive. Returns (weakrefs to the segments, that log)."""
+    and parity sets are still alive. Returns (weakrefs to the segments, that
+    log, the LargeFiles part that keeps them)."""
     import gc
     import weakref
 
     made, seen = [], []
-    real_read = Backup._read_extent_segment
 
-    def read_segment(self, entry, f, buffer, length, hashes):
-        gc.collect()
-        alive = [ref() for ref in made if ref() is not None]
-        seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
-                     sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
-                     id(buffer)))
-        prep = real_read(self, entry, f, buffer, length, hashes)
-        made.append(weakref.ref(prep))
-        return prep
+    class WatchedLargeFiles(LargeFiles):
+        def read_segment(self, entry, f, buffer, length, hashes):
+            gc.collect()
+            alive = [ref() for ref in made if ref() is not None]
+            seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
+                         sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
+                         id(buffer)))
+            prep = super().read_segment(entry, f, buffer, length, hashes)
+            made.append(weakref.ref(prep))
+            return prep
 
-    monkeypatch.setattr(Backup, "_read_extent_segment", read_segment)
-    return made, seen
+    return made, seen, WatchedLargeFiles
 
 
-def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_path,
-                                                                   monkeypatch):
+def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_path):
     """When the next segment is read, at most window-1 earlier segments'
     ciphertexts are alive (their primary shares are views of them; a
     segment's goes once its primaries are taken and its parity coded) and at
@@ -192,8 +196,8 @@ def test_a_large_file_holds_its_window_of_segments_and_one_parity(world, tmp_pat
     os.makedirs(src)
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(random.Random(5).randbytes(9 * MIB + 5))
-    made, seen = _watch_segment_reads(monkeypatch, k)
-    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
+    made, seen, watched = _watch_segment_reads(k)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB, large_files=watched)
     assert summary["new"] == 1
     assert len(seen) == 10  # ten segments
     window = job.segment_window
@@ -220,7 +224,7 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
     data = random.Random(6).randbytes(5 * home.config["segment_size"])
     with open(os.path.join(src, "large"), "wb") as f:
         f.write(data)
-    made, seen = _watch_segment_reads(monkeypatch, k)
+    made, seen, watched = _watch_segment_reads(k)
     real_feed = ExtentUpload.feed
 
     def slow_parity(self, shares, indexes):
@@ -230,7 +234,7 @@ def test_the_next_segment_is_read_while_the_parity_is_still_on_its_way(world, tm
         return d
 
     monkeypatch.setattr(ExtentUpload, "feed", slow_parity)
-    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB)
+    summary, monitor, job, _ = run_backup(world, [src], budget=64 * MIB, large_files=watched)
     assert summary["new"] == 1
     window = job.segment_window
     assert all(primaries <= (window - 1) * k and parities <= 1
@@ -245,7 +249,7 @@ def test_large_files_at_once_share_a_few_parity_sets(world, tmp_path):
     """Six large files back up at once, but their parity is coded into at
     most MAX_PARITY_SETS shared sets (a file holds one only while its parity
     is coded and taken), and every file restores byte for byte."""
-    from flud.client.large import MAX_PARITY_SETS, ParitySets
+    from flud.client.backup.large import MAX_PARITY_SETS, ParitySets
 
     clock, home, network = world
     src = str(tmp_path / "src")

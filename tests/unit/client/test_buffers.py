@@ -2,8 +2,7 @@
 already written (flud.client.buffers), and never reuses one still in use."""
 import pytest
 
-from flud.client import buffers as buffers_module
-from flud.client.buffers import BlockBuffers
+from flud.client.restore.buffers import BlockBuffers
 from tests.unit.client.test_extents import _large_record, _large_tree, _restores, world  # noqa: F401
 from tests.unit.client.test_pipeline import run_backup
 
@@ -55,24 +54,31 @@ def test_a_waiter_cancelled_while_it_waits_is_skipped():
     assert _now(waiting).obj is out.obj
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Every buffer BlockBuffers hands out, by identity."""
-    handed = []
-    real_hand_out = BlockBuffers._hand_out
+class CountedBuffers(BlockBuffers):
+    """BlockBuffers that note every buffer they hand out, by identity."""
 
-    def hand_out(self):
-        view = real_hand_out(self)
-        handed.append(view.obj)
+    handed = None
+
+    def get(self):
+        return super().get().addCallback(self._noted)
+
+    def _noted(self, view):
+        CountedBuffers.handed.append(view.obj)
         return view
 
-    monkeypatch.setattr(buffers_module.BlockBuffers, "_hand_out", hand_out)
-    return handed
+
+@pytest.fixture
+def counted():
+    """Every buffer a restore's block buffers hand out (restore with
+    block_buffers=CountedBuffers)."""
+    CountedBuffers.handed = []
+    yield CountedBuffers.handed
+    CountedBuffers.handed = None
 
 
 def test_a_restore_reuses_its_block_buffers_and_stays_byte_identical(world, tmp_path, counted,
                                                                      monkeypatch):
-    from flud.client import restore
+    from flud.client.restore import run as restore
 
     clock, home, network = world
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
@@ -80,7 +86,7 @@ def test_a_restore_reuses_its_block_buffers_and_stays_byte_identical(world, tmp_
     summary, _, _ = run_backup(world, [src])
     manifest, record = _large_record(home, summary)
     segments = sum(len(e["segs"]) for e in record["ext"])
-    assert _restores(world, tmp_path, src, manifest)
+    assert _restores(world, tmp_path, src, manifest, block_buffers=CountedBuffers)
     k = home.config["k"]
     # every block of a full segment (the last one is shorter) was received
     # into a buffer out of one window's worth (two segments)
@@ -95,13 +101,13 @@ def test_a_corrupt_block_received_into_a_reused_buffer_is_refetched(world, tmp_p
     manifest, record = _large_record(home, summary)
     _, key_hex, node_hex = record["ext"][0]["shares"][0]  # a primary's stream
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
-    assert _restores(world, tmp_path, src, manifest)
+    assert _restores(world, tmp_path, src, manifest, block_buffers=CountedBuffers)
     assert counted  # the blocks, the corrupt ones too, came in through the buffers
 
 
 def _count_whole_fetches(monkeypatch) -> dict:
     """Segments fetched whole by a restore: in all, and the most at once."""
-    from flud.client import blocks
+    from flud.client.restore import blocks
 
     counts = {"running": 0, "most": 0, "calls": 0}
     real_fetch = blocks.fetch_segment_pieces
@@ -125,16 +131,15 @@ def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path
     from before extents, or every one here) holds k of the window's block
     slots while it is fetched and written: never more than the window's
     segments at once, whatever the file's length."""
-    from flud.client import blocks, restore
+    from flud.client.restore import run as restore
 
     clock, home, network = world
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
-    monkeypatch.setattr(blocks.BlockRestore, "_by_blocks", lambda self, record: False)
     src, _ = _large_tree(tmp_path, extents_count=1.5)
     summary, _, _ = run_backup(world, [src])
     manifest, record = _large_record(home, summary)
     fetches = _count_whole_fetches(monkeypatch)
-    assert _restores(world, tmp_path, src, manifest)
+    assert _restores(world, tmp_path, src, manifest, by_blocks=False)  # every segment whole
     assert 1 < fetches["most"] <= 2  # overlapping, within the window of two segments
 
 

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from flud.client import destdir
-from flud.client.destdir import SafeDest, UnsafePath
+from flud.client.restore import destdir
+from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.directio import PositionalWriter
 
 

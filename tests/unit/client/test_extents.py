@@ -40,8 +40,8 @@ def _large_record(home, summary):
     return manifest, next(r for r in manifest["contents"].values() if r["t"] == "L")
 
 
-def _restores(world, tmp_path, src, manifest):
-    restored, job = run_restore(world, str(tmp_path / "out"), manifest)
+def _restores(world, tmp_path, src, manifest, **options):
+    restored, job = run_restore(world, str(tmp_path / "out"), manifest, **options)
     assert restored["failed"] == 0
     return compare_trees(src, str(tmp_path / "out" / "src")) == []
 
@@ -183,7 +183,7 @@ def test_a_segment_key_is_blake3_convergent_and_old_sha256_segments_still_restor
     assert key_hex != crypto.file_convergence(home.secret, first)[1].hex()
     # a backup made when segments were keyed from SHA-256 restores all the same:
     # nothing at restore recomputes the digest
-    monkeypatch.setattr("flud.client.large.segment_convergence", crypto.file_convergence)
+    monkeypatch.setattr("flud.client.backup.large.segment_convergence", crypto.file_convergence)
     old_src, _ = _large_tree(tmp_path / "old", extents_count=1.2, seed=2)
     summary, _, _ = run_backup(world, [old_src])
     manifest, record = _large_record(home, summary)

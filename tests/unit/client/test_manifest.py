@@ -9,6 +9,7 @@ import pytest
 from flud.client import index as index_module
 from flud.client.index import ClientIndex
 from flud.client.manifest import ManifestIncomplete, build_manifest
+from flud.client.records import entries_from_wire
 
 HEAD = {"version": 1, "snapshot": 3, "created": 1.5, "roots": ["/src"], "k": 4, "n": 8}
 
@@ -47,13 +48,18 @@ def fill(index, unrelated: int = 0):
     return contents, bundles, entries
 
 
+def built(index, entries, history=()):
+    """The manifest of `entries` (as written: lists), read back."""
+    blob = build_manifest(index, HEAD, entries_from_wire(entries), list(history))
+    return json.loads(zlib.decompress(blob))
+
+
 def test_the_streamed_manifest_holds_exactly_what_the_snapshot_uses(tmp_path):
     index = ClientIndex(str(tmp_path / "index.db"))
     contents, bundles, entries = fill(index)
     history = [{"id": 2, "created": 1.0, "manifest": {"size": 1, "segs": []}}]
-    built = json.loads(zlib.decompress(build_manifest(index, HEAD, entries, history)))
     used = {k: v for k, v in contents.items() if k != "old"}
-    assert built == {**HEAD, "entries": entries, "contents": used,
+    assert built(index, entries, history) == {**HEAD, "entries": entries, "contents": used,
                      "bundles": {"b1": bundles["b1"]},
                      "challenges": {key(i): challenges(i) for i in (1, 2, 3, 4)},
                      "history": history}
@@ -63,9 +69,9 @@ def test_many_entries_span_several_batches_and_flushes(tmp_path, monkeypatch):
     monkeypatch.setattr("flud.client.manifest.FLUSH_AT", 512)
     index = ClientIndex(str(tmp_path / "index.db"))
     entries = [[f"src/{i}", "symlink", 0o777, i, 0, "t" * (i % 7)] for i in range(1000)]
-    built = json.loads(zlib.decompress(build_manifest(index, HEAD, entries, [])))
-    assert built["entries"] == entries
-    assert built["contents"] == built["bundles"] == built["challenges"] == {}
+    manifest = built(index, entries)
+    assert manifest["entries"] == entries
+    assert manifest["contents"] == manifest["bundles"] == manifest["challenges"] == {}
 
 
 def test_what_other_snapshots_use_is_never_all_in_memory(tmp_path):
@@ -76,7 +82,7 @@ def test_what_other_snapshots_use_is_never_all_in_memory(tmp_path):
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
-        build_manifest(index, HEAD, entries, [])
+        build_manifest(index, HEAD, entries_from_wire(entries), [])
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -88,7 +94,7 @@ def test_a_content_missing_from_the_index_is_a_typed_error(tmp_path):
     _, _, entries = fill(index)
     entries.append(["src/g", "file", 0o644, 1, 4, "not-there"])
     with pytest.raises(ManifestIncomplete):
-        build_manifest(index, HEAD, entries, [])
+        build_manifest(index, HEAD, entries_from_wire(entries), [])
 
 
 def test_a_version_1_index_moves_its_challenges_to_their_table(tmp_path, monkeypatch):

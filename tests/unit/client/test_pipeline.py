@@ -4,11 +4,12 @@ import random
 
 import pytest
 
-from flud.client import backup as backup_module
-from flud.client.backup import Backup
+from flud.client.backup import run as backup_module
+from flud.client.backup.run import Backup
 from flud.client.home import create_home
 from flud.client.progress import Progress
-from flud.client.restore import Restore
+from flud.client.restore.run import Restore
+from flud.client.restore.writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
@@ -46,11 +47,13 @@ def run_backup(world, paths, budget=64 * MIB):
     return run_until(clock, job.run(paths)), monitor, job
 
 
-def run_restore(world, dest, manifest, paths=()):
+def run_restore(world, dest, manifest, paths=(), **options):
+    """options: Restore's (how large files are restored)."""
     clock, home, network = world
     monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
     job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
-                  Progress("restore", quiet=True), manifest)
+                  Progress("restore", quiet=True), manifest,
+                  **{"block_writer": InlineBlockWriter, **options})
     return run_until(clock, job.run(dest, paths)), job
 
 
@@ -160,7 +163,7 @@ def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
 def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
     """Each in its own window: a home of many files a few MiB large restores
     faster than one file after the other, and memory stays bounded."""
-    from flud.client.restore import LARGE_IN_FLIGHT
+    from flud.client.restore.run import LARGE_IN_FLIGHT
 
     src = str(tmp_path / "src")
     os.makedirs(src)
@@ -185,7 +188,8 @@ def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
 
     monitor.transfer = transfer
     job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
-                  Progress("restore", quiet=True), home.index.manifest(summary["snapshot"]))
+                  Progress("restore", quiet=True), home.index.manifest(summary["snapshot"]),
+                  block_writer=InlineBlockWriter)
     restored = run_until(clock, job.run(str(tmp_path / "out")))
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []

@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 
-from flud.client.backup import Backup
+from flud.client.backup.run import Backup
 from flud.client.progress import Progress
-from flud.client.restore import Restore
+from flud.client.restore.run import Restore
+from flud.client.restore.writer import InlineBlockWriter
 from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
@@ -36,7 +37,8 @@ def restore(world, dest, manifest, paths=()):
     clock, home, network = world
     monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
     job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
-                  Progress("restore", quiet=True), manifest)
+                  Progress("restore", quiet=True), manifest,
+                  block_writer=InlineBlockWriter)
     return run_until(clock, job.run(str(dest), paths)), job
 
 
@@ -199,7 +201,7 @@ def test_only_the_corrupt_part_of_a_two_block_small_file_is_blamed(world, tmp_pa
 
 
 def test_a_dest_that_is_a_file_is_a_clear_error(world, tmp_path):
-    from flud.client.restore import RestoreError
+    from flud.client.restore.run import RestoreError
 
     src = tmp_path / "src" / "tree"
     write(src / "a.txt", 10, 1)

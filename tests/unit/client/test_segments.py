@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from flud.client.records import SegmentFetch
 from flud.client.segments import _decode_and_decrypt, prepare_segment
 from flud.coding import SegmentCoder
 
@@ -14,7 +15,7 @@ def _prepared(length):
     data = random.Random(length).randbytes(length)
     coder = SegmentCoder(4, 8)
     prep = prepare_segment(SECRET, coder, data)
-    record = {"len": len(data), "bl": prep.block_length}
+    record = SegmentFetch(prep.key.hex(), len(data), prep.block_length, ())
     return data, coder, prep, record
 
 

@@ -92,7 +92,7 @@ def test_the_command_prints_its_round_and_full_finds_what_the_spot_missed(tmp_pa
     import argparse
     import os
 
-    from flud.client.backup import Backup
+    from flud.client.backup.run import Backup
     from flud.client.progress import Progress
     from flud.cli.jobs import _verify
     from flud.memory import MemoryMonitor

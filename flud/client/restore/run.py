@@ -1,29 +1,53 @@
 """`flud restore`: bring a snapshot (or part of it) back under DEST.
 
-Large files: segment by segment (fetch_segment), written to a temp file that
-is fsynced and renamed into place. Small files: exactly their byte range from
-the primary share of their bundle, many requests pipelined per node; if the
-primary is missing or corrupt, the same range from k other shares and a zfec
-decode of just that range. Every file is checked against its convergent key
-before it is written, so a corrupt share never reaches a file.
+Large files (blocks.py): a full segment of an extent is restored block by
+block: each of its k primary blocks is asked for as soon as one of the
+file's block buffers is free (a window of FILE_FOOTPRINT, buffers.py), and
+one of the writer's threads (writer.py, WRITER_THREADS) checks its hash,
+decrypts it where it landed and writes it at its offset (O_DIRECT where the
+filesystem allows, any order), so no block waits for its siblings. A
+segment with a block that failed, the file's last (shorter) segment and a
+segment stored before extents are fetched whole (more holders, a zfec
+decode if need be) and written the same way. LARGE_IN_FLIGHT files at once.
+A large file goes to a temp file beside its place; once every block is
+written it is truncated to its length and fsynced (once, for the whole
+file), then renamed into place.
 
-Every path under DEST goes through client/destdir.py: directories opened one
-name at a time, never through a symlink. An entry whose path would pass
-through one (or is not a plain relative path) is refused, reported and
-skipped; the rest is restored.
+Small files (small.py): exactly their byte range from the primary share of
+their bundle, SMALL_IN_FLIGHT at once, many requests pipelined per node; if
+the primary is missing or corrupt, the same range from k other shares and a
+zfec decode of just that range. Each is written whole to a temp file and
+renamed into place, without an fsync.
+
+Every file is checked before it is written (a block against its recorded
+hash, a small file against its convergent key), so a corrupt share never
+reaches a file. Modes and times are set through the file's descriptor;
+directories get theirs after their contents.
+
+Every path under DEST goes through restore/destdir.py: directories opened
+one name at a time, never through a symlink. An entry whose path would
+pass through one (or is not a plain relative path) is refused, reported
+and skipped; the rest is restored.
 """
+import functools
 import logging
 import os
 
 from twisted.internet import defer
 
-from flud.client.blocks import BlockRestore
-from flud.client.destdir import SafeDest, UnsafePath
+from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
+from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from_wire,
+                                 content_kind, entries_from_wire)
+from flud.client.restore.blocks import BlockRestore
+from flud.client.restore.buffers import BlockBuffers
+from flud.client.restore.destdir import SafeDest, UnsafePath
+from flud.client.restore.small import SmallFetch
+from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
-from flud.coding import SegmentCoder, locate
-from flud.crypto import content_digest, convergent_key, decrypt_ctr
+from flud.coding import SegmentCoder
+from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
 
@@ -38,8 +62,11 @@ TEMP_SUFFIX = ".flud-part"
 TEMP_TRIES = 100  # names tried for a temp file (one left by an interrupted run is kept)
 
 
-class RestoreError(Exception):
-    pass
+class RestoreError(FludError):
+    """A restore (or one of its files) cannot go on: nothing matches, DEST
+    cannot be used, or a name is taken."""
+
+    code = "RESTORE"
 
 
 def select(entries, paths) -> list:
@@ -47,22 +74,29 @@ def select(entries, paths) -> list:
         return entries
     wanted = [os.path.normpath(p).strip("/") for p in paths]
     return [e for e in entries
-            if any(e[0] == w or e[0].startswith(w + "/") or w.startswith(e[0] + "/")
-                   and e[1] == "dir" for w in wanted)]
+            if any(e.rel == w or e.rel.startswith(w + "/") or w.startswith(e.rel + "/")
+                   and e.kind == DIR for w in wanted)]
 
 
 class Restore:
-    def __init__(self, reactor, home, network, pool, monitor, progress, manifest):
-        self.reactor = reactor
-        self.home = home
+    def __init__(self, reactor, home, network, pool, monitor, progress, manifest,
+                 block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True):
+        """block_writer, block_buffers, by_blocks: how large files are
+        written (BlockWriter: on threads of its own; InlineBlockWriter: on the
+        calling thread), what holds their blocks, and whether full segments
+        go block by block (False: every segment whole); see blocks.py."""
+        k, n = manifest["k"], manifest["n"]
+        self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
+                              SegmentCoder(k, n))
         self.network = network
-        self.pool = pool
-        self.monitor = monitor
         self.progress = progress
         self.manifest = manifest
-        k, n = manifest["k"], manifest["n"]
-        self.segment_coder = SegmentCoder(k, n)
-        self.bundle_coder = SegmentCoder(k, n)
+        self._large_file = functools.partial(
+            BlockRestore, self.ctx, report_bad=self.report_bad,
+            count_retrieves=self._count_retrieves, block_writer=block_writer,
+            block_buffers=block_buffers, by_blocks=by_blocks)
+        self._small_files = SmallFetch(self.ctx, manifest["bundles"], SegmentCoder(k, n),
+                                       self.report_bad, self._count_retrieves)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "refused": 0, "bad_shares": 0, "retrieves": 0}
         self.bad_shares = []
@@ -76,12 +110,15 @@ class Restore:
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
         self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
 
+    def _count_retrieves(self, count: int) -> None:
+        self.summary["retrieves"] += count
+
     def report_bad(self, node_hex, key_hex, why):
         if (node_hex, key_hex) in self._reported:
             return  # one warning per share, however many files it serves
         self._reported.add((node_hex, key_hex))
-        health = getattr(self.network, "health", None)
-        if health is not None and bytes.fromhex(node_hex) in health.failed:
+        health = self.network.health
+        if bytes.fromhex(node_hex) in health.failed:
             # Down or stalled, not corrupt: said once for the node.
             counted = self.unreachable.get(node_hex, 0)
             self.unreachable[node_hex] = counted + 1
@@ -116,7 +153,7 @@ class Restore:
 
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        entries = select(self.manifest["entries"], paths)
+        entries = select(entries_from_wire(self.manifest["entries"]), paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
         try:
@@ -131,36 +168,37 @@ class Restore:
 
     @defer.inlineCallbacks
     def _run(self, entries):
-        files = [e for e in entries if e[1] == "file"]
-        self.progress.start(len(files), sum(e[4] for e in files))
-        for rel, kind, *_ in entries:
-            if kind == "dir" and self._safe(rel, self.dest.make_dir, rel):
+        files = [e for e in entries if e.is_file]
+        self.progress.start(len(files), sum(e.size for e in files))
+        for entry in entries:
+            if entry.kind == DIR and self._safe(entry.rel, self.dest.make_dir, entry.rel):
                 self.summary["dirs"] += 1
         # Refused before anything is fetched for them (a file is checked
         # again where it is written).
-        files = [e for e in files if self._safe(e[0], self.dest.check, e[0])]
+        files = [e for e in files if self._safe(e.rel, self.dest.check, e.rel)]
         contents = self.manifest["contents"]
-        small = [e for e in files if contents[e[5]]["t"] == "S"]
+        small = [e for e in files if content_kind(contents[e.last]) == SMALL]
         work = [self._slots.run(self._small, e) for e in small]
         for entry in files:
-            record = contents[entry[5]]
-            if record["t"] == "E":
+            kind = content_kind(contents[entry.last])
+            if kind == EMPTY:
                 self._write_or_fail(entry, b"")
-            elif record["t"] == "L":
+            elif kind == LARGE:
                 work.append(self._large_slots.run(self._guarded, self._large, entry))
         yield settle_all(work)
-        for rel, kind, mode, mtime_ns, size, target in entries:
-            if kind == "symlink":
+        for entry in entries:
+            if entry.kind == SYMLINK:
                 try:
-                    self._safe(rel, self._symlink, rel, target, mtime_ns)
+                    self._safe(entry.rel, self._symlink, entry.rel, entry.last, entry.mtime_ns)
                 except (RestoreError, OSError) as err:
-                    self._failed((rel,), err)
-        for rel, kind, mode, mtime_ns, size, last in sorted(entries, reverse=True):
-            if kind == "dir":  # after their contents: writing into them moved mtime
+                    self._failed(entry.rel, err)
+        for entry in sorted(entries, reverse=True):
+            if entry.kind == DIR:  # after their contents: writing into them moved mtime
                 try:
-                    self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
+                    self._safe(entry.rel, self.dest.set_dir_meta, entry.rel, entry.mode,
+                               entry.mtime_ns)
                 except OSError as err:  # gone meanwhile, say: the rest still gets its times
-                    self._failed((rel,), err)
+                    self._failed(entry.rel, err)
         self.progress.finish()
 
     @defer.inlineCallbacks
@@ -168,24 +206,24 @@ class Restore:
         try:
             yield fn(entry)
         except UnsafePath as err:
-            self.refuse(entry[0], err.why)
+            self.refuse(entry.rel, err.why)
         except (FetchFailed, RestoreError, OSError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
 
     @defer.inlineCallbacks
     def _large(self, entry):
-        """Block by block into a temp file (flud/client/blocks.py), a window
+        """Block by block into a temp file (flud/client/restore/blocks.py), a window
         of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
-        record = self.manifest["contents"][entry[5]]
-        transfer = self.monitor.transfer("download", entry[0])
-        place = self.dest.place(entry[0])
+        content = content_from_wire(self.manifest["contents"][entry.last])
+        transfer = self.ctx.monitor.transfer("download", entry.rel)
+        place = self.dest.place(entry.rel)
         try:
             final = self._final_name(place)
             temp, out = self._new_temp(place, lambda name: PositionalWriter(
                 name, dir_fd=place.dir_fd))
             try:
                 with out:
-                    yield BlockRestore(self, record, out, transfer, FILE_FOOTPRINT).run()
+                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
                     _set_meta(out.fd, entry)
                 self._finish(place, temp, final, entry)
             except BaseException:
@@ -197,11 +235,11 @@ class Restore:
 
     @defer.inlineCallbacks
     def _small(self, entry):
-        record = self.manifest["contents"][entry[5]]
+        content = content_from_wire(self.manifest["contents"][entry.last])
         try:
-            data = yield self._fetch_small(record)
+            data = yield self._small_files.fetch(content)
         except (FetchFailed, RestoreError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
             return
         if self._write_or_fail(entry, data):
             self.progress.bytes_done(len(data))
@@ -209,76 +247,15 @@ class Restore:
     def _write_or_fail(self, entry, data) -> bool:
         """Write a small file; a refused or failed one is counted, not raised."""
         try:
-            return self._safe(entry[0], self._write, entry, [data])
+            return self._safe(entry.rel, self._write, entry, [data])
         except (RestoreError, OSError) as err:
-            self._failed(entry, err)
+            self._failed(entry.rel, err)
             return False
 
-    def _failed(self, entry, err):
+    def _failed(self, rel, err):
         self.summary["failed"] += 1
-        self.failed.append((entry[0], str(err)))
-        self.progress.warn(f"could not restore {entry[0]}: {err}")
-
-    @defer.inlineCallbacks
-    def _fetch_small(self, record):
-        bundle = self.manifest["bundles"][record["b"]]
-        key = bytes.fromhex(record["key"])
-        pieces = locate(record["o"], record["l"], bundle["bl"])
-        holders = {s[0]: s for s in bundle["shares"]}
-        parts = []
-        for block, start, end in pieces:
-            part = None
-            holder = holders.get(block)
-            if holder is not None:
-                try:
-                    part = yield self.network.call(bytes.fromhex(holder[2]), "retrieve",
-                                                   bytes.fromhex(holder[1]), start, end - start)
-                    self.summary["retrieves"] += 1
-                except Exception as err:
-                    self.report_bad(holder[2], holder[1], str(err))
-            parts.append((block, start, end, part))
-        fetched = [(block, part) for block, _, _, part in parts if part is not None]
-        if len(fetched) == len(parts):
-            plain = decrypt_ctr(key, b"".join(part for _, part in fetched))
-            if convergent_key(self.home.secret, content_digest(plain)) == key:
-                return plain
-        # Which part is wrong, the check cannot say (a file spanning two
-        # blocks has two holders): the rebuild from other shares can.
-        suspects = {block for block, _ in fetched}
-        plain, rebuilt = yield self._rebuild_small(bundle, pieces, key, avoid=suspects)
-        for block, part in fetched:
-            if bytes(part) != rebuilt[block]:
-                holder = holders[block]
-                self.report_bad(holder[2], holder[1], "corrupt (content check failed)")
-        return plain
-
-    @defer.inlineCallbacks
-    def _rebuild_small(self, bundle, pieces, key, avoid=()):
-        """The same ranges from any k shares, decoded (zfec works byte-wise),
-        the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
-        k = bundle["k"]
-        first = min(s for _, s, _ in pieces) if len(pieces) == 1 else 0
-        last = max(e for _, _, e in pieces) if len(pieces) == 1 else bundle["bl"]
-        got = {}
-        order = sorted(bundle["shares"], key=lambda s: (s[0] in avoid, -s[0]))
-        for index, key_hex, node_hex in order:
-            if len(got) == k:
-                break
-            try:
-                got[index] = yield self.network.call(bytes.fromhex(node_hex), "retrieve",
-                                                     bytes.fromhex(key_hex), first, last - first)
-                self.summary["retrieves"] += 1
-            except Exception as err:
-                self.report_bad(node_hex, key_hex, str(err))
-        if len(got) < k:
-            raise FetchFailed(f"only {len(got)} of {k} shares of a bundle are reachable")
-        blocks = self.bundle_coder.decode_blocks_range(got)
-        rebuilt = {b: bytes(blocks[b][s - first:e - first]) for b, s, e in pieces}
-        plain = decrypt_ctr(key, b"".join(rebuilt[b] for b, _, _ in pieces))
-        if convergent_key(self.home.secret, content_digest(plain)) != key:
-            raise FetchFailed("a small file rebuilt from other shares is still wrong: "
-                              "more shares are corrupt than the code can repair")
-        return plain, rebuilt
+        self.failed.append((rel, str(err)))
+        self.progress.warn(f"could not restore {rel}: {err}")
 
     def _final_name(self, place):
         """The entry's own name, or NAME.flud-restored beside what is there:
@@ -306,7 +283,7 @@ class Restore:
                            f"*{TEMP_SUFFIX} files an interrupted restore left there")
 
     def _write(self, entry, chunks):
-        with self.dest.place(entry[0]) as place:
+        with self.dest.place(entry.rel) as place:
             final = self._final_name(place)
             temp, fd = self._new_temp(place, lambda name: place.open_new(name, 0o600))
             try:
@@ -323,7 +300,7 @@ class Restore:
     def _finish(self, place, temp, final, entry):
         place.rename(temp, final)
         self.summary["files"] += 1
-        self.summary["bytes"] += entry[4]
+        self.summary["bytes"] += entry.size
         self.progress.file_done(0)
 
     def _symlink(self, rel, target, mtime_ns):
@@ -336,6 +313,5 @@ class Restore:
 
 def _set_meta(fd, entry):
     """Mode and times through the file's own descriptor (never a path)."""
-    mode, mtime_ns = entry[2], entry[3]
-    os.fchmod(fd, mode)
-    os.utime(fd, ns=(mtime_ns, mtime_ns))
+    os.fchmod(fd, entry.mode)
+    os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))

@@ -14,6 +14,11 @@ RETRIEVEs. Two threads: while one waits for the device, the other decrypts
 (AES, BLAKE3 and the writes release the GIL).
 
 The queue holds at most the file's block buffers (BlockBuffers bounds them).
+
+InlineBlockWriter does the same work on the calling thread and answers on
+the next turn of the reactor: a restore is given one or the other (its
+`block_writer`), so unit tests on a fake reactor run without threads and
+no code asks whether it is under test.
 """
 import queue
 import threading
@@ -26,27 +31,18 @@ _FINISH = object()
 _STOP = object()
 
 
-class BlockWriter:
-    def __init__(self, reactor, out, inline: bool = False, threads: int = WRITER_THREADS):
-        """out: a PositionalWriter. inline: open and write on the calling
-        thread, for unit tests on a fake reactor (as CPUPool's switch)."""
+class _Writer:
+    """What both writers share: a piece is opened, then written at its
+    offset; the first write error stops the rest."""
+
+    def __init__(self, reactor, out):
+        """out: a PositionalWriter."""
         self._reactor = reactor
         self._out = out
-        self._queue = queue.SimpleQueue()
         self.error = None  # the first write error, as the reactor saw it
         self._failed = None  # the same, as the threads see it at once
-        self._finished = defer.Deferred()
-        self._length = 0
         self._stopped = False
-        self._inline = inline
         self._lock = threading.Lock()
-        self._threads = []
-        if not inline:
-            self._running = threads
-            self._threads = [threading.Thread(target=self._run, name=f"flud-restore-writer-{i}",
-                                              daemon=True) for i in range(threads)]
-            for thread in self._threads:
-                thread.start()
 
     def write(self, offset: int, piece, done, opener=None) -> None:
         """Write piece at offset: opener(piece) first if given (the bytes to
@@ -55,35 +51,7 @@ class BlockWriter:
         dropped after a write error: `error` says which)."""
         if self._stopped:
             return  # a late block of a file that failed: its file is closed
-        job = (offset, piece, done, opener)
-        if not self._inline:
-            self._queue.put(job)
-            return
-        written = self._do(job)
-        self._reactor.callLater(0, done, written, piece)
-
-    def finish(self, length: int) -> defer.Deferred:
-        """Fires once every piece is written and the file is `length` bytes
-        and durable, or fails with the first write error (`error`, seen on
-        the reactor as soon as it happens: after it, pieces are handed back
-        unwritten, so no fetch waits on a buffer that never comes back)."""
-        self._length = length
-        if self._inline:
-            if self._failed is None:
-                return defer.maybeDeferred(self._out.finish, length)
-            return defer.fail(self._failed)
-        for _ in self._threads:
-            self._queue.put(_FINISH)
-        return self._finished
-
-    def stop(self) -> None:
-        """Drop what is not written yet; returns once the threads have
-        stopped (so the file may be closed): at most one write's wait."""
-        self._stopped = True
-        for _ in self._threads:
-            self._queue.put(_STOP)
-        for thread in self._threads:
-            thread.join()
+        self._submit((offset, piece, done, opener))
 
     def _do(self, job):
         """Open and write one job; what was written, or None."""
@@ -99,16 +67,74 @@ class BlockWriter:
             with self._lock:
                 if self._failed is None:
                     self._failed = err
-            if self._inline:
-                self._saw_error(err)
-            else:
-                self._reactor.callFromThread(self._saw_error, err)
+            self._report_error(err)
             return None
         return view
 
     def _saw_error(self, err) -> None:
         if self.error is None:
             self.error = err
+
+
+class InlineBlockWriter(_Writer):
+    """Opens and writes on the calling thread; done() on the reactor's next
+    turn (as a CPUPool with inline=True, for unit tests on a fake reactor)."""
+
+    def _submit(self, job) -> None:
+        written = self._do(job)
+        self._reactor.callLater(0, job[2], written, job[1])
+
+    def _report_error(self, err) -> None:
+        self._saw_error(err)
+
+    def finish(self, length: int) -> defer.Deferred:
+        if self._failed is None:
+            return defer.maybeDeferred(self._out.finish, length)
+        return defer.fail(self._failed)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+
+class BlockWriter(_Writer):
+    """Opens and writes on `threads` threads of its own."""
+
+    def __init__(self, reactor, out, threads: int = WRITER_THREADS):
+        """out: a PositionalWriter."""
+        super().__init__(reactor, out)
+        self._queue = queue.SimpleQueue()
+        self._finished = defer.Deferred()
+        self._length = 0
+        self._running = threads
+        self._threads = [threading.Thread(target=self._run, name=f"flud-restore-writer-{i}",
+                                          daemon=True) for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def _submit(self, job) -> None:
+        self._queue.put(job)
+
+    def _report_error(self, err) -> None:
+        self._reactor.callFromThread(self._saw_error, err)
+
+    def finish(self, length: int) -> defer.Deferred:
+        """Fires once every piece is written and the file is `length` bytes
+        and durable, or fails with the first write error (`error`, seen on
+        the reactor as soon as it happens: after it, pieces are handed back
+        unwritten, so no fetch waits on a buffer that never comes back)."""
+        self._length = length
+        for _ in self._threads:
+            self._queue.put(_FINISH)
+        return self._finished
+
+    def stop(self) -> None:
+        """Drop what is not written yet; returns once the threads have
+        stopped (so the file may be closed): at most one write's wait."""
+        self._stopped = True
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join()
 
     def _run(self) -> None:
         call = self._reactor.callFromThread

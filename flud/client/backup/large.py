@@ -1,8 +1,8 @@
 """A backup's large files: each in extents (flud/client/extents.py), from
 one segment's footprint per file used in two halves (see _extent_once).
 
-LargeFiles is a part of Backup (flud/client/backup.py): it uses the job's
-pool, network, index, monitor, progress and counters.
+LargeFiles is a part of the backup run (run.py): it is given the job's
+context, the run's content log and tallies, and nothing else of the run.
 """
 import hashlib
 import logging
@@ -16,6 +16,9 @@ from flud.client.directio import SequentialReader
 from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
+from flud.client.backup.files import FileChanged, read_into, why_skipped
+from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
+                                 challenges_to_wire)
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
 from flud.crypto import segment_convergence
 
@@ -32,10 +35,6 @@ MAX_SEGMENT_WINDOW = 3
 # two coding in the pool's two threads and two being taken by their streams.
 MAX_PARITY_SETS = 4
 EXTENT_PREFIX = "E"          # an extent's index row: "E" + its first segment's key
-
-
-class FileChanged(Exception):
-    pass
 
 
 class _SegmentBuffers:
@@ -98,28 +97,61 @@ class _ResendExtent(Exception):
     """An earlier run's extent no longer matches the file: send it anew."""
 
 
-def _read_into(entry, f, buffer, length) -> memoryview:
-    """The next `length` bytes of the file, in `buffer`."""
-    data = memoryview(buffer)[:length]
-    if f.readinto(data) != length:
-        raise FileChanged(f"{entry.path} changed while it was backed up")
-    return data
-
-
 def _hash_blocks(hashes, shares, indexes):
     for i in indexes:
         hashes[i].update(shares[i])
 
 
+def segment_geometry(coder, segment_size: int):
+    """(window, footprint) of one large file: it holds the ciphertext (the k
+    primary shares are views of it) of up to `window` segments and the n-k
+    parity shares of one."""
+    parity = coder.block_length(segment_size) * (coder.n - coder.k)
+    window = max(1, min(MAX_SEGMENT_WINDOW, (FILE_FOOTPRINT - parity) // segment_size))
+    return window, window * segment_size + parity
+
+
 class LargeFiles:
-    """Backup's large-file half (a mixin: the state is Backup's)."""
+    """A backup's large files, up to `parallel_files` at once. contents: the
+    run's ContentLog; counters and summary: the run's tallies (updated on
+    the reactor thread only)."""
+
+    def __init__(self, ctx, segment_size, parallel_files, contents, counters, summary):
+        self.ctx = ctx
+        coder = ctx.coder
+        self.k, self.n = coder.k, coder.n
+        self.segment_size = segment_size
+        self.parallel_files = parallel_files
+        self.segment_window, self.segment_footprint = segment_geometry(coder, segment_size)
+        # Parity buffers, shared by the large files (ParitySets): a file
+        # holds a set only while its parity is coded and taken.
+        self.parity_sets = ParitySets(min(parallel_files, MAX_PARITY_SETS), self.n - self.k,
+                                      coder.block_length(segment_size))
+        self.contents = contents
+        self.counters = counters
+        self.summary = summary
 
     @defer.inlineCallbacks
-    def _large(self, entry, known):
+    def send_all(self, large, content_of, skip):
+        """Every large file in `large`; content_of[path] = its content id,
+        or skip(path, why) if it could not be read."""
+        slots = defer.DeferredSemaphore(self.parallel_files)
+
+        @defer.inlineCallbacks
+        def one(entry):
+            try:
+                content_of[entry.path] = yield self._large(entry)
+            except (OSError, FileChanged) as err:
+                skip(entry.path, why_skipped(err))
+
+        yield settle_all([slots.run(one, e) for e in large])
+
+    @defer.inlineCallbacks
+    def _large(self, entry):
         """A large file goes in extents (flud/client/extents.py), one after
         another, each from one segment's footprint (see _extent_once). An
         extent's nodes commit it while the next one is sent."""
-        transfer = self.monitor.transfer("upload", entry.path)
+        transfer = self.ctx.monitor.transfer("upload", entry.path)
         extents, digests = [], []
         segments = -(-entry.size // self.segment_size)
         committing = []  # sent extents whose commit is still to be seen
@@ -156,11 +188,11 @@ class LargeFiles:
         finally:
             transfer.close()
         content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
-        self.progress.file_done(0)
-        if content_id in known or content_id in self._new_contents:
+        self.ctx.progress.file_done(0)
+        if content_id in self.contents:
             self.summary["dedup"] += 1
             return content_id
-        return self._remember(content_id, {"t": "L", "size": entry.size, "ext": extents})
+        return self.contents.remember(content_id, LargeContent(entry.size, extents=tuple(extents)))
 
     @defer.inlineCallbacks
     def _extent(self, entry, f, buffers, first, count, attempt=1):
@@ -210,7 +242,7 @@ class LargeFiles:
         most one segment's worth (ciphertext + parity)."""
         sizes = [min(self.segment_size, entry.size - j * self.segment_size)
                  for j in range(first, first + count)]
-        stream_size = sum(self.coder.block_length(length) for length in sizes)
+        stream_size = sum(self.ctx.coder.block_length(length) for length in sizes)
         reading, coding = buffers.for_extent()  # the ciphertexts; the parity half's turn
         segs, digests, sending = [None] * count, [], []
         upload = hashes = None
@@ -219,8 +251,8 @@ class LargeFiles:
                 buffer = yield reading.get()
                 if any(d.called and isinstance(d.result, Failure) for d in sending):
                     break  # a segment failed: stop reading, report below
-                prep = yield self.pool.run(self._read_extent_segment, entry, f, buffer, length,
-                                           hashes)
+                prep = yield self.ctx.pool.run(self.read_segment, entry, f, buffer, length,
+                                               hashes)
                 digests.append(prep.digest)
                 self.counters["bytes_read"] += length
                 if pos == 0:
@@ -230,8 +262,8 @@ class LargeFiles:
                             return _SentExtent(first, count, record, digests,
                                                defer.succeed(None))
                     nodes, hashes = self._extent_streams(prep, stream_size)
-                    yield self.pool.run(_hash_blocks, hashes, prep.shares, range(self.k))
-                    upload = ExtentUpload(self.network, nodes, stream_size, self.reactor)
+                    yield self.ctx.pool.run(_hash_blocks, hashes, prep.shares, range(self.k))
+                    upload = ExtentUpload(self.ctx.network, nodes, stream_size, self.ctx.reactor)
                     yield upload.open()
                 sending.append(self._feed_segment(upload, prep, hashes, reading, buffer, coding,
                                                   segs, pos))
@@ -244,8 +276,8 @@ class LargeFiles:
                 upload.cancel()
             raise
         keys = [h.key.digest() for h in hashes]
-        record = {"shares": [[i, key.hex(), node.hex()] for i, (key, node)
-                             in enumerate(zip(keys, upload.nodes))], "segs": segs}
+        record = Extent(tuple(ShareHolder(i, key.hex(), node.hex()) for i, (key, node)
+                              in enumerate(zip(keys, upload.nodes))), tuple(segs))
         committed = upload.finish(keys)
         committed.addCallback(self._extent_committed, record, keys, hashes, sum(sizes),
                               stream_size)
@@ -254,19 +286,20 @@ class LargeFiles:
     def _extent_committed(self, _, record, keys, hashes, length, stream_size):
         # The record and its challenges are kept at once: a run that is
         # interrupted later does not send this extent again.
-        self.index.add_challenges([(key.hex(), h.challenges()) for key, h in zip(keys, hashes)])
-        self.index.add_segment(EXTENT_PREFIX + record["segs"][0][0], record)
+        self.ctx.index.add_challenges([(key.hex(), challenges_to_wire(h.challenges()))
+                                   for key, h in zip(keys, hashes)])
+        self.ctx.index.add_segment(EXTENT_PREFIX + record.segments[0].key, record.to_wire())
         self.counters["stores"] += self.n
         self.counters["bytes_sent"] += self.n * stream_size
-        self.progress.bytes_done(length)
+        self.ctx.progress.bytes_done(length)
 
     def _extent_streams(self, prep, stream_size):
         """The extent's n nodes (ranked by its first block) and stream hashes."""
-        nodes = self.network.place(prep.share_keys[0], self.n)
+        nodes = self.ctx.network.place(prep.share_keys[0], self.n)
         if len(nodes) < self.n:
             raise StoreFailed(f"only {len(nodes)} nodes are reachable; {self.n} are needed "
                               f"for a large file. Start more nodes or lower n.")
-        hashes = [StreamHashes(self.home.secret, stream_id(prep.share_keys[0], i), stream_size)
+        hashes = [StreamHashes(self.ctx.secret, stream_id(prep.share_keys[0], i), stream_size)
                   for i in range(self.n)]
         return nodes, hashes
 
@@ -275,32 +308,35 @@ class LargeFiles:
         """The record of this extent if an earlier (interrupted) run sent it
         and the file still reads the same (every segment's key matches);
         their digests are added to `digests`."""
-        record = self.index.segment(EXTENT_PREFIX + prep.key.hex())
-        if record is None or len(record["segs"]) != len(sizes):
+        row = self.ctx.index.segment(EXTENT_PREFIX + prep.key.hex())
+        record = None if row is None else Extent.from_wire(row)
+        if record is None or len(record.segments) != len(sizes):
             return None
         for pos in range(1, len(sizes)):
             # Into the first segment's buffer: that segment is settled either way.
-            digest, key = yield self.pool.run(self._segment_key, entry, f, buffer, sizes[pos])
-            if key.hex() != record["segs"][pos][0]:
+            digest, key = yield self.ctx.pool.run(self._segment_key, entry, f, buffer, sizes[pos])
+            if key.hex() != record.segments[pos].key:
                 raise _ResendExtent()
             digests.append(digest)
-        self.progress.bytes_done(sum(sizes))
+        self.ctx.progress.bytes_done(sum(sizes))
         return record
 
     def _segment_key(self, entry, f, buffer, length):
-        return segment_convergence(self.home.secret, _read_into(entry, f, buffer, length))
+        return segment_convergence(self.ctx.secret, read_into(entry, f, buffer, length))
 
-    def _read_extent_segment(self, entry, f, buffer, length, hashes):
-        # Read into the file's buffer, then encrypted in place (prepare_primaries).
-        data = _read_into(entry, f, buffer, length)
-        prep = prepare_primaries(self.home.secret, self.coder, data, challenges=False,
+    def read_segment(self, entry, f, buffer, length, hashes):
+        """In the pool: the segment's next `length` bytes of `f` read into
+        the file's `buffer`, encrypted there (prepare_primaries) and its
+        primary shares hashed into the streams' `hashes` (if known yet)."""
+        data = read_into(entry, f, buffer, length)
+        prep = prepare_primaries(self.ctx.secret, self.ctx.coder, data, challenges=False,
                                  convergence=segment_convergence)
         if hashes is not None:
             _hash_blocks(hashes, prep.shares, range(self.k))
         return prep
 
     def _parity_hashed(self, prep, hashes, parity):
-        add_parity(self.home.secret, self.coder, prep, challenges=False, out=parity)
+        add_parity(self.ctx.secret, self.ctx.coder, prep, challenges=False, out=parity)
         _hash_blocks(hashes, prep.shares, range(self.k, self.n))
 
     @defer.inlineCallbacks
@@ -313,7 +349,7 @@ class LargeFiles:
             parity_set = None
             try:
                 parity_set = yield self.parity_sets.get()
-                yield self.pool.run(self._parity_hashed, prep, hashes, parity_set)
+                yield self.ctx.pool.run(self._parity_hashed, prep, hashes, parity_set)
                 parity = upload.feed(prep.shares, range(self.k, self.n))
             finally:
                 (parity or defer.succeed(None)).addBoth(self._parity_freed, coding, parity_set)
@@ -330,17 +366,17 @@ class LargeFiles:
                 prep.shares[i] = None
             self._slot_freed(None, reading, buffer)
         yield parity
-        segs[pos] = [prep.key.hex(), prep.length, prep.block_length,
-                     b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex()]
+        segs[pos] = ExtentSegment(prep.key.hex(), prep.length, prep.block_length,
+                                  b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex())
 
     def _slot_freed(self, result, queue, buffer):
         # The buffer goes back (and the next segment is read into it) once
         # the call stack that delivered this answer has unwound.
-        self.reactor.callLater(0, queue.put, buffer)
+        self.ctx.reactor.callLater(0, queue.put, buffer)
         return result
 
     def _parity_freed(self, result, coding, parity_set):
         if parity_set is not None:
-            self.reactor.callLater(0, self.parity_sets.put, parity_set)
-        self.reactor.callLater(0, coding.release)
+            self.ctx.reactor.callLater(0, self.parity_sets.put, parity_set)
+        self.ctx.reactor.callLater(0, coding.release)
         return result

@@ -20,11 +20,11 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.buffers import BlockBuffers
 from flud.client.gather import gather
-from flud.client.segments import (FetchFailed, _fits, extent_segments, fetch_record,
-                                  fetch_segment_pieces)
-from flud.client.writer import BlockWriter
+from flud.client.records import BlockHolder
+from flud.client.restore.buffers import BlockBuffers
+from flud.client.restore.writer import BlockWriter
+from flud.client.segments import FetchFailed, fetch_segment_pieces
 from flud.crypto import crypt_ctr_in_place
 
 log = logging.getLogger("flud.client")
@@ -33,7 +33,7 @@ log = logging.getLogger("flud.client")
 def _open_block(data, holder, key, index, block_length):
     """The block decrypted where it landed, or None if it is not the block
     the manifest recorded (pool)."""
-    if len(data) != block_length or not _fits(data, holder):
+    if len(data) != block_length or not holder.fits(data):
         return None
     view = memoryview(data)
     crypt_ctr_in_place(key, view, index * block_length)
@@ -50,15 +50,29 @@ class _Segment:
 
 
 class BlockRestore:
-    """One large file's contents into a PositionalWriter `out`."""
+    """One large file's contents (a LargeContent) into a PositionalWriter
+    `out`, its memory counted on `transfer`, a window of `window_bytes`.
 
-    def __init__(self, restore, record, out, transfer, window_bytes):
-        self.job = restore
-        self.segs = extent_segments(record)
+    ctx: the job's context (its coder: the segments'). report_bad(node hex,
+    key hex, why): a block or share that failed; count_retrieves(n):
+    RETRIEVEs asked for. block_writer(reactor, out): what writes the blocks
+    (BlockWriter's threads, or InlineBlockWriter). block_buffers(size,
+    count): the window's buffers. by_blocks: False restores every segment
+    whole (the way of a last or damaged segment)."""
+
+    def __init__(self, ctx, content, out, transfer, window_bytes, report_bad, count_retrieves,
+                 block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True):
+        self.ctx = ctx
+        self.content = content
         self.out = out
         self.transfer = transfer
         self.window_bytes = window_bytes
-        self.coder = restore.segment_coder
+        self.coder = ctx.coder
+        self._report_bad = report_bad
+        self._count_retrieves = count_retrieves
+        self._make_writer = block_writer
+        self._make_buffers = block_buffers
+        self._by_blocks_allowed = by_blocks
         self.error = None
         # Segments repaired (a block failed) one at a time: each reserves a
         # segment beside the window, so a node that is down costs one more
@@ -67,23 +81,22 @@ class BlockRestore:
 
     @defer.inlineCallbacks
     def run(self):
-        job, k = self.job, self.coder.k
-        first = fetch_record(self.segs[0])
-        window = max(2, self.window_bytes // max(1, first["len"]))
-        self.buffers = BlockBuffers(first["bl"], count=k * window)
-        size = sum(fetch_record(s)["len"] for s in self.segs)
+        k = self.coder.k
+        first = next(self.content.segment_fetches())
+        window = max(2, self.window_bytes // max(1, first.length))
+        self.buffers = self._make_buffers(first.block_length, k * window)
+        size = self.content.segments_length()
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
-        self.writer = BlockWriter(job.reactor, self.out, inline=job.pool.inline)
+        self.writer = self._make_writer(self.ctx.reactor, self.out)
         pending = set()  # segments not yet all with the writer (or failed)
         try:
             offset = 0
-            for planned in self.segs:
-                record = fetch_record(planned)
+            for record in self.content.segment_fetches():
                 segment = _Segment(record, offset, k)
-                offset += record["len"]
+                offset += record.length
                 pending.add(segment.done)
                 segment.done.addBoth(lambda result, d=segment.done: pending.discard(d))
-                job.summary["retrieves"] += k
+                self._count_retrieves(k)
                 if not self._by_blocks(record):
                     # Its memory comes out of the window too: k block slots,
                     # held (not used) until its pieces are written.
@@ -112,28 +125,30 @@ class BlockRestore:
 
     def _by_blocks(self, record) -> bool:
         """A full segment of an extent whose blocks fit the file's buffers."""
-        primaries = {s[0] for s in record["shares"] if len(s) > 3}
-        return (record["bl"] == self.buffers.size
-                and record["len"] == self.coder.k * record["bl"]
+        if not self._by_blocks_allowed:
+            return False
+        primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)}
+        return (record.block_length == self.buffers.size
+                and record.length == self.coder.k * record.block_length
                 and all(i in primaries for i in range(self.coder.k)))
 
     def _block(self, segment, index, buffer):
-        holder = next(s for s in segment.record["shares"] if s[0] == index)
-        _, key_hex, node_hex, where = holder[:4]
-        bl = segment.record["bl"]
-        d = self.job.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
-                                  where, bl, into=buffer)
+        holder = next(h for h in segment.record.holders if h.index == index)
+        key_hex, node_hex = holder.key, holder.node
+        bl = segment.record.block_length
+        d = self.ctx.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
+                                  *holder.retrieve_range(bl), into=buffer)
 
         def arrived(data):
             opener = functools.partial(_open_block, holder=holder,
-                                       key=bytes.fromhex(segment.record["key"]), index=index,
+                                       key=bytes.fromhex(segment.record.key), index=index,
                                        block_length=bl)
             done = functools.partial(self._block_done, segment, holder, buffer)
             self.writer.write(segment.offset + index * bl, data, done, opener)
 
         def failed(failure):
             self.buffers.abandon(buffer)  # the connection may still write into it
-            self.job.report_bad(node_hex, key_hex, failure.getErrorMessage())
+            self._report_bad(node_hex, key_hex, failure.getErrorMessage())
             segment.failed = True
             self._settled(segment)
 
@@ -146,10 +161,10 @@ class BlockRestore:
         self.buffers.give_back([data, buffer])
         if written is None:
             if self.writer.error is None:  # refused: not the block the manifest recorded
-                self.job.report_bad(holder[2], holder[1], "corrupt (hash mismatch)")
+                self._report_bad(holder.node, holder.key, "corrupt (hash mismatch)")
             segment.failed = True
         else:
-            self.job.progress.bytes_done(len(written))
+            self.ctx.progress.bytes_done(len(written))
         self._settled(segment)
 
     def _settled(self, segment):
@@ -168,15 +183,15 @@ class BlockRestore:
         slots: block buffers of the window it holds in their place (a segment
         that is not a full one of an extent); without them (a repair, while
         the window is in use) it reserves its size from the budget."""
-        length = 0 if slots else segment.record["len"]
+        length = 0 if slots else segment.record.length
         # [pieces not yet written, bytes reserved, slots]: all go back at the last
         left = [0, length, slots or []]
         try:
             if length:
                 yield self.transfer.reserve(length, "segment")
-            pieces = yield fetch_segment_pieces(self.job.network, self.job.pool, self.coder,
-                                                self.job.home.secret, segment.record,
-                                                self.job.report_bad)
+            pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool, self.coder,
+                                                self.ctx.secret, segment.record,
+                                                self._report_bad)
             left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:
@@ -203,4 +218,4 @@ class BlockRestore:
             self.buffers.give_back(left[2])
             left[1], left[2] = 0, []
         if written is not None:
-            self.job.progress.bytes_done(len(written))
+            self.ctx.progress.bytes_done(len(written))

@@ -1,0 +1,36 @@
+"""What every part of a client job works with, handed over as one thing.
+
+A job (a backup, a restore) is made of small parts: each takes the
+JobContext and the few things of its own it needs, instead of reaching
+into the job that made it.
+"""
+import time
+
+
+class JobContext:
+    """reactor: for callLater/callFromThread (a task.Clock in tests).
+    home: the client home (config, index, secret). network: an INetwork.
+    pool: the CPU pool (inline in tests). monitor: the memory monitor.
+    progress: the progress lines. coder: the SegmentCoder of the job's k, n.
+    clock: seconds, for elapsed times and the aggregator's flush ages."""
+
+    __slots__ = ("reactor", "home", "network", "pool", "monitor", "progress", "coder", "clock")
+
+    def __init__(self, reactor, home, network, pool, monitor, progress, coder,
+                 clock=time.monotonic):
+        self.reactor = reactor
+        self.home = home
+        self.network = network
+        self.pool = pool
+        self.monitor = monitor
+        self.progress = progress
+        self.coder = coder
+        self.clock = clock
+
+    @property
+    def secret(self) -> bytes:
+        return self.home.secret
+
+    @property
+    def index(self):
+        return self.home.index

@@ -1,0 +1,48 @@
+"""What a client job's parts ask of the network of storage nodes.
+
+Two implementations: client.network.Network (TLS connections to real
+nodes) and the in-memory network of the unit tests
+(tests/unit/client/fakes.py), both checked against this with verifyObject.
+Finding the nodes (Network.discover) is the composition root's business,
+not the parts': it is not here.
+"""
+from zope.interface import Attribute, Interface
+
+
+class INetwork(Interface):
+    client_id = Attribute("bytes: this client's id, its owner id on every node")
+    nodes = Attribute("{node id: the node}: every node this run knows of")
+    failed = Attribute("set of node ids that failed this run: no more work goes to them")
+    health = Attribute("NodeHealth: why each failed node failed (client/health.py)")
+
+    def alive_ids():
+        """[node id] of the known nodes that have not failed this run."""
+
+    def place(object_id, count):
+        """The `count` alive nodes that rank highest for object_id
+        (rendezvous order, client/placement.py)."""
+
+    def call(node_id, method, *args, **kwargs):
+        """Deferred: the node's answer to one request (store, retrieve,
+        verify, root_put, root_get, ...)."""
+
+    def open_store(node_id, size):
+        """Deferred[a streamed STORE of `size` bytes open on that node]:
+        feed(bytes), finish(key), cancel()."""
+
+    def cancel(node_id, d):
+        """Abandon a request made with call() (its Deferred fails CANCELLED)."""
+
+    def blame(node_id, error):
+        """Count a request's error against its node; True if the node is now
+        failed for the rest of the run."""
+
+    def mark_failed(node_id, why=None):
+        """The node is failed for the rest of the run (it stalled, say)."""
+
+    def count_sends(monitor, keep=0):
+        """Count what the connections queue on the memory monitor for this
+        run; returns what to close() when the run is over."""
+
+    def close():
+        """Let every connection go."""

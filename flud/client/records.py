@@ -1,0 +1,344 @@
+"""The client's records, and the one place their JSON shapes are read and written.
+
+A manifest, the client index and the root record hold these records as
+compact JSON. On the wire most of them are positional lists (short: a
+manifest is mostly hex keys), so reading one by position anywhere else is a
+format change waiting to be missed. Here each record is a named, immutable
+type with `to_wire()` (the exact JSON value written today) and `from_wire()`
+(which also reads every manifest written before). A change of format is a
+change of this module.
+
+Shapes (all hex strings are lower case):
+
+    entry            [rel, kind, mode, mtime_ns, size, content id | link target | ""]
+    empty content    {"t": "E", "size": 0}
+    small content    {"t": "S", "size", "key": convergent key, "b": bundle id,
+                      "o": offset in the bundle, "l": length}
+    large content    {"t": "L", "size", "ext": [extent, ...]}
+                     or, written before extents, {"t": "L", "size", "segs": [stored segment]}
+    extent           {"shares": [share holder, ...], "segs": [extent segment, ...]}
+    extent segment   [key, length, block length, BLAKE3 prefix of each block, joined, hex]
+    stored segment   [key, length, block length, [share holder, ...]]
+    manifest ref     {"size": sealed bytes, "segs": [stored segment, ...]}
+    share holder     [share index, share key, node id]
+    bundle           {"len", "k", "n", "bl": block length, "shares": [share holder, ...]}
+    challenge        [offset, span, expected digest]            (a share's: nonce derived)
+                     [offset, span, expected digest, nonce]     (a stream's: nonce recorded)
+
+A block holder (a block at an offset of an extent's stream) is never written:
+it is made from an extent when a segment is fetched (SegmentFetch).
+"""
+from typing import NamedTuple, Optional, Tuple
+
+import blake3
+
+EMPTY, SMALL, LARGE = "E", "S", "L"
+FILE, DIR, SYMLINK = "file", "dir", "symlink"
+
+
+class Entry(NamedTuple):
+    """One path of a snapshot. `last`: the content id of a file, the target
+    of a symlink, "" for a directory."""
+    rel: str
+    kind: str
+    mode: int
+    mtime_ns: int
+    size: int
+    last: str
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == FILE
+
+    def to_wire(self) -> list:
+        return list(self)
+
+    @classmethod
+    def from_wire(cls, row) -> "Entry":
+        return cls._make(row)
+
+
+def entries_to_wire(entries) -> list:
+    return [e.to_wire() for e in entries]
+
+
+def entries_from_wire(rows) -> list:
+    make = Entry._make
+    return [make(row) for row in rows]
+
+
+class ShareHolder(NamedTuple):
+    """A whole share on a node: it matches its key (BLAKE3 of the share)."""
+    index: int
+    key: str
+    node: str
+
+    def to_wire(self) -> list:
+        return [self.index, self.key, self.node]
+
+    @classmethod
+    def from_wire(cls, row) -> "ShareHolder":
+        return cls._make(row)
+
+    def retrieve_range(self, block_length: int) -> tuple:
+        """RETRIEVE's (offset, length) arguments: none, the whole share."""
+        return ()
+
+    def fits(self, data) -> bool:
+        return blake3.blake3(data).hexdigest() == self.key
+
+
+class BlockHolder(NamedTuple):
+    """A segment's block at `offset` in an extent's share stream `key`: it
+    matches its recorded hash prefix (`block_hash`)."""
+    index: int
+    key: str
+    node: str
+    offset: int
+    block_hash: str
+
+    def retrieve_range(self, block_length: int) -> tuple:
+        return (self.offset, block_length)
+
+    def fits(self, data) -> bool:
+        return blake3.blake3(data).digest()[:len(self.block_hash) // 2].hex() == self.block_hash
+
+
+def holders_to_wire(holders) -> list:
+    return [h.to_wire() for h in holders]
+
+
+def holders_from_wire(rows) -> tuple:
+    make = ShareHolder._make
+    return tuple(make(row) for row in rows)
+
+
+class StoredSegment(NamedTuple):
+    """A segment stored share by share (a manifest's, or a large file's
+    before extents)."""
+    key: str
+    length: int
+    block_length: int
+    holders: Tuple[ShareHolder, ...]
+
+    def to_wire(self) -> list:
+        return [self.key, self.length, self.block_length, holders_to_wire(self.holders)]
+
+    @classmethod
+    def from_wire(cls, row) -> "StoredSegment":
+        key, length, block_length, holders = row
+        return cls(key, length, block_length, holders_from_wire(holders))
+
+    def fetch(self) -> "SegmentFetch":
+        return SegmentFetch(self.key, self.length, self.block_length, self.holders)
+
+
+def manifest_ref_to_wire(size: int, segments) -> dict:
+    """Where a manifest is: {"size": sealed bytes, "segs": [stored segment]}."""
+    return {"size": size, "segs": [s.to_wire() for s in segments]}
+
+
+def manifest_ref_segments(manifest_ref) -> list:
+    return [StoredSegment.from_wire(s) for s in manifest_ref["segs"]]
+
+
+class ExtentSegment(NamedTuple):
+    """A segment of an extent: its blocks are in the extent's streams, one
+    per share, and `block_hashes` holds each block's hash prefix in order."""
+    key: str
+    length: int
+    block_length: int
+    block_hashes: str
+
+    def to_wire(self) -> list:
+        return [self.key, self.length, self.block_length, self.block_hashes]
+
+    @classmethod
+    def from_wire(cls, row) -> "ExtentSegment":
+        return cls._make(row)
+
+
+class Extent(NamedTuple):
+    """Consecutive segments of a file sent as one stream per node."""
+    holders: Tuple[ShareHolder, ...]
+    segments: Tuple[ExtentSegment, ...]
+
+    def to_wire(self) -> dict:
+        return {"shares": holders_to_wire(self.holders),
+                "segs": [s.to_wire() for s in self.segments]}
+
+    @classmethod
+    def from_wire(cls, record) -> "Extent":
+        make = ExtentSegment._make
+        return cls(holders_from_wire(record["shares"]),
+                   tuple(make(row) for row in record["segs"]))
+
+    def fetch(self, position: int, offset: int) -> "SegmentFetch":
+        """Segment `position`, whose blocks start at `offset` in the streams."""
+        seg = self.segments[position]
+        width = len(seg.block_hashes) // len(self.holders)
+        holders = tuple(BlockHolder(h.index, h.key, h.node, offset,
+                                    seg.block_hashes[h.index * width:(h.index + 1) * width])
+                        for h in self.holders)
+        return SegmentFetch(seg.key, seg.length, seg.block_length, holders)
+
+
+class SegmentFetch(NamedTuple):
+    """What fetching one segment needs: its key, lengths and holders (share
+    holders, or block holders of an extent). Made from the records, never
+    written."""
+    key: str
+    length: int
+    block_length: int
+    holders: tuple
+
+
+class EmptyContent(NamedTuple):
+    size: int = 0
+    kind = EMPTY
+
+    def to_wire(self) -> dict:
+        return {"t": EMPTY, "size": self.size}
+
+
+class SmallContent(NamedTuple):
+    """A small file: bytes offset..offset+length of its bundle."""
+    size: int
+    key: str
+    bundle: str
+    offset: int
+    length: int
+    kind = SMALL
+
+    def to_wire(self) -> dict:
+        return {"t": SMALL, "size": self.size, "key": self.key, "b": self.bundle,
+                "o": self.offset, "l": self.length}
+
+
+class LargeContent(NamedTuple):
+    """A large file: its extents, or (written before extents) its segments."""
+    size: int
+    extents: Optional[Tuple[Extent, ...]] = None
+    segments: Optional[Tuple[StoredSegment, ...]] = None
+    kind = LARGE
+
+    def to_wire(self) -> dict:
+        if self.extents is None:
+            return {"t": LARGE, "size": self.size,
+                    "segs": [s.to_wire() for s in self.segments]}
+        return {"t": LARGE, "size": self.size, "ext": [e.to_wire() for e in self.extents]}
+
+    def segment_fetches(self):
+        """Every segment, in order, as a SegmentFetch, each made when asked for."""
+        if self.extents is None:
+            for seg in self.segments:
+                yield seg.fetch()
+            return
+        for extent in self.extents:
+            offset = 0
+            for position, seg in enumerate(extent.segments):
+                yield extent.fetch(position, offset)
+                offset += seg.block_length
+
+    def segments_length(self) -> int:
+        """The plaintext bytes of all the segments."""
+        if self.extents is None:
+            return sum(s.length for s in self.segments)
+        return sum(s.length for e in self.extents for s in e.segments)
+
+    def holders(self):
+        """Every share holder the content uses."""
+        for extent in self.extents or ():
+            yield from extent.holders
+        for seg in self.segments or ():
+            yield from seg.holders
+
+
+def content_from_wire(record):
+    kind = record["t"]
+    if kind == SMALL:
+        return SmallContent(record["size"], record["key"], record["b"], record["o"],
+                            record["l"])
+    if kind == LARGE:
+        if "segs" in record:
+            return LargeContent(record["size"],
+                                segments=tuple(StoredSegment.from_wire(s)
+                                               for s in record["segs"]))
+        return LargeContent(record["size"],
+                            extents=tuple(Extent.from_wire(e) for e in record["ext"]))
+    if kind == EMPTY:
+        return EmptyContent(record["size"])
+    raise ValueError(f"unknown content record kind {kind!r}")
+
+
+def content_kind(record) -> str:
+    """EMPTY, SMALL or LARGE, of a content record as written."""
+    return record["t"]
+
+
+def bundle_of(record) -> Optional[str]:
+    """The bundle id a content record as written is in, if any."""
+    return record.get("b") if record["t"] == SMALL else None
+
+
+class Bundle(NamedTuple):
+    """Small files coded together: k-of-n shares of `length` bytes."""
+    length: int
+    k: int
+    n: int
+    block_length: int
+    holders: Tuple[ShareHolder, ...]
+
+    def to_wire(self) -> dict:
+        return {"len": self.length, "k": self.k, "n": self.n, "bl": self.block_length,
+                "shares": holders_to_wire(self.holders)}
+
+    @classmethod
+    def from_wire(cls, record) -> "Bundle":
+        return cls(record["len"], record["k"], record["n"], record["bl"],
+                   holders_from_wire(record["shares"]))
+
+    @staticmethod
+    def holders_from_wire(record) -> tuple:
+        """Only the holders of a bundle record as written."""
+        return holders_from_wire(record["shares"])
+
+    def moved(self, index: int, node: str) -> "Bundle":
+        """The same bundle with share `index` on `node` instead."""
+        return self._replace(holders=tuple(h._replace(node=node) if h.index == index else h
+                                           for h in self.holders))
+
+
+def holder_keys_from_wire(content_or_bundle) -> list:
+    """The share keys a content or bundle record, as written, uses (for the
+    manifest's challenges: read without making the records)."""
+    keys = []
+    for seg in content_or_bundle.get("segs", ()):
+        keys.extend(s[1] for s in seg[3])
+    for extent in content_or_bundle.get("ext", ()):
+        keys.extend(s[1] for s in extent["shares"])
+    keys.extend(s[1] for s in content_or_bundle.get("shares", ()))
+    return keys
+
+
+class Challenge(NamedTuple):
+    """A VERIFY challenge: BLAKE3(nonce + share[offset:offset+span]) should
+    start with `digest`. A share's nonce derives from its key (nonce None);
+    a stream's is recorded."""
+    offset: int
+    span: int
+    digest: str
+    nonce: Optional[str] = None
+
+    def to_wire(self) -> list:
+        if self.nonce is None:
+            return [self.offset, self.span, self.digest]
+        return [self.offset, self.span, self.digest, self.nonce]
+
+    @classmethod
+    def from_wire(cls, row) -> "Challenge":
+        return cls(*row)  # three fields or four
+
+
+def challenges_to_wire(challenges) -> list:
+    return [c.to_wire() for c in challenges]
