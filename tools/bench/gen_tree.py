@@ -45,7 +45,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tree_content  # noqa: E402
-from tree_content import ANCHOR, Pools, content, kind_of_ext, write_media  # noqa: E402
+from tree_content import ANCHOR, Pools, content, kind_of_ext, pools_for, write_media  # noqa: E402
 from tree_layout import Full, generate_layout  # noqa: E402
 from tree_mutate import mutate  # noqa: E402,F401  (re-exported: gen_tree.mutate)
 
@@ -84,7 +84,7 @@ class TreeWriter:
         self.target_files = files
         self.target_bytes = nbytes
         self.scale = nbytes / files / BYTES_PER_FILE
-        self.pools = pools or Pools(seed)
+        self.pools = pools or pools_for(seed)
         self.rng = random.Random(f"tree:{seed}")
         self.limit = files
         self.files = self.bytes = self.symlinks = self.empty_files = 0
@@ -176,6 +176,8 @@ class TreeWriter:
             os.symlink(target, path)
         except (FileExistsError, NotADirectoryError):
             return
+        mtime = self.mtime(random.Random(f"link:{self.seed}:{rel}"), (ANCHOR - 6 * YEAR, ANCHOR))
+        os.utime(path, ns=(mtime, mtime), follow_symlinks=False)
         self.symlinks += 1
 
     def mkdir(self, rel: str) -> None:

@@ -15,6 +15,7 @@ fresh pseudo-random bytes behind a plausible header.
 from __future__ import annotations
 
 import calendar
+import functools
 import random
 import struct
 
@@ -414,6 +415,12 @@ class Pools:
             parts.append(part)
             total += len(part)
         return b"".join(parts)[:size]
+
+
+@functools.lru_cache(maxsize=2)
+def pools_for(seed: int) -> Pools:
+    """The pools of a seed, built once per process (mutating 30 days rebuilds nothing)."""
+    return Pools(seed)
 
 
 def opaque(rng: random.Random, size: int, ext: str) -> bytes:

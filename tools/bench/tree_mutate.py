@@ -17,7 +17,7 @@ import random
 import stat
 import time
 
-from tree_content import ANCHOR, Pools, content, edit_text, kind_of_ext, TEXT_KINDS
+from tree_content import ANCHOR, Pools, TEXT_KINDS, content, edit_text, kind_of_ext, pools_for
 
 P_REMOVE = 0.01
 P_CHANGE = 0.075
@@ -48,7 +48,7 @@ def _replace(path: str, data: bytes, mode: int, mtime: int) -> None:
 def mutate(root: str, seed: int, day: int, quiet: bool = True) -> dict:
     """Change the tree under root as on `day` (1, 2, ...): deterministic for (seed, day)."""
     started = time.monotonic()
-    pools = Pools(seed)
+    pools = pools_for(seed)
     root = os.path.abspath(root)
     counts = {"files_seen": 0, "changed": 0, "added": 0, "removed": 0, "new_folders": 0,
               "bytes_written": 0}
