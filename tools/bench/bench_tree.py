@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import MB, MiB, Row, Testnet, log  # noqa: E402
 import restic as restic_tool  # noqa: E402
+from gen_tree import VERSION as TREE_VERSION  # noqa: E402
 
 NAME = "bench_tree"
 GEN_TREE = os.path.join(common.HERE, "gen_tree.py")
@@ -89,7 +90,7 @@ def run(args) -> list:
 
 def _tree(files: int, nbytes, seed: int) -> tuple:
     """The generated tree, made once and kept (a stamp beside it holds its summary)."""
-    label = f"tree-{files}-{nbytes or 'auto'}-{seed}"
+    label = f"tree{TREE_VERSION}-{files}-{nbytes or 'auto'}-{seed}"
     tree = os.path.join(common.RUN_DIR, "data", label)
     stamp = tree + ".json"
     if os.path.isdir(tree) and os.path.exists(stamp):

@@ -11,23 +11,27 @@ over the six years before a fixed date, not before today). Default: 50,000 files
 Shape, by share of files: projects ~80% (source trees with docs, tests, scripts,
 .git-like object stores with read-only objects, build output, and node_modules-like or
 site-packages-like trees of many tiny files, some packages vendored twice), Documents
-~7%, dotfiles (.config, .cache, .local, .ssh) ~8%, Pictures, Downloads (archives and
+~8%, dotfiles (.config, .cache, .local, .ssh) ~8.5%, Pictures, Downloads (archives and
 duplicates of documents), and a few large media files that take what is left of the
-byte budget (about 15-20% of it). Sizes are log-normal per class (median of all files
-~2-3 KiB, ~80% under 16 KiB, a long tail to tens of MB); some files are empty, some
+byte budget (15-30% of it, by seed). Sizes are log-normal per class (median of all files
+~3 KiB, ~85% under 16 KiB, a long tail to tens of MB); some files are empty, some
 directories empty, some symlinks (relative, inside the tree), LICENSE files, git hooks
 and vendored packages are identical copies; modes 0644, 0755 (scripts, hooks, shared
 objects), 0600 (keys, private notes), 0444 (git objects).
 
-Compression ratios measured on this generator's output (see tree_content.py for how;
-zstd level 3 / zlib level 6, per file as a backup tool would):
-  source code (py, js, c, go, rs, java, sh): 3 kB files 2.8-3.0x, 30 kB 4.2-4.6x,
-      1-4 MB 3.2-3.9x
-  prose (md, txt): 3 kB 2.1-2.3x, 30 kB 2.8-2.9x, 1 MB 2.3x
-  data: JSON 4-5x, CSV 2.0-3.0x, logs 2.5-3.3x, config 3.5-5x, HTML/XML 2.5-3.5x
-  small binaries (object-like): 1.5-1.85x (1.4x for the rare multi-MB one)
+Compression ratios measured on this generator's output, per file as a backup tool would
+compress (zstd level 3 / zlib level 6; tree_content.py says how they come about):
+  source code (py, js, c, go, rs, java, sh): 3 kB files 2.9-3.1x / 3.0-3.2x,
+      30 kB 4.3-4.8x / 4.5-5.1x, 1-4 MB 3.3-4.0x / 2.8-3.3x
+  prose (md, txt): 3 kB 2.2x / 2.2-2.3x, 30 kB 2.8-2.9x / 2.9x, 1-4 MB 2.4x / 2.3x
+  data: JSON 4.0-5.5x / 4.4-6.0x, CSV 2.4-3.3x / 2.4-3.1x, logs 2.6-3.4x / 2.7-3.5x,
+      config 3.7-5.3x / 3.0-5.7x, HTML/XML 2.6-3.6x / 2.7-3.8x
+  small binaries (object-like): 1.6-2.0x / 1.7-1.9x
   compressed (gz, zip, png, jpg, pdf, docx, git objects) and media: 1.00x
-The summary printed at the end estimates each kind's ratio from a sample of the files.
+The default tree (seed 1: 50,003 files, 1,000 MB) is by bytes 43% text (3.5x with zstd-3),
+16% binaries (1.67x), 15% compressed files and 25% media: ~1.6x as a whole; median file
+3.2 kB, 85% under 16 KiB. The summary printed at the end estimates each kind's ratio from
+a sample of the files.
 
 Memory: the content pools (a few MB), one file's bytes and small counters; media are
 written in 4 MiB chunks. mutate() walks the tree once, one directory at a time.
@@ -51,12 +55,13 @@ from tree_mutate import mutate  # noqa: E402,F401  (re-exported: gen_tree.mutate
 
 YEAR = 365 * 86400
 BYTES_PER_FILE = 20_000
+VERSION = 1  # bumped whenever a seed's tree changes: kept trees of another version are remade
 DEFAULT_FILES = 50_000
 
 # Size classes: (median bytes at 20 kB a file, log-normal sigma, cap).
 SIZE_CLASSES = {
-    "tiny": (1250, 1.2, 1 << 20), "source": (4200, 1.35, 4 << 20), "doc": (6300, 1.5, 8 << 20),
-    "data": (12500, 2.0, 32 << 20), "object": (16000, 1.5, 16 << 20),
+    "tiny": (1400, 1.2, 1 << 20), "source": (4800, 1.35, 4 << 20), "doc": (7200, 1.5, 8 << 20),
+    "data": (14000, 2.0, 32 << 20), "object": (18000, 1.5, 16 << 20),
     "gitobj": (450, 1.2, 1 << 20), "archive": (10000, 1.6, 48 << 20),
     "photo": (200_000, 0.6, 12 << 20),
 }
@@ -272,7 +277,7 @@ def summarize(w: TreeWriter, dirs: int, empty_dirs: int, elapsed: float) -> dict
     packed = 0.0
     for k, v in kinds.items():
         packed += v["bytes"] / (v["ratio"] or 1.0)
-    return {"root": w.root, "seed": w.seed, "files": w.files, "dirs": dirs, "bytes": w.bytes,
+    return {"version": VERSION, "root": w.root, "seed": w.seed, "files": w.files, "dirs": dirs, "bytes": w.bytes,
             "symlinks": w.symlinks, "empty_files": w.empty_files, "empty_dirs": empty_dirs,
             "executables": w.executables, "duplicates": w.duplicates, "kinds": kinds,
             "compressor": w.compressor_name, "ratio": w.bytes / packed if packed else None,

@@ -3,10 +3,11 @@
 Each regular file's fate is drawn from a hash of (seed, day, its path), so the same tree
 mutated for the same (seed, day) changes the same files in the same way, whatever the
 order the file system lists them in. About a tenth of the files are touched each day:
-7.5% changed (text edited in place: lines replaced, inserted or appended; binaries and
-compressed files rewritten with a size within +-25%), 2.5% get a new sibling of the
-same kind, 1% are removed, and one folder in 500 gets a new subfolder. Media files and
-the .git folders are left alone (the tree should not grow by hundreds of MB a day).
+7.5% changed (text edited in place: lines replaced, inserted or appended; binaries
+rewritten with a size within +-25%; already-compressed files - photos, archives, PDFs -
+five times less often), 2.5% get a new sibling of the same kind, 1% are removed, and
+one folder in 500 gets a new subfolder. Media files and the .git folders are left alone
+(the tree should not grow by hundreds of MB a day).
 Changed and new files get an mtime within the day (ANCHOR + day), modes are kept.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ P_CHANGE = 0.075
 P_ADD = 0.025
 P_NEW_FOLDER = 0.002
 SKIP_DIRS = {".git"}
+CHANGE_WEIGHT = {"compressed": 0.2, "media": 0.0}  # photos and archives are rarely edited
 
 
 def _draw(seed: int, day: int, rel: str, what: str) -> float:
@@ -73,7 +75,7 @@ def mutate(root: str, seed: int, day: int, quiet: bool = True) -> dict:
                 os.remove(path)
                 counts["removed"] += 1
                 changed_here = True
-            elif u < P_REMOVE + P_CHANGE and kind != "media":
+            elif u < P_REMOVE + P_CHANGE * CHANGE_WEIGHT.get(kind, 1.0):
                 counts["bytes_written"] += _change(pools, path, kind, st, rng, day)
                 counts["changed"] += 1
                 changed_here = True
