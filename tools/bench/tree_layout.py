@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+from tree_content import ANCHOR
+
 LANGS = {  # extension, weight, build output, dependency tree
     "py": (".py", 30, None, "site-packages"), "js": (".js", 25, None, "node_modules"),
     "c": (".c", 12, ".o", "vendor"), "go": (".go", 10, None, None),
@@ -183,7 +185,7 @@ def _npm_package(w, pseed: int, parent: str, span, depth: int) -> None:
 
 def _py_package(w, pseed: int, site: str, span) -> None:
     rng = random.Random(pseed)
-    if w.py_seen and rng.random() < 0.05:  # the same library vendored under another name
+    if w.py_seen and rng.random() < 0.05:  # the same library in another project's environment
         rng = random.Random(rng.choice(w.py_seen))
     name = w.ident(rng)
     span = w.span(rng)
@@ -249,7 +251,7 @@ def _documents(w, rng) -> None:
 
 
 def _dotfiles(w, rng) -> None:
-    span = (w.span(rng)[0], w.span(rng)[1])
+    span = w.span(rng)
     for name in (".bashrc", ".profile", ".gitconfig", ".vimrc"):
         w.file(name, rng, "tiny", span, kind="sh" if name != ".gitconfig" else "conf")
     w.file(".ssh/config", rng, "tiny", span, mode=0o600, kind="conf")
@@ -282,7 +284,7 @@ def _dotfiles(w, rng) -> None:
 def _pictures(w, rng) -> None:
     while True:
         span = w.span(rng)
-        year = 2026 - int((1780272000 - span[0]) // (365 * 86400))
+        year = 2026 - int((ANCHOR - span[0]) // (365 * 86400))
         folder = f"Pictures/{year}/{w.word(rng)}"
         number = rng.randrange(1000, 9000)
         for i in range(rng.randint(3, 40)):
