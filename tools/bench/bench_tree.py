@@ -1,6 +1,7 @@
 """A generated home tree against restic (issue 18's figures), on a 50-node testnet.
 
-    .venv/bin/python tools/bench/bench_tree.py [--quick] [--repeat N] [--files N] [--bytes B] [--seed S]
+    .venv/bin/python tools/bench/bench_tree.py [--quick] [--repeat N] [--files N] [--bytes B]
+                                               [--seed S] [--no-restic]
 
 - The tree: gen_tree.py (default 50,000 files, 1 GB; 2,000 files with --quick), made once
   under run/bench/data and kept for later runs (a stamp beside it).
@@ -130,7 +131,8 @@ def _flud_once(tn, base, tree, i, repeat) -> dict:
     shutil.rmtree(dest, ignore_errors=True)
     log(f"bench_tree: flud no-change backup ({i + 1}/{repeat})")
     before = tn.bytes_stored()
-    r = common.flud("backup", tree, "--home", home, timeout=TIMEOUT).check("flud backup (no change)")
+    r = common.flud("backup", tree, "--home", home, timeout=TIMEOUT)
+    r.check("flud backup (no change)")
     s = common.parse_backup(r.stdout)
     out.update(nochange=r.wall, nochange_stored=tn.bytes_stored() - before,
                nochange_sent=s.get("sent"), nochange_rss=r.maxrss)
@@ -210,7 +212,7 @@ def _rows(summary, fl, rs, binary, why) -> list:
             f"{_ratio(_med(fl, 'nochange'), target('nochange'))}; target: <= half of restic's"),
         Row("no-change backup: bytes the new snapshot stored on the nodes",
             [r["nochange_stored"] / 1024 for r in fl], "KiB", NO_CHANGE_STORED / 1024, "<=",
-            f"{who}: {common.fmt(target('nochange_stored') and target('nochange_stored') / 1024)} KiB"
+            f"{who}: {common.fmt((target('nochange_stored') or 0) / 1024)} KiB"
             if have else who,
             f"sum of the nodes' bytes_stored deltas (n/k = {n}/{k} included); flud sent "
             f"{common.fmt((_med(fl, 'nochange_sent') or 0) / MB)} MB"),

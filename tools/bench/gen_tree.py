@@ -273,11 +273,13 @@ def generate(root: str, files: int = DEFAULT_FILES, nbytes: int | None = None, s
 
 
 def summarize(w: TreeWriter, dirs: int, empty_dirs: int, elapsed: float) -> dict:
-    kinds = {k: {"files": v[0], "bytes": v[1], "ratio": w.ratio(k)} for k, v in sorted(w.kinds.items())}
+    kinds = {k: {"files": v[0], "bytes": v[1], "ratio": w.ratio(k)}
+             for k, v in sorted(w.kinds.items())}
     packed = 0.0
     for k, v in kinds.items():
         packed += v["bytes"] / (v["ratio"] or 1.0)
-    return {"version": VERSION, "root": w.root, "seed": w.seed, "files": w.files, "dirs": dirs, "bytes": w.bytes,
+    return {"version": VERSION, "root": w.root, "seed": w.seed, "files": w.files, "dirs": dirs,
+            "bytes": w.bytes,
             "symlinks": w.symlinks, "empty_files": w.empty_files, "empty_dirs": empty_dirs,
             "executables": w.executables, "duplicates": w.duplicates, "kinds": kinds,
             "compressor": w.compressor_name, "ratio": w.bytes / packed if packed else None,

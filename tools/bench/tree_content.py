@@ -51,15 +51,18 @@ HEADERS = {
     ".whl": b"PK\x03\x04\x14\x00", ".jar": b"PK\x03\x04\x0a\x00", ".docx": b"PK\x03\x04\x14\x00",
     ".xlsx": b"PK\x03\x04\x14\x00", ".odt": b"PK\x03\x04\x14\x00",
     ".png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ".jpg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00",
-    ".jpeg": b"\xff\xd8\xff\xe1\x00\x18Exif\x00\x00", ".gif": b"GIF89a", ".webp": b"RIFF\x00\x00WEBP",
-    ".pdf": b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", ".pack": b"PACK\x00\x00\x00\x02", ".xz": b"\xfd7zXZ\x00",
+    ".jpeg": b"\xff\xd8\xff\xe1\x00\x18Exif\x00\x00", ".gif": b"GIF89a",
+    ".webp": b"RIFF\x00\x00WEBP",
+    ".pdf": b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", ".pack": b"PACK\x00\x00\x00\x02",
+    ".xz": b"\xfd7zXZ\x00",
     ".bz2": b"BZh91AY&SY", ".zst": b"\x28\xb5\x2f\xfd", ".woff2": b"wOF2\x00\x01\x00\x00",
     ".deb": b"!<arch>\ndebian-binary   ", ".mp4": b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00",
     ".mov": b"\x00\x00\x00\x14ftypqt  ", ".mkv": b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01",
     ".webm": b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01", ".flac": b"fLaC\x00\x00\x00\x22",
     ".mp3": b"ID3\x04\x00\x00\x00\x00\x00\x00", ".ogg": b"OggS\x00\x02", ".iso": b"\x00" * 16,
     ".o": b"\x7fELF\x02\x01\x01\x00", ".so": b"\x7fELF\x02\x01\x01\x00",
-    ".node": b"\x7fELF\x02\x01\x01\x00", ".a": b"!<arch>\n", ".pyc": b"\xa7\x0d\x0d\x0a\x00\x00\x00\x00",
+    ".node": b"\x7fELF\x02\x01\x01\x00", ".a": b"!<arch>\n",
+    ".pyc": b"\xa7\x0d\x0d\x0a\x00\x00\x00\x00",
     ".class": b"\xca\xfe\xba\xbe\x00\x00\x00\x41", ".wasm": b"\x00asm\x01\x00\x00\x00",
     ".exe": b"MZ\x90\x00\x03\x00\x00\x00", ".dll": b"MZ\x90\x00\x03\x00\x00\x00",
     ".sqlite": b"SQLite format 3\x00", ".db": b"SQLite format 3\x00",
@@ -106,7 +109,8 @@ class Vocabulary:
         return "_".join(parts)
 
     def type_name(self, rng: random.Random) -> str:
-        return "".join(p.capitalize() for p in rng.choices(self.content[:600], k=rng.choice((1, 2, 2, 3))))
+        parts = rng.choices(self.content[:600], k=rng.choice((1, 2, 2, 3)))
+        return "".join(p.capitalize() for p in parts)
 
 
 # Code grammars: header lines, block openers, statements, block closer, comment prefix.
@@ -146,7 +150,8 @@ CODE = {
                     "case {K}:", "free({a});", "int {a} = {n};"]),
     "go": dict(indent="\t", close="}", comment="// ",
                head=["package {a}", "import (", "\t\"{a}/{b}\"", ")", "// {w}", "const {K} = {n}"],
-               open=["func ({a} *{T}) {U}({b} {c}) error {{", "func {T}({a} []byte) ({U}, error) {{",
+               open=["func ({a} *{T}) {U}({b} {c}) error {{",
+                     "func {T}({a} []byte) ({U}, error) {{",
                      "if err != nil {{", "for _, {a} := range {b} {{", "}} else {{",
                      "type {T} struct {{", "switch {a} {{"],
                stmt=["{a}, err := {b}.{T}({c})", "return nil, err", "return {a}",
@@ -202,7 +207,8 @@ def _code_group(rng: random.Random, vocab: Vocabulary, spec: dict, lines: int) -
         r = rng.random()
         ind = spec["indent"] * depth
         if r < 0.2 and depth < 4:
-            out.append(ind + _fill(rng.choice(spec["open"]), rng, local, types, consts, vocab) + "\n")
+            line = _fill(rng.choice(spec["open"]), rng, local, types, consts, vocab)
+            out.append(ind + line + "\n")
             depth += 1
         elif r < 0.32 and depth > 0:
             depth -= 1
@@ -215,7 +221,8 @@ def _code_group(rng: random.Random, vocab: Vocabulary, spec: dict, lines: int) -
         elif r < 0.41:
             out.append("\n")
         else:
-            out.append(ind + _fill(rng.choice(spec["stmt"]), rng, local, types, consts, vocab) + "\n")
+            line = _fill(rng.choice(spec["stmt"]), rng, local, types, consts, vocab)
+            out.append(ind + line + "\n")
     return out
 
 
@@ -263,7 +270,8 @@ def _data_group(rng: random.Random, vocab: Vocabulary, kind: str, lines: int) ->
             return rng.choice(("true", "false"))
         if t == "w":
             return quote + rng.choice(names) + quote
-        return quote + " ".join(rng.choices(vocab.words, cum_weights=vocab.cum, k=rng.randint(1, 4))) + quote
+        words = rng.choices(vocab.words, cum_weights=vocab.cum, k=rng.randint(1, 4))
+        return quote + " ".join(words) + quote
     out = []
     if kind == "csv":
         out.append(",".join(keys) + "\n")
@@ -283,7 +291,8 @@ def _data_group(rng: random.Random, vocab: Vocabulary, kind: str, lines: int) ->
             out.append(f"2025-{t // 2592000 % 12 + 1:02d}-{t // 86400 % 28 + 1:02d} "
                        f"{hh:02d}:{mm:02d}:{ss:02d}.{rng.randrange(1000):03d} {level} "
                        f"[{rng.choice(names)}-{rng.randrange(8)}] {rng.choice(names)}: "
-                       f"{vocab.sentence(rng, 3, 9)} {rng.choice(keys)}={value(rng.choice(kinds), '')}\n")
+                       f"{vocab.sentence(rng, 3, 9)} "
+                       f"{rng.choice(keys)}={value(rng.choice(kinds), '')}\n")
     elif kind == "conf":
         while len(out) < lines:
             if rng.random() < 0.12:
@@ -304,7 +313,8 @@ def _data_group(rng: random.Random, vocab: Vocabulary, kind: str, lines: int) ->
                 out.append("  " * depth + "</div>\n")
             else:
                 tag = rng.choice(("p", "span", "a", "li", "td"))
-                out.append(f'{ind}<{tag} id="{rng.choice(keys)}">{vocab.sentence(rng, 3, 12)}</{tag}>\n')
+                key = rng.choice(keys)
+                out.append(f'{ind}<{tag} id="{key}">{vocab.sentence(rng, 3, 12)}</{tag}>\n')
     return out
 
 

@@ -177,7 +177,8 @@ def _npm_package(w, pseed: int, parent: str, span, depth: int) -> None:
         w.symlink(f"{parent}/.bin/{name}", f"../{name}/bin/{name}.js")
     if depth == 0 and rng.random() < 0.1:
         for _ in range(rng.randint(1, 3)):  # nested versions, often a copy of one seen before
-            nested = rng.choice(w.npm_seen) if w.npm_seen and rng.random() < 0.5 else rng.getrandbits(64)
+            seen = w.npm_seen and rng.random() < 0.5
+            nested = rng.choice(w.npm_seen) if seen else rng.getrandbits(64)
             _npm_package(w, nested, f"{base}/node_modules", span, depth + 1)
     if len(w.npm_seen) < 256:
         w.npm_seen.append(pseed)
@@ -265,8 +266,9 @@ def _dotfiles(w, rng) -> None:
         r = rng.random()
         if r < 0.3:
             for _ in range(rng.randint(1, 6)):
-                w.file(f".config/{app}/{w.word(rng)}{rng.choice(('.json', '.toml', '.ini', '.yaml'))}",
-                       rng, "tiny", span)
+                stem = w.word(rng)
+                ext = rng.choice((".json", ".toml", ".ini", ".yaml"))
+                w.file(f".config/{app}/{stem}{ext}", rng, "tiny", span)
         elif r < 0.7:
             for _ in range(rng.randint(1, 30)):
                 key = "%032x" % rng.getrandbits(128)
