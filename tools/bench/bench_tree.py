@@ -43,11 +43,11 @@ TIMEOUT = 6 * 3600
 
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("bench_tree")
-    g.add_argument("--files", dest="tree_gen_files", type=int, default=None,
+    g.add_argument("--files", dest="tree_gen_files", type=int, default=None, metavar="N",
                    help="files in the generated tree (default 50000; 2000 with --quick)")
-    g.add_argument("--bytes", dest="tree_gen_bytes", default=None,
+    g.add_argument("--bytes", dest="tree_gen_bytes", default=None, metavar="B",
                    help="bytes in the generated tree, e.g. 1G (default 20 kB a file)")
-    g.add_argument("--seed", dest="tree_gen_seed", type=int, default=1,
+    g.add_argument("--seed", dest="tree_gen_seed", type=int, default=1, metavar="S",
                    help="generator seed (default 1)")
     g.add_argument("--no-restic", action="store_true", help="flud's figures alone")
 
