@@ -27,6 +27,7 @@ from flud.protocol.codec import DATA_CHUNK, Op, Pieces, Placed, pieces_of
 from flud.protocol.errors import (AuthenticationFailed, ConnectionLost,
                                   ErrorCode, FrameError, RemoteError,
                                   code_for_exception)
+from flud.protocol.party import LocalParty
 from flud.protocol.session import (ErrorReceived, HelloReceived,
                                    RequestCancelled, RequestData,
                                    RequestReceived, ResponseData,
@@ -60,22 +61,6 @@ READ_SCRATCH = 16 * 1024
 PREALLOCATE_LIMIT = 256 * 1024 * 1024
 # Answers from this size get a mapped, prefaulted buffer (_answer_buffer).
 POPULATE_MIN = 4 * 1024 * 1024
-
-
-class LocalParty:
-    """Who we are on the wire: identity, role, where we listen, TLS contexts."""
-
-    def __init__(self, identity, role, server_context, client_context,
-                 listen_host="", listen_port=0, send_queue=None):
-        self.identity = identity
-        self.role = role
-        self.server_context = server_context
-        self.client_context = client_context
-        self.listen_host = listen_host
-        self.listen_port = listen_port
-        # A memory-monitor Transfer (or None): every connection holds on it the
-        # ciphertext queued in its transport ("queued for the network").
-        self.send_queue = send_queue
 
 
 def _transport_backlog(transport):

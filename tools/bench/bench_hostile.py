@@ -198,11 +198,11 @@ def hold_main(host, port, home, connections, requests, size, seconds) -> int:
     from twisted.internet import defer, task
     from twisted.python.failure import Failure
 
-    from flud.node.service import load_party
     from flud.protocol import messages
     from flud.protocol.client import ClientOnlyHandler
     from flud.protocol.codec import Op
     from flud.protocol.errors import RemoteError
+    from flud.protocol.party import load_party
     from flud.protocol.wire import FedSource, dial
     from flud.testnet_query import run_reactor
 

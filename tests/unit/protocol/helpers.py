@@ -12,7 +12,8 @@ from twisted.test import iosim
 from flud.keys import Identity, self_signed_cert_pem
 from flud.protocol import messages
 from flud.protocol.tls import make_context
-from flud.protocol.wire import Connection, LocalParty
+from flud.protocol.party import LocalParty
+from flud.protocol.wire import Connection
 
 
 def key_of(data: bytes) -> bytes:
