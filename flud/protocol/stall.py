@@ -14,7 +14,7 @@ STALL_FLOOR nor above STALL_CEILING. A dial is held to the same deadline
 (Network.peer): a stopped node completes TCP's handshake from its kernel's
 backlog but never TLS's.
 
-The connections are duck-typed (wire.Connection): `owes_us()`,
+The connections are duck-typed (connection.Connection): `owes_us()`,
 `last_progress` (clock seconds), `closed`. The clock is injected.
 """
 import collections

@@ -201,9 +201,10 @@ def hold_main(host, port, home, connections, requests, size, seconds) -> int:
     from flud.protocol import messages
     from flud.protocol.client import ClientOnlyHandler
     from flud.protocol.codec import Op
+    from flud.protocol.connection import dial
     from flud.protocol.errors import RemoteError
+    from flud.protocol.outbound import FedSource
     from flud.protocol.party import load_party
-    from flud.protocol.wire import FedSource, dial
     from flud.testnet_query import run_reactor
 
     connections, requests, size = int(connections), int(requests), int(size)

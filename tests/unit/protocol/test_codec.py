@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from flud.protocol import codec, messages, session, wire
+from flud.protocol import codec, connection, messages, session
 from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame,
                                  FrameParser, FrameType, Op, Placed, encode_frame)
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
@@ -128,8 +128,8 @@ def test_limits_match_the_doc():
         "MAX_NONCE": messages.MAX_NONCE,
         "MAX_PEERS_LIST": messages.MAX_PEERS_LIST,
         "MAX_ROOT_RECORD": messages.MAX_ROOT_RECORD,
-        "HANDSHAKE_TIMEOUT": wire.HANDSHAKE_TIMEOUT,
-        "IDLE_TIMEOUT": wire.IDLE_TIMEOUT,
+        "HANDSHAKE_TIMEOUT": connection.HANDSHAKE_TIMEOUT,
+        "IDLE_TIMEOUT": connection.IDLE_TIMEOUT,
     }
     for name, value in expected.items():
         assert sizes[rows[name]] == value, name
