@@ -19,7 +19,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from flud.protocol import messages
-from flud.protocol.errors import (AuthenticationFailed, ConnectionLost,
+from flud.protocol.errors import (AuthenticationFailed, ConnectFailed, ConnectionLost,
                                   ErrorCode, FrameError, RemoteError,
                                   code_for_exception)
 from flud.protocol.outbound import Outbound
@@ -458,14 +458,19 @@ class _DialFactory(protocol.ClientFactory):
 
     def clientConnectionFailed(self, connector, reason):
         if not self.result.called:
-            self.result.errback(ConnectionLost(
+            self.result.errback(ConnectFailed(
                 f"cannot connect to {connector.host}:{connector.port}: "
                 f"{reason.getErrorMessage()}"))
 
 
 def dial(reactor, local: LocalParty, handler, host: str, port: int,
          expected_peer: bytes = None, timeout: float = HANDSHAKE_TIMEOUT) -> defer.Deferred:
-    """Connect, run TLS and HELLO; fires with a ready Connection."""
+    """Connect, run TLS and HELLO; fires with a ready Connection.
+
+    Fails with ConnectFailed if TCP never connects (refused, unreachable,
+    or not within `timeout`); once connected, with what ended the
+    connection before HELLO (ConnectionLost, AuthenticationFailed,
+    TLSFailed, FrameError)."""
     factory = _DialFactory(local, handler, reactor, expected_peer)
     reactor.connectTCP(host, port, factory, timeout=timeout)
     return factory.result

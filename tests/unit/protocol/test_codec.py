@@ -113,7 +113,7 @@ def test_ops_match_the_doc():
 
 def test_error_codes_match_the_doc():
     rows = doc_table("## 5. Errors")
-    assert {row[1]: int(row[0]) for row in rows} == {c.name: int(c) for c in ErrorCode}
+    assert {row[1]: int(row[0]) for row in rows} == {c.name: c.wire for c in ErrorCode}
 
 
 def test_limits_match_the_doc():
@@ -170,7 +170,7 @@ ROUND_TRIPS = [
     messages.KeyOnly(KEY),
     messages.Record(b""),
     messages.Record(b"r" * MAX_ROOT_RECORD),
-    messages.ErrorBody(ErrorCode.NOT_FOUND, "no such share"),
+    messages.ErrorBody(ErrorCode.NOT_FOUND.wire, "no such share"),
     messages.ErrorBody(999, "a code from the future"),
 ]
 
