@@ -200,7 +200,7 @@ class Connection(protocol.Protocol):
     # ---- push producer (the transport pauses us) ---------------------------
 
     def pauseProducing(self):
-        self._out.paused = True
+        self._out.pause()
 
     def resumeProducing(self):
         # The transport wrote out everything it held: the peer is reading.
@@ -208,7 +208,7 @@ class Connection(protocol.Protocol):
         self._out.resume()
 
     def stopProducing(self):
-        self._out.paused = True
+        self._out.pause()
 
     def pause_reading(self):
         self._reading_paused = True

@@ -225,6 +225,10 @@ class Outbound:
             self.bytes_out += len(data)
             self.transport.write(data)
 
+    def pause(self) -> None:
+        """The transport holds more than it wants: stop (the window aside)."""
+        self.paused = True
+
     def resume(self) -> None:
         """The transport wrote out everything it held."""
         self.paused = False

@@ -1,4 +1,4 @@
-"""wire.Connection: TLS + HELLO authentication + requests, two of them in memory."""
+"""connection.Connection: TLS + HELLO authentication + requests, two of them in memory."""
 
 from __future__ import annotations
 
@@ -483,22 +483,16 @@ def test_a_corrupted_tls_record_closes_the_connection(pair):
 
 
 def _pause_past_read_buffer(connection) -> list:
-    """Pause the connection once its transport holds more than READ_BUFFER
-    (what abstract.FileDescriptor does with bufferSize); returns the sizes
-    written, in order."""
+    """Have the connection's transport pause it once it holds more than
+    READ_BUFFER (what abstract.FileDescriptor does with bufferSize); returns
+    the sizes written from now on, in order (the test clears it as it plays
+    the transport's drain)."""
     from flud.protocol.connection import READ_BUFFER
 
-    written = []
-    transport_write = connection.transport.write
+    connection.transport.written.clear()
+    connection.transport.limit = READ_BUFFER
+    return connection.transport.written
 
-    def write(data):
-        transport_write(data)
-        written.append(len(data))
-        if sum(written) > READ_BUFFER:
-            connection.pauseProducing()
-
-    connection.transport.write = write
-    return written
 
 def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
         node, client_party, handlers):
@@ -507,8 +501,8 @@ def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
     record of ciphertext waiting in it, and the send queue counts exactly
     what waits, until the transport says it drained (resumeProducing)."""
     from flud.memory import MemoryMonitor
-    from flud.protocol.tls import SEND_PIECE
     from flud.protocol.connection import READ_BUFFER
+    from flud.protocol.tls import SEND_PIECE
 
     monitor = MemoryMonitor(rss_reader=lambda: 0)
     client_party.send_queue = monitor.transfer("network", "TLS send queues")
@@ -607,9 +601,9 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
                                                       limit):
     """Past the transport's pause, a connection keeps writing up to
     SEND_WINDOW while its party's allowance has room: larger socket writes."""
-    from flud.protocol.tls import SEND_PIECE
     from flud.protocol.connection import READ_BUFFER
     from flud.protocol.outbound import SEND_WINDOW
+    from flud.protocol.tls import SEND_PIECE
 
     client_party.send_queue = _RoomyQueue(room)
     server_handler, client_handler = handlers
