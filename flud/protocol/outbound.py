@@ -242,8 +242,15 @@ class Outbound:
         self.closed = True
 
     def close(self, lost: BaseException) -> None:
-        """The connection is gone: every stream's feeder learns `lost`."""
+        """The connection is gone: every stream's feeder learns `lost`.
+
+        The callbacks are the connection's methods, and the connection holds
+        this Outbound: dropping them ends that cycle, so a closed connection
+        and its TLS state are freed at once, not at the collector's next
+        full pass (a node trims its heap a second after a burst of
+        connections has gone, flud.node.gate)."""
         self.closed = True
+        self._on_request_sent = self._on_stream_failed = self._on_tls_failed = None
         for stream in list(self.streams) + list(self._parked.values()):
             close_source(stream.source, lost)  # a feeder learns why
         self.streams.clear()

@@ -811,3 +811,31 @@ def test_a_fed_buffer_is_not_let_go_while_a_paused_window_holds_it(node, client_
     pair.flush()
     assert fed.fired
     assert b"".join(data for _, _, data, _ in server_handler.data) == b"a" * DATA_CHUNK
+
+
+class _ForgetfulHandler(RecordingHandler):
+    def connection_lost(self, conn):
+        pass  # keeps no reference to it
+
+
+def test_a_lost_connection_is_freed_without_the_collector(node):
+    """Nothing of a closed connection waits for a garbage-collector pass: its
+    TLS state goes back at once (a node trims its heap right after a burst of
+    connections, flud.node.gate)."""
+    import gc
+    import weakref
+
+    clock = task.Clock()
+    transport = TCPStringTransport()
+    conn = Connection(node, _ForgetfulHandler(), clock, tls_client=False)
+    conn.makeConnection(transport)
+    clock.advance(HANDSHAKE_TIMEOUT)  # a silent peer: the connection aborts
+    conn.connectionLost(None)
+    transport.unregisterProducer()  # as Twisted's transport does when it closes
+    gone = weakref.ref(conn)
+    gc.disable()
+    try:
+        del conn
+        assert gone() is None
+    finally:
+        gc.enable()
