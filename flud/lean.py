@@ -351,7 +351,7 @@ M_MMAP_THRESHOLD = -3
 # tars grow a bytearray at a time, and below the threshold they would grow
 # through the heap and leave it in holes (a 4029-file home backed up at 95 MB
 # peak RSS; 107 MB at 512 KiB, 120 MB at 1 MiB). Its hot buffers stay below
-# it instead (wire.SEND_WINDOW).
+# it instead (outbound.SEND_WINDOW).
 MMAP_THRESHOLD = 128 * 1024
 # A node builds nothing that grows; what it makes and frees by the thousand
 # is a RETRIEVE range read (448 KiB after the first piece), which as a fresh

@@ -4,6 +4,8 @@ import os
 
 from flud.protocol import messages
 from flud.protocol.client import ClientOnlyHandler, PeerClient
+from flud.protocol.party import load_party
+from flud.protocol.pool import ConnectionPool
 
 
 class NodeAddress:
@@ -31,9 +33,6 @@ def read_testnet(directory: str) -> list:
 
 class ClientNet:
     def __init__(self, reactor, home: str):
-        from flud.node.pool import ConnectionPool
-        from flud.node.service import load_party
-
         self.reactor = reactor
         self.local = load_party(home, messages.ROLE_CLIENT)
         self.handler = ClientOnlyHandler()

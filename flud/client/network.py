@@ -18,7 +18,7 @@ log = logging.getLogger("flud.client")
 CONNECT_TIMEOUT = 10.0
 # The TLS send queues get this share of the memory budget up front (a
 # sixteenth, at most 4 MiB: fifty busy connections queue at most ~4 MB, see
-# wire.READ_BUFFER), so what the connections queue is inside the budget too.
+# connection.READ_BUFFER), so what the connections queue is inside the budget too.
 SEND_ALLOWANCE_SHARE = 16
 SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
 # What one TLS connection itself holds while a run uses it: OpenSSL's state
@@ -71,7 +71,7 @@ class SendQueue:
         return self.transfer.closed
 
     def room(self) -> int:
-        """What wider windows may still take (wire.Connection queues more than
+        """What wider windows may still take (connection.Connection queues more than
         its transport's bufferSize while there is room, see SEND_WINDOW): the
         allowance left, less the half kept for the ordinary queues."""
         return self.allowance - self.queued - self.allowance // 2

@@ -16,7 +16,7 @@ the same 2,000: +6.4 MB at the peak, +0.8 MB once they had gone.
 """
 import logging
 
-from flud.protocol.wire import ConnectionFactory
+from flud.protocol.connection import ConnectionFactory
 
 log = logging.getLogger("flud.gate")
 
@@ -37,7 +37,7 @@ TRIM_DELAY = 1.0
 
 
 class GatedConnectionFactory(ConnectionFactory):
-    """wire.ConnectionFactory holding at most `limit` connections before HELLO."""
+    """connection.ConnectionFactory holding at most `limit` connections before HELLO."""
 
     def __init__(self, local, handler, clock, limit: int = MAX_UNAUTHENTICATED,
                  trim=None):

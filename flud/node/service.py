@@ -12,35 +12,18 @@ import random
 import time
 
 from flud import procfs
-from flud.keys import Identity, self_signed_cert_pem
 from flud.node.config import NodeConfig
 from flud.node.gate import GatedConnectionFactory
 from flud.node.peers import Membership
-from flud.node.pool import ConnectionPool
 from flud.node.roots import RootStore
 from flud.protocol import messages
+from flud.protocol.party import load_party
+from flud.protocol.pool import ConnectionPool
 from flud.protocol.server import NodeHandler
-from flud.protocol.tls import make_context
-from flud.protocol.wire import LocalParty
 
 STORE_WORKERS = 4
 
 
-def load_party(home: str, role: int, host: str = "", port: int = 0):
-    """Identity plus TLS contexts for a home (node or client)."""
-    os.makedirs(home, exist_ok=True)
-    identity = Identity.load_or_create(home)
-    cert_path = os.path.join(home, "tls-cert.pem")
-    if not os.path.exists(cert_path):
-        temp = cert_path + ".tmp"
-        with open(temp, "wb") as f:
-            f.write(self_signed_cert_pem(identity))
-        os.replace(temp, cert_path)
-    key_path = os.path.join(home, "identity.pem")
-    return LocalParty(identity, role,
-                      make_context(cert_path, key_path, server_side=True),
-                      make_context(cert_path, key_path, server_side=False),
-                      host, port)
 
 
 def write_json_atomically(path: str, value) -> None:

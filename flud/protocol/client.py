@@ -5,7 +5,7 @@ from twisted.python.failure import Failure
 from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
-from flud.protocol.wire import BytesSource, FedSource
+from flud.protocol.outbound import BytesSource, FedSource
 
 
 class ClientOnlyHandler:

@@ -130,10 +130,17 @@ def encode_frame(frame_type: int, op: int, flags: int, request_id: int,
 class FrameParser:
     """Accumulates bytes and yields whole frames.
 
-    Incoming pieces are kept as a list and a payload is joined once, so a
-    1 MiB DATA frame costs one copy however it was split on the way (TLS
-    hands over 16 KiB records). A bad header raises FrameError; the
-    connection must then be closed, because the stream can't be trusted.
+    Incoming chunks are kept as they came (TLS hands over 16 KiB records),
+    never joined into one stream. A header or a message body is taken as one
+    buffer (joined only when it spans chunks: bodies are small). A DATA
+    payload is never joined here: it is handed on as views of the chunks it
+    arrived in (one memoryview, or Pieces), and its consumer copies it once,
+    into a file or into the answer's buffer. A receiver with a buffer waiting
+    for a DATA payload may instead take it over as it arrives (data_due,
+    divert, placed) and decrypt it straight into place: no copy at all.
+
+    A bad header raises FrameError; the connection must then be closed,
+    because the stream can't be trusted.
     """
 
     def __init__(self, max_payload: int = MAX_FRAME_PAYLOAD):

@@ -9,7 +9,7 @@ import struct
 from dataclasses import dataclass, field
 
 from flud.protocol.codec import Op
-from flud.protocol.errors import ErrorCode, MAX_ERROR_MESSAGE, RemoteError
+from flud.protocol.errors import ErrorCode, MAX_ERROR_MESSAGE, RemoteError, wire_of
 
 PROTOCOL_VERSION = 1
 KEY_SIZE = 32
@@ -349,12 +349,12 @@ class Record:
 
 @dataclass(slots=True)
 class ErrorBody:
-    code: int
+    code: int  # on the wire: ErrorCode.X.wire (an ErrorCode is taken too)
     message: str
 
     def encode(self) -> bytes:
         text = self.message.encode("utf-8", "replace")[:MAX_ERROR_MESSAGE]
-        return _U16.pack(int(self.code)) + text
+        return _U16.pack(wire_of(self.code)) + text
 
     @classmethod
     def decode(cls, payload: bytes) -> "ErrorBody":

@@ -131,7 +131,8 @@ class Session:
         self._emit(FrameType.DATA, 0, FLAG_END if end else 0, rid, data)
         return True
 
-    def send_error(self, rid: int, code: int, message: str) -> bool:
+    def send_error(self, rid: int, code, message: str) -> bool:
+        """Answer `rid` with an ERROR (code: an ErrorCode or a wire integer)."""
         if rid not in self._inbound:
             return False
         if rid in self._inbound_streaming:
@@ -226,7 +227,7 @@ class Session:
             try:
                 hello = messages.Hello.decode(frame.payload)
             except RemoteError as err:  # nobody to answer yet: close
-                raise FrameError(err.code, err.message) from None
+                raise FrameError(err.wire_code, err.message) from None
             if hello.version != messages.PROTOCOL_VERSION:
                 raise FrameError(ErrorCode.VERSION,
                                  f"protocol version {hello.version} is not "
@@ -259,7 +260,7 @@ class Session:
         try:
             message = messages.decode_request(frame.op, frame.payload)
         except RemoteError as err:
-            self.send_error(rid, err.code, err.message)
+            self.send_error(rid, err.wire_code, err.message)
             return None
         return RequestReceived(rid, frame.op, message, frame.end)
 

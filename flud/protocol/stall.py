@@ -14,10 +14,12 @@ STALL_FLOOR nor above STALL_CEILING. A dial is held to the same deadline
 (Network.peer): a stopped node completes TCP's handshake from its kernel's
 backlog but never TLS's.
 
-The connections are duck-typed (wire.Connection): `owes_us()`,
+The connections are duck-typed (connection.Connection): `owes_us()`,
 `last_progress` (clock seconds), `closed`. The clock is injected.
 """
 import collections
+
+from flud.protocol.errors import PeerStalled  # noqa: F401  (what on_stall reports; importable from here)
 
 # Below this no connection is called stalled: a healthy node on a busy
 # two-core machine running fifty of them has been seen quiet for ~0.5 s
@@ -29,10 +31,6 @@ STALL_CEILING = 60.0
 TICK = 0.25
 # Healthy silences remembered for the deadline.
 SAMPLES = 256
-
-
-class PeerStalled(ConnectionError):
-    """A peer owed us progress and made none within the deadline."""
 
 
 class StallWatch:

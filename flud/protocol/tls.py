@@ -6,6 +6,8 @@ HELLO proof are tested with plain bytes.
 """
 import ssl
 
+from flud.protocol.errors import TLSFailed
+
 CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
            "ECDHE-ECDSA-CHACHA20-POLY1305")
 # SSL_read hands back at most one TLS record (16 KiB) per call.
@@ -24,10 +26,6 @@ SEND_PIECE = 16 * 1024
 # STOREs, stays at 16 KiB.
 NODE_SEND_PIECE = 64 * 1024
 HELLO_CONTEXT = b"flud-hello-v1"
-
-
-class TLSFailed(Exception):
-    """The TLS handshake or a record failed; the connection must close."""
 
 
 def make_context(cert_file: str, key_file: str, server_side: bool) -> ssl.SSLContext:

@@ -14,6 +14,7 @@ its own short-lived process. Each command prints JSON on stdout.
     peer_tool.py archive-writer HOST:PORT HOME SEED MEMBERS MEMBER_SIZE MAX_TARS
                                                   STORE archive tars in a loop, one JSON
                                                   line per acknowledged tar
+    peer_tool.py dial HOST:PORT HOME              dial once, ask nothing: how it ended
 """
 import io
 import json
@@ -243,6 +244,24 @@ def cmd_archive_writer(addr, home, seed, members, member_size, max_tars):
         out({"error": f"{type(err).__name__}: {err}"})
 
 
+def cmd_dial(addr, home):
+    """Dial once; prints the error's class, code and message (or ok)."""
+
+    @defer.inlineCallbacks
+    def main(reactor):
+        net = ClientNet(reactor, home)
+        try:
+            yield net.peer(address(addr)).addTimeout(TIMEOUT, reactor)
+            return {"result": "ok"}
+        except Exception as err:
+            return {"result": type(err).__name__, "code": str(getattr(err, "code", "")),
+                    "message": str(err)}
+        finally:
+            net.close()
+
+    out(run_reactor(main))
+
+
 COMMANDS = {
     "stats": cmd_stats,
     "stats-one": cmd_stats_one,
@@ -252,6 +271,7 @@ COMMANDS = {
     "abort-store": cmd_abort_store,
     "retrieve": cmd_retrieve,
     "archive-writer": cmd_archive_writer,
+    "dial": cmd_dial,
 }
 
 

@@ -200,12 +200,13 @@ def hold_main(host, port, home, connections, requests, size, seconds) -> int:
     from twisted.python.failure import Failure
 
     from flud.cli.runner import run_reactor
-    from flud.node.service import load_party
     from flud.protocol import messages
     from flud.protocol.client import ClientOnlyHandler
     from flud.protocol.codec import Op
+    from flud.protocol.connection import dial
     from flud.protocol.errors import RemoteError
-    from flud.protocol.wire import FedSource, dial
+    from flud.protocol.outbound import FedSource
+    from flud.protocol.party import load_party
 
     connections, requests, size = int(connections), int(requests), int(size)
 

@@ -85,7 +85,7 @@ IMPORT_STEPS = [
     ("+ ssl", "import ssl"),
     ("+ storage (share store, archives, index)", "import storage.disk"),
     ("+ flud protocol",
-     "import flud.protocol.wire, flud.protocol.client, flud.protocol.codec, "
+     "import flud.protocol.connection, flud.protocol.client, flud.protocol.codec, "
      "flud.protocol.session, flud.protocol.messages"),
     ("+ flud node service (memory, workers, peers)",
      "import flud.node.service, flud.memory, flud.workers, flud.node.process, flud.node.config"),

@@ -10,8 +10,8 @@ from twisted.internet import defer
 
 from flud.protocol import messages
 from flud.protocol.codec import Op
-from flud.protocol.errors import (AuthenticationFailed, ConnectionLost,
-                                  ErrorCode, RemoteError)
+from flud.protocol.errors import (AuthenticationFailed, ConnectFailed, ConnectionLost,
+                                  RemoteError)
 
 MAX_OBJECTS = 100_000   # objects a session remembers; older ones are forgotten
 ERROR_PAUSE = 0.01      # after a failed op, so a dead node cannot make a busy loop
@@ -21,14 +21,12 @@ _now = time.perf_counter
 
 
 def error_kind(exc: BaseException) -> str:
-    """A short, stable name for what went wrong."""
-    if isinstance(exc, RemoteError):
-        code = exc.code
-        return code.name if isinstance(code, ErrorCode) else f"CODE_{code}"
-    if isinstance(exc, ConnectionLost):
-        return "CONNECT_FAILED" if str(exc).startswith("cannot connect") else "CONNECTION_LOST"
-    if isinstance(exc, AuthenticationFailed):
-        return "AUTH_FAILED"
+    """A short, stable name for what went wrong: the error's own code for
+    what the wire says (RemoteError: NO_SPACE, BUSY, CODE_<n> for a code we
+    do not know) and for a connection that failed (CONNECT_FAILED,
+    CONNECTION_LOST, AUTH_FAILED)."""
+    if isinstance(exc, (RemoteError, ConnectFailed, ConnectionLost, AuthenticationFailed)):
+        return str(exc.code)
     if isinstance(exc, (defer.TimeoutError, defer.CancelledError)):
         return "TIMEOUT"
     return "CLIENT_" + type(exc).__name__
@@ -142,7 +140,7 @@ class Session:
                 w.payloads.forget(self.obj[0], self.obj[2])
         conn = w.connection(self.node)
         if conn is None:
-            self._failed(ConnectionLost("cannot connect: the node was unreachable a moment ago"))
+            self._failed(ConnectFailed("cannot connect: the node was unreachable a moment ago"))
         elif isinstance(conn, defer.Deferred):
             conn.addCallbacks(self._send, self._failed)
         else:

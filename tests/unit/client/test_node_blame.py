@@ -1,11 +1,19 @@
 """A node is failed for what it did, not for what the client cancelled
 (issue 16, item 2): one bad stream of an extent must not take its healthy
 siblings down with it."""
+from types import SimpleNamespace
+
 from twisted.internet import defer, task
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
 
 from flud.client.extents import ExtentFailed, ExtentUpload
 from flud.client.health import NodeHealth
-from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
+from flud.client.home import create_home
+from flud.client.net import NodeAddress
+from flud.client.network import Network
+from flud.protocol.errors import ConnectFailed, ConnectionLost, ErrorCode, RemoteError
 from tests.unit.client.fakes import FakeNetwork
 from tests.unit.protocol.helpers import Outcome
 
@@ -79,3 +87,23 @@ def test_a_cancel_is_never_held_against_a_node():
     assert health.failed == set()
     assert health.blame(node, ConnectionLost("connection lost"))
     assert health.failed == {node}
+
+
+def test_a_dial_that_never_connects_fails_its_node_as_a_lost_connection_does(tmp_path):
+    """A refused dial is a ConnectFailed, not a ConnectionLost, and fails its
+    node for the rest of the run all the same."""
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
+    reactor = MemoryReactorClock()
+    network = Network(reactor, home.path, [])
+    node = b"n" * 32
+    network.nodes[node] = NodeAddress(node, "127.0.0.1", 9)
+    peer = Outcome(network.peer(node))
+    host, port, factory, *_ = reactor.tcpClients[-1]
+    factory.clientConnectionFailed(SimpleNamespace(host=host, port=port),
+                                   Failure(ConnectionRefusedError()))
+    error = peer.failure(ConnectFailed)
+    assert not isinstance(error, ConnectionLost)
+    assert str(error).startswith("cannot connect to 127.0.0.1:9: ")
+    assert network.failed == {node}
+    assert NodeHealth().blame(node, error)
+    network.close()

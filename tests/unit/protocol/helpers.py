@@ -1,5 +1,5 @@
 """Shared bits of the protocol unit tests: identities, TLS contexts, Deferreds,
-and two wire.Connection objects joined in memory (twisted.test.iosim)."""
+and two connection.Connection objects joined in memory (twisted.test.iosim)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from twisted.test import iosim
 from flud.keys import Identity, self_signed_cert_pem
 from flud.protocol import messages
 from flud.protocol.tls import make_context
-from flud.protocol.wire import Connection, LocalParty
+from flud.protocol.party import LocalParty
+from flud.protocol.connection import Connection
 
 
 def key_of(data: bytes) -> bytes:
@@ -119,17 +120,36 @@ class Pair:
         self.pump.flush()
 
 
+class BoundedTransport(iosim.FakeTransport):
+    """An in-memory transport that pauses its streaming producer once it holds
+    more than `limit` bytes (None: never), as Twisted's FileDescriptor does
+    past its bufferSize. `written` lists the sizes written since the test
+    last cleared it; the test plays the drain (the producer's resumeProducing)."""
+
+    def __init__(self, protocol, isServer):
+        super().__init__(protocol, isServer)
+        self.limit = None
+        self.written = []
+
+    def write(self, data):
+        super().write(data)
+        self.written.append(len(data))
+        if self.limit is not None and sum(self.written) > self.limit:
+            self.producer.pauseProducing()
+
+
 def connect(server_party: LocalParty, server_handler, client_party: LocalParty,
             client_handler, clock: task.Clock | None = None,
             expected_peer: bytes | None = None, greet: bool = True,
             client_class=Connection, server_class=Connection) -> Pair:
-    """A TLS client Connection and a TLS server Connection, joined by an IOPump."""
+    """A TLS client Connection and a TLS server Connection, joined by an IOPump
+    (the client's transport is a BoundedTransport, unbounded until told)."""
     clock = clock if clock is not None else task.Clock()
     server = server_class(server_party, server_handler, clock, tls_client=False)
     client = client_class(client_party, client_handler, clock, tls_client=True,
                           expected_peer=expected_peer)
     server_io = iosim.FakeTransport(server, isServer=True)
-    client_io = iosim.FakeTransport(client, isServer=False)
+    client_io = BoundedTransport(client, isServer=False)
     server.makeConnection(server_io)
     client.makeConnection(client_io)
     pump = iosim.IOPump(client, server, client_io, server_io, debug=False, clock=clock)

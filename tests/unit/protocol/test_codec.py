@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from flud.protocol import codec, messages, session, wire
+from flud.protocol import codec, connection, messages, session
 from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame,
                                  FrameParser, FrameType, Op, Placed, encode_frame)
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
@@ -113,7 +113,7 @@ def test_ops_match_the_doc():
 
 def test_error_codes_match_the_doc():
     rows = doc_table("## 5. Errors")
-    assert {row[1]: int(row[0]) for row in rows} == {c.name: int(c) for c in ErrorCode}
+    assert {row[1]: int(row[0]) for row in rows} == {c.name: c.wire for c in ErrorCode}
 
 
 def test_limits_match_the_doc():
@@ -128,8 +128,8 @@ def test_limits_match_the_doc():
         "MAX_NONCE": messages.MAX_NONCE,
         "MAX_PEERS_LIST": messages.MAX_PEERS_LIST,
         "MAX_ROOT_RECORD": messages.MAX_ROOT_RECORD,
-        "HANDSHAKE_TIMEOUT": wire.HANDSHAKE_TIMEOUT,
-        "IDLE_TIMEOUT": wire.IDLE_TIMEOUT,
+        "HANDSHAKE_TIMEOUT": connection.HANDSHAKE_TIMEOUT,
+        "IDLE_TIMEOUT": connection.IDLE_TIMEOUT,
     }
     for name, value in expected.items():
         assert sizes[rows[name]] == value, name
@@ -170,7 +170,7 @@ ROUND_TRIPS = [
     messages.KeyOnly(KEY),
     messages.Record(b""),
     messages.Record(b"r" * MAX_ROOT_RECORD),
-    messages.ErrorBody(ErrorCode.NOT_FOUND, "no such share"),
+    messages.ErrorBody(ErrorCode.NOT_FOUND.wire, "no such share"),
     messages.ErrorBody(999, "a code from the future"),
 ]
 

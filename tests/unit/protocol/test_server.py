@@ -17,8 +17,8 @@ from flud.protocol.client import ClientOnlyHandler, PeerClient
 from flud.protocol.codec import DATA_CHUNK, FrameType, Op
 from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
 from flud.protocol.messages import KIND_ARCHIVE, KIND_STREAMED_SHARE, NO_KEY, TO_END
+from flud.protocol.outbound import BytesSource
 from flud.protocol.server import NodeHandler, FIRST_PIECE
-from flud.protocol.wire import BytesSource
 from storage.disk import ShareStore
 from storage.errors import NotFound
 from storage.memory import MemoryShareStore
@@ -1017,7 +1017,7 @@ def test_streamed_share_commits_inline_and_closes_its_transfer(tmp_path, memory_
 # ---- hostile senders: promises held, uploads that stall ----------------------------------
 
 from flud.protocol.server import UPLOAD_ABANDON_TIMEOUT, UPLOAD_STALL_TIMEOUT  # noqa: E402
-from flud.protocol.wire import FedSource  # noqa: E402
+from flud.protocol.outbound import FedSource  # noqa: E402
 from storage.capacity import owner_reserve_limit  # noqa: E402
 from storage.limits import MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS  # noqa: E402
 
@@ -1209,7 +1209,7 @@ def test_a_dropped_uploads_late_data_is_ignored(tmp_path, memory_store):
 # ---- the door: connections before HELLO ---------------------------------------------------
 
 from flud.node.gate import TRIM_AFTER_BURST, TRIM_DELAY, GatedConnectionFactory  # noqa: E402
-from flud.protocol.wire import HANDSHAKE_TIMEOUT  # noqa: E402
+from flud.protocol.connection import HANDSHAKE_TIMEOUT  # noqa: E402
 from tests.unit.protocol.helpers import TCPStringTransport  # noqa: E402
 
 

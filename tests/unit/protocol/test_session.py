@@ -364,7 +364,7 @@ def test_busy_after_max_inflight():
     assert [e.request_id for e in events] == [first, second]
     [out] = frames(server)
     assert (out.type, out.request_id) == (FrameType.ERROR, busy)
-    assert messages.ErrorBody.decode(out.payload).code == ErrorCode.BUSY
+    assert messages.ErrorBody.decode(out.payload).code == ErrorCode.BUSY.wire
     assert server.open_inbound == 2
 
     # The refused stream's DATA is dropped silently; the open one's goes through.
@@ -545,7 +545,7 @@ def test_take_outbound_joins_small_frames_and_keeps_big_ones_apart(pair):
 
 def test_remote_error_keeps_unknown_codes():
     error = RemoteError(999, "future")
-    assert error.code == 999 and "code 999" in str(error)
+    assert error.code == "CODE_999" and error.wire_code == 999 and "code 999" in str(error)
 
 
 def test_refused_streams_are_remembered_within_a_bound():

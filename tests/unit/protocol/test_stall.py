@@ -79,7 +79,7 @@ def test_long_healthy_silences_widen_the_deadline():
 
 
 def test_a_peer_that_never_answers_is_aborted_and_its_requests_fail(tmp_path):
-    """Over a real wire.Connection: an answer owed, nothing arrives; the
+    """Over a real connection.Connection: an answer owed, nothing arrives; the
     watch aborts the connection and the request fails with PeerStalled."""
     node = make_party(tmp_path, "node")
     client_party = make_party(tmp_path, "client", role=messages.ROLE_CLIENT)

@@ -1,4 +1,4 @@
-"""wire.Connection: TLS + HELLO authentication + requests, two of them in memory."""
+"""connection.Connection: TLS + HELLO authentication + requests, two of them in memory."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from flud.protocol.codec import DATA_CHUNK, FLAG_END, FrameType, Op, encode_fram
 from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCode,
                                   RemoteError)
 from flud.protocol.tls import hello_transcript
-from flud.protocol.wire import (HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, BytesSource, Connection,
-                                FedSource)
+from flud.protocol.connection import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, Connection
+from flud.protocol.outbound import BytesSource, FedSource
 from tests.unit.protocol.helpers import (Outcome, RecordingHandler, TCPStringTransport,
                                          connect, key_of, make_party, send_raw)
 
@@ -483,22 +483,16 @@ def test_a_corrupted_tls_record_closes_the_connection(pair):
 
 
 def _pause_past_read_buffer(connection) -> list:
-    """Pause the connection once its transport holds more than READ_BUFFER
-    (what abstract.FileDescriptor does with bufferSize); returns the sizes
-    written, in order."""
-    from flud.protocol.wire import READ_BUFFER
+    """Have the connection's transport pause it once it holds more than
+    READ_BUFFER (what abstract.FileDescriptor does with bufferSize); returns
+    the sizes written from now on, in order (the test clears it as it plays
+    the transport's drain)."""
+    from flud.protocol.connection import READ_BUFFER
 
-    written = []
-    transport_write = connection.transport.write
+    connection.transport.written.clear()
+    connection.transport.limit = READ_BUFFER
+    return connection.transport.written
 
-    def write(data):
-        transport_write(data)
-        written.append(len(data))
-        if sum(written) > READ_BUFFER:
-            connection.pauseProducing()
-
-    connection.transport.write = write
-    return written
 
 def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
         node, client_party, handlers):
@@ -507,8 +501,8 @@ def test_ciphertext_queued_per_connection_stays_under_the_transport_limit(
     record of ciphertext waiting in it, and the send queue counts exactly
     what waits, until the transport says it drained (resumeProducing)."""
     from flud.memory import MemoryMonitor
+    from flud.protocol.connection import READ_BUFFER
     from flud.protocol.tls import SEND_PIECE
-    from flud.protocol.wire import READ_BUFFER
 
     monitor = MemoryMonitor(rss_reader=lambda: 0)
     client_party.send_queue = monitor.transfer("network", "TLS send queues")
@@ -607,8 +601,9 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
                                                       limit):
     """Past the transport's pause, a connection keeps writing up to
     SEND_WINDOW while its party's allowance has room: larger socket writes."""
+    from flud.protocol.connection import READ_BUFFER
+    from flud.protocol.outbound import SEND_WINDOW
     from flud.protocol.tls import SEND_PIECE
-    from flud.protocol.wire import READ_BUFFER, SEND_WINDOW
 
     client_party.send_queue = _RoomyQueue(room)
     server_handler, client_handler = handlers
@@ -631,25 +626,6 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
     # threshold it comes from the heap, not a fresh map faulted in each time.
     from flud.lean import MMAP_THRESHOLD
     assert max(per_turn) < MMAP_THRESHOLD
-
-
-@pytest.mark.parametrize("total", [100_000, 5 * 1024 * 1024])
-def test_a_streamed_answer_lands_in_one_buffer_even_if_the_peer_sends_more(total):
-    """The answer buffer is made from the head's total (a bytearray, or for a
-    large answer a prefaulted mapping); bytes past the total still arrive."""
-    from flud.protocol.wire import POPULATE_MIN, _Pending
-
-    pending = _Pending(Op.RETRIEVE, None)
-    pending.head = messages.RetrieveResponse(total)
-    pending.expect(total)
-    assert (type(pending.buffer) is memoryview) == (total >= POPULATE_MIN)
-    data = bytes(range(256)) * (total // 256 + 1)
-    extra = b"more than announced"
-    for start in range(0, total, 300_001):
-        pending.add(memoryview(data)[start:min(total, start + 300_001)])
-    pending.add(extra)
-    pending.finish()
-    assert bytes(pending.head.data) == data[:total] + extra
 
 
 # ---- a request source fed over time (a share streamed across segments) ---------
@@ -730,7 +706,7 @@ def test_a_lost_connection_fails_a_parked_streams_feeds(pair):
     assert Outcome(source.feed(b"e")).failure(ConnectionLost)
 
 
-def test_a_feed_is_let_go_only_once_its_bytes_are_encrypted(pair, handlers, monkeypatch):
+def test_a_feed_is_let_go_only_once_its_bytes_are_encrypted(pair, handlers):
     """A transport that pauses us mid-chunk leaves the rest of a fed chunk
     waiting to be encrypted (a view of the feeder's buffer): the feed fires
     only after that."""
@@ -738,48 +714,17 @@ def test_a_feed_is_let_go_only_once_its_bytes_are_encrypted(pair, handlers, monk
     source, _, _ = _fed_store(pair, DATA_CHUNK)
     pair.flush()
     conn = pair.client
-    allowed = [True]
-    monkeypatch.setattr(conn, "_may_send", lambda: allowed[0])
-    real_write = conn.transport.write
-
-    def write_then_pause(data):
-        real_write(data)
-        allowed[0] = False  # the transport is full after one record
-
-    monkeypatch.setattr(conn.transport, "write", write_then_pause)
+    transport = conn.transport
+    transport.written.clear()
+    transport.limit = 0  # the transport is full after one record
     fed = Outcome(source.feed(bytearray(b"f" * DATA_CHUNK)))
-    assert not fed.fired and conn._plain  # taken, not yet encrypted
-    monkeypatch.setattr(conn.transport, "write", real_write)
-    allowed[0] = True
+    # taken, and one record of it encrypted: the rest still points into the buffer
+    assert not fed.fired and len(transport.written) == 1
+    transport.limit = None
     conn.resumeProducing()
     pair.flush()
-    assert fed.fired and not conn._plain
+    assert fed.fired
     assert b"".join(data for _, _, data, _ in server_handler.data) == b"f" * DATA_CHUNK
-
-
-def test_a_streamed_answer_lands_in_the_buffer_the_caller_offers_when_it_fits():
-    from flud.protocol.wire import _Pending
-
-    offered = memoryview(bytearray(b"x" * 1000))
-    pending = _Pending(Op.RETRIEVE, None, into=offered)
-    pending.head = messages.RetrieveResponse(600)
-    pending.expect(600)
-    pending.add(b"a" * 400)
-    pending.add(memoryview(b"b" * 200))
-    pending.finish()
-    data = pending.head.data
-    assert bytes(data) == b"a" * 400 + b"b" * 200
-    assert data.obj is offered.obj and not data.readonly  # no copy, and writable
-    assert bytes(offered[600:]) == b"x" * 400  # nothing past the answer touched
-
-    too_small = memoryview(bytearray(100))
-    pending = _Pending(Op.RETRIEVE, None, into=too_small)
-    pending.head = messages.RetrieveResponse(600)
-    pending.expect(600)
-    pending.add(b"c" * 600)
-    pending.finish()
-    assert bytes(pending.head.data) == b"c" * 600
-    assert bytes(too_small) == bytes(100)  # an answer that does not fit goes elsewhere
 
 
 def _retrieve_into(pair, server_handler, offered):
@@ -866,3 +811,31 @@ def test_a_fed_buffer_is_not_let_go_while_a_paused_window_holds_it(node, client_
     pair.flush()
     assert fed.fired
     assert b"".join(data for _, _, data, _ in server_handler.data) == b"a" * DATA_CHUNK
+
+
+class _ForgetfulHandler(RecordingHandler):
+    def connection_lost(self, conn):
+        pass  # keeps no reference to it
+
+
+def test_a_lost_connection_is_freed_without_the_collector(node):
+    """Nothing of a closed connection waits for a garbage-collector pass: its
+    TLS state goes back at once (a node trims its heap right after a burst of
+    connections, flud.node.gate)."""
+    import gc
+    import weakref
+
+    clock = task.Clock()
+    transport = TCPStringTransport()
+    conn = Connection(node, _ForgetfulHandler(), clock, tls_client=False)
+    conn.makeConnection(transport)
+    clock.advance(HANDSHAKE_TIMEOUT)  # a silent peer: the connection aborts
+    conn.connectionLost(None)
+    transport.unregisterProducer()  # as Twisted's transport does when it closes
+    gone = weakref.ref(conn)
+    gc.disable()
+    try:
+        del conn
+        assert gone() is None
+    finally:
+        gc.enable()

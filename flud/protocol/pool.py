@@ -8,7 +8,7 @@ import logging
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from flud.protocol.wire import dial
+from flud.protocol.connection import dial
 
 log = logging.getLogger("flud.pool")
 

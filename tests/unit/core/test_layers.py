@@ -1,0 +1,142 @@
+"""The house's shape, checked from the code's own imports.
+
+Every module of flud/, storage/ and aggregator/ is parsed (never imported) and
+each import, at the top or inside a function, is an arrow. The test fails on
+an import circle and on an arrow that runs to a room it may not enter (see
+ALLOWED and docs/DESIGN.md, "The map of the house").
+"""
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+PACKAGES = ("flud", "storage", "aggregator")
+
+# Room -> the rooms it may import (besides itself). A room is a package under
+# flud/ (flud.client, flud.node, ...), or "flud.core" for the modules directly
+# in flud/ (errors, crypto, coding, keys, memory, workers, lean, procfs...), or
+# a top-level pure package. Imports run downward only: cli at the top, then
+# the testnet harness, then client and node (peers: never each other), then
+# protocol, then the core, then storage and aggregator (pure).
+ALLOWED = {
+    "storage": set(),
+    "aggregator": {"storage"},
+    "flud.core": {"storage"},
+    "flud.protocol": {"flud.core", "storage"},
+    "flud.node": {"flud.protocol", "flud.core", "storage"},
+    "flud.client": {"flud.protocol", "flud.core", "aggregator", "storage"},
+    "flud.testnet": {"flud.node", "flud.client", "flud.protocol", "flud.core"},
+    "flud.cli": {"flud.testnet", "flud.node", "flud.client", "flud.protocol", "flud.core",
+                 "aggregator", "storage"},
+    "flud.entry": {"flud.cli"},   # flud/__main__.py
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict:
+    found = {}
+    for package in PACKAGES:
+        for directory, _, files in os.walk(REPO / package):
+            for name in files:
+                if name.endswith(".py"):
+                    path = Path(directory) / name
+                    found[module_name(path)] = path
+    return found
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "flud":
+        return parts[0]
+    if module == "flud.__main__":
+        return "flud.entry"
+    if len(parts) == 1:
+        return "flud.core"   # flud/__init__.py
+    if len(parts) == 2:
+        # flud/cli.py or flud/testnet.py before they became packages count
+        # as those rooms; every other module directly in flud/ is the core.
+        return module if module in ALLOWED else "flud.core"
+    return ".".join(parts[:2])
+
+
+def imports_of(path: Path, modules: dict) -> set:
+    """The project modules that path imports (resolved to modules that exist)."""
+    tree = ast.parse(path.read_text(), str(path))
+    targets = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name:
+                targets.add(name)
+    return targets
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict:
+    modules = all_modules()
+    assert "flud.errors" in modules and "storage.errors" in modules, "the walk found no code"
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = {target for target in imports_of(path, modules)
+                       if target != name and not name.startswith(target + ".")
+                       and modules[target].name != "__init__.py"}
+    return graph
+
+
+def test_no_import_runs_to_a_room_it_may_not_enter(graph):
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        here = room_of(source)
+        assert here in ALLOWED, f"{source}: room {here} has no rule in ALLOWED"
+        for target in sorted(targets):
+            there = room_of(target)
+            if there != here and there not in ALLOWED[here]:
+                wrong.append(f"{source} -> {target} ({here} may not import {there})")
+    assert not wrong, "imports against the map of the house:\n" + "\n".join(wrong)
+
+
+def test_there_is_no_import_circle(graph):
+    circles = []
+    state = {}   # module -> "open" while on the path, "done" after
+
+    def visit(module, path):
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                circles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_the_rules_catch_an_upward_import(tmp_path):
+    """The checker itself: a module of the node that imports the client is
+    reported (so the two tests above can fail)."""
+    fake = {"flud.node.x": tmp_path / "x.py", "flud.client.y": tmp_path / "y.py"}
+    fake["flud.node.x"].write_text("def f():\n    from flud.client.y import z\n")
+    fake["flud.client.y"].write_text("z = 1\n")
+    found = imports_of(fake["flud.node.x"], fake)
+    assert found == {"flud.client.y"}
+    assert room_of("flud.client.y") not in ALLOWED[room_of("flud.node.x")]
