@@ -67,23 +67,32 @@ def room_of(module: str) -> str:
     return ".".join(parts[:2])
 
 
+def raw_imports(path: Path) -> set:
+    """Every dotted name path imports, at the top or inside a function
+    (`from a.b import c` gives a.b and a.b.c)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
 def imports_of(path: Path, modules: dict) -> set:
     """The project modules that path imports (resolved to modules that exist)."""
-    tree = ast.parse(path.read_text(), str(path))
     targets = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-        else:
-            continue
-        for name in names:
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
-            if name:
-                targets.add(name)
+    for name in raw_imports(path):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name:
+            targets.add(name)
     return targets
+
+
+def under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +138,34 @@ def test_there_is_no_import_circle(graph):
         if module not in state:
             visit(module, [])
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+# Modules that must import nothing of a reactor: the sans-I/O protocol
+# pieces (tested with plain bytes) and the pure packages.
+SANS_IO = ("flud.protocol.codec", "flud.protocol.session", "flud.protocol.tls",
+           "flud.protocol.messages", "flud.protocol.errors", "flud.protocol.requests")
+
+
+def test_sans_io_modules_and_pure_packages_import_no_reactor():
+    modules = all_modules()
+    wrong = [f"{name} imports {sorted(n for n in raw_imports(path) if under(n, 'twisted.internet'))}"
+             for name, path in sorted(modules.items())
+             if (name in SANS_IO or room_of(name) in ("storage", "aggregator"))
+             and any(under(n, "twisted.internet") for n in raw_imports(path))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_argv_parsing_below_the_cli():
+    """The CLI turns argv into typed configs (NodeConfig...); below it
+    nothing parses arguments."""
+    wrong = [name for name, path in sorted(all_modules().items())
+             if room_of(name) not in ("flud.cli", "flud.entry") and "argparse" in raw_imports(path)]
+    assert wrong == []
+
+
+def test_the_process_reader_imports_nothing_of_flud():
+    """A node imports flud.procfs before anything else of flud (flud.lean)."""
+    assert {n for n in raw_imports(REPO / "flud" / "procfs.py") if under(n, "flud")} == set()
 
 
 def test_the_rules_catch_an_upward_import(tmp_path):
