@@ -7,7 +7,7 @@ from zope.interface import implementer
 
 from flud.client.health import NodeHealth
 from flud.client.interfaces import INetwork
-from flud.client.net import ClientNet, NodeAddress
+from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost

@@ -1,4 +1,5 @@
-"""A peer as seen by a caller: typed calls that return Deferreds."""
+"""A peer as seen by a caller: typed calls that return Deferreds, and the
+caller's end of the network (ClientNet) that hands them out."""
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
@@ -6,6 +7,8 @@ from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.outbound import BytesSource, FedSource
+from flud.protocol.party import load_party
+from flud.protocol.pool import ConnectionPool
 
 
 class ClientOnlyHandler:
@@ -147,3 +150,39 @@ class StreamedStore:
             else:
                 waiter.callback(outcome)
         return None
+
+
+class NodeAddress:
+    __slots__ = ("node_id", "host", "port")
+
+    def __init__(self, node_id: bytes, host: str, port: int):
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+
+    def __repr__(self) -> str:
+        return f"<node {self.node_id.hex()[:12]} {self.host}:{self.port}>"
+
+
+class ClientNet:
+    """A caller's end of the network: who we are (the party, in the client
+    role), one pool of connections, and typed peers over it."""
+
+    def __init__(self, reactor, home: str):
+        self.reactor = reactor
+        self.local = load_party(home, messages.ROLE_CLIENT)
+        self.handler = ClientOnlyHandler()
+        self.pool = ConnectionPool(reactor, self.local, self.handler)
+        self.handler.listeners = [self.pool]
+
+    @property
+    def client_id(self) -> bytes:
+        return self.local.identity.node_id
+
+    def peer(self, node: NodeAddress):
+        """Deferred[PeerClient] for a node (its id is checked when known)."""
+        d = self.pool.get(node.node_id, node.host, node.port)
+        return d.addCallback(PeerClient)
+
+    def close(self) -> None:
+        self.pool.close_all()

@@ -23,6 +23,7 @@ import sys
 import time
 
 from flud import procfs
+from flud.errors import FludError
 from flud.lean import node_interpreter_argv
 from flud.node.config import NodeConfig
 
@@ -30,8 +31,10 @@ READY_POLL = 0.05
 STOP_TIMEOUT = 15.0
 
 
-class LaunchError(Exception):
-    pass
+class LaunchError(FludError):
+    """Node processes did not start, or did not come to know each other."""
+
+    code = "TESTNET_LAUNCH"
 
 
 # ---- the testnet directory --------------------------------------------------------

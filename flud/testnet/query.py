@@ -1,16 +1,28 @@
 """Asking a testnet's nodes over the wire: whether they have all met, and
 their STATS. Each call returns a Deferred; the caller runs the reactor."""
+import json
 import os
 import time
 
 from twisted.internet import defer, task
 
-from flud.client.net import ClientNet, NodeAddress
-from flud.testnet.launch import LaunchError, node_running
+from flud.protocol.client import ClientNet, NodeAddress
+from flud.testnet.launch import LaunchError, node_running, testnet_file
 
 POLL_INTERVAL = 0.2
 STATS_TIMEOUT = 5.0
 LAUNCHER_HOME = ".launcher"  # the client identity that asks, inside the testnet directory
+
+
+def read_testnet(directory: str) -> list:
+    """The nodes of a testnet directory, as NodeAddress."""
+    path = testnet_file(directory)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise SystemExit(f"no testnet at {directory}: run `flud testnet up --dir {directory}` first") from None
+    return [NodeAddress(bytes.fromhex(n["node_id"]), n["host"], n["port"]) for n in data["nodes"]]
 
 
 def _address(node: dict) -> NodeAddress:

@@ -27,7 +27,7 @@ import blake3
 from twisted.internet import defer
 
 from flud.cli.runner import run_reactor
-from flud.client.net import ClientNet, NodeAddress
+from flud.protocol.client import ClientNet, NodeAddress
 from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.errors import RemoteError

@@ -267,7 +267,7 @@ def honest_main(host, port, home, size) -> int:
     from twisted.internet import defer
 
     from flud.cli.runner import run_reactor
-    from flud.client.net import ClientNet, NodeAddress
+    from flud.protocol.client import ClientNet, NodeAddress
     from flud.protocol.errors import RemoteError
 
     data = os.urandom(int(size))

@@ -143,7 +143,7 @@ def _wire_client(directory, node_hex, host, port, share_mib, reps, small_ops, in
     from twisted.internet import defer
 
     from flud.cli.runner import run_reactor
-    from flud.client.net import ClientNet, NodeAddress
+    from flud.protocol.client import ClientNet, NodeAddress
 
     size = share_mib * MiB
     address = NodeAddress(bytes.fromhex(node_hex), host, port)

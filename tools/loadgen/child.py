@@ -19,7 +19,7 @@ from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
 from flud import procfs
-from flud.client.net import ClientNet, NodeAddress
+from flud.protocol.client import ClientNet, NodeAddress
 from tools.loadgen.payload import Payloads
 from tools.loadgen.pipes import LineReader, write_line
 from tools.loadgen.session import Phase, Session

@@ -3,7 +3,8 @@ import os
 
 from twisted.internet import defer
 
-from flud.client.net import ClientNet, NodeAddress, read_testnet
+from flud.protocol.client import ClientNet, NodeAddress
+from flud.testnet.query import read_testnet
 
 STATS_TIMEOUT = 3.0
 

@@ -11,7 +11,7 @@ from twisted.python.failure import Failure
 from flud.client.extents import ExtentFailed, ExtentUpload
 from flud.client.health import NodeHealth
 from flud.client.home import create_home
-from flud.client.net import NodeAddress
+from flud.protocol.client import NodeAddress
 from flud.client.network import Network
 from flud.protocol.errors import ConnectFailed, ConnectionLost, ErrorCode, RemoteError
 from tests.unit.client.fakes import FakeNetwork

@@ -70,7 +70,7 @@ def test_count_sends_reserves_a_share_of_the_budget_for_the_run(tmp_path):
 
 
 def test_the_connections_state_is_reserved_per_known_node_within_a_share(tmp_path):
-    from flud.client.net import NodeAddress
+    from flud.protocol.client import NodeAddress
     from flud.client.network import CONNECTION_BYTES, CONNECTIONS_SHARE
 
     home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
