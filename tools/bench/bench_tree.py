@@ -192,6 +192,12 @@ def _rows(summary, fl, rs, binary, why) -> list:
     def target(key, factor=1.0):
         return _med(rs, key) * factor if have else None
 
+    def rss_row(job, key, target_text):
+        return Row(f"peak RSS, {job} of {files:,} files", [r[key] / MB for r in fl], "MB",
+                   rss_bound, "<=" if rss_bound else None,
+                   f"{who}: {common.fmt(target(key) and target(key) / MB)} MB" if have else who,
+                   f"{_ratio(_med(fl, key), target(key))}; wait4 ru_maxrss; target: {target_text}")
+
     rows = [
         Row(f"generated tree: {files:,} files, {nbytes / MB:,.0f} MB", [summary["elapsed_s"]], "s",
             None, None, "-",
@@ -222,18 +228,9 @@ def _rows(summary, fl, rs, binary, why) -> list:
             f"{_ratio(_med(fl, 'stored'), target('size'))} repository; stored / plaintext "
             f"{_med(fl, 'stored') / nbytes:.2f} (n/k = {n}/{k}); target: <= n/k x restic's "
             f"repository"),
-        Row(f"peak RSS, backup of {files:,} files", [r["backup_rss"] / MB for r in fl], "MB",
-            rss_bound, "<=" if rss_bound else None,
-            f"{who}: {common.fmt(target('backup_rss') and target('backup_rss') / MB)} MB"
-            if have else who,
-            f"{_ratio(_med(fl, 'backup_rss'), target('backup_rss'))}; wait4 ru_maxrss; target: "
-            f"static {common.fmt(static / MB)} MB + budget {BUDGET // MiB} MiB + 16 MB"),
-        Row(f"peak RSS, restore of {files:,} files", [r["restore_rss"] / MB for r in fl], "MB",
-            rss_bound, "<=" if rss_bound else None,
-            f"{who}: {common.fmt(target('restore_rss') and target('restore_rss') / MB)} MB"
-            if have else who,
-            f"{_ratio(_med(fl, 'restore_rss'), target('restore_rss'))}; wait4 ru_maxrss; "
-            f"same target"),
+        rss_row("backup", "backup_rss", f"static {common.fmt(static / MB)} MB + budget "
+                f"{BUDGET // MiB} MiB + 16 MB"),
+        rss_row("restore", "restore_rss", "same target"),
     ]
     if have:
         rows += [

@@ -44,6 +44,25 @@ def make_party(tmp_path, name: str, role: int = messages.ROLE_NODE,
 _PENDING = object()
 
 
+class RoomyQueue:
+    """A send queue (flud.client.network.SendQueue) with a fixed room: what
+    a connection may queue past its transport's pause, and what it holds."""
+
+    def __init__(self, room=0):
+        self.closed = False
+        self.held = 0
+        self._room = room
+
+    def room(self):
+        return self._room
+
+    def hold(self, nbytes, what):
+        self.held += nbytes
+
+    def release(self, nbytes, what):
+        self.held -= nbytes
+
+
 class Outcome:
     """Watches a Deferred (attach before the events that fire it)."""
 

@@ -14,8 +14,9 @@ from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCod
 from flud.protocol.tls import hello_transcript
 from flud.protocol.connection import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, Connection
 from flud.protocol.outbound import BytesSource, FedSource
-from tests.unit.protocol.helpers import (Outcome, RecordingHandler, TCPStringTransport,
-                                         connect, key_of, make_party, send_raw)
+from tests.unit.protocol.helpers import (Outcome, RecordingHandler, RoomyQueue,
+                                         TCPStringTransport, connect, key_of, make_party,
+                                         send_raw)
 
 
 @pytest.fixture
@@ -578,24 +579,6 @@ def test_a_lost_connection_releases_what_it_had_queued(node, client_party, handl
     assert pair.client.closed and monitor.buffered_bytes == 0
 
 
-class _RoomyQueue:
-    """A send queue with an allowance (see flud.client.network.SendQueue)."""
-
-    def __init__(self, room):
-        self.closed = False
-        self.held = 0
-        self._room = room
-
-    def room(self):
-        return self._room
-
-    def hold(self, nbytes, what):
-        self.held += nbytes
-
-    def release(self, nbytes, what):
-        self.held -= nbytes
-
-
 @pytest.mark.parametrize("room, limit", [(10 * 1024 * 1024, "window"), (0, "transport")])
 def test_a_send_allowance_with_room_widens_the_window(node, client_party, handlers, room,
                                                       limit):
@@ -605,7 +588,7 @@ def test_a_send_allowance_with_room_widens_the_window(node, client_party, handle
     from flud.protocol.outbound import SEND_WINDOW
     from flud.protocol.tls import SEND_PIECE
 
-    client_party.send_queue = _RoomyQueue(room)
+    client_party.send_queue = RoomyQueue(room)
     server_handler, client_handler = handlers
     pair = connect(node, server_handler, client_party, client_handler)
     pair.client.resumeProducing()
@@ -797,7 +780,7 @@ def test_a_fed_buffer_is_not_let_go_while_a_paused_window_holds_it(node, client_
     fed chunk and keeps it with its stream: the feeder may not reuse its
     buffer until that chunk is encrypted (it used to be told at once, and
     the node received the next segment's bytes under this one's key)."""
-    client_party.send_queue = _RoomyQueue(10 * 1024 * 1024)
+    client_party.send_queue = RoomyQueue(10 * 1024 * 1024)
     server_handler, client_handler = handlers
     pair = connect(node, server_handler, client_party, client_handler)
     source, _, _ = _fed_store(pair, DATA_CHUNK)

@@ -9,7 +9,7 @@ from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError, TLSFail
 from flud.protocol.outbound import SEND_WINDOW, BytesSource, FedSource, Outbound
 from flud.protocol.session import Session
 from flud.protocol.tls import NODE_SEND_PIECE, SEND_PIECE
-from tests.unit.protocol.helpers import Outcome
+from tests.unit.protocol.helpers import Outcome, RoomyQueue
 
 
 class CopyingTLS:
@@ -54,24 +54,6 @@ class Party:
     def __init__(self, role=messages.ROLE_CLIENT, send_queue=None):
         self.role = role
         self.send_queue = send_queue
-
-
-class Queue:
-    """A send queue (flud.client.network.SendQueue) with a fixed room."""
-
-    def __init__(self, room=0):
-        self.closed = False
-        self.held = 0
-        self._room = room
-
-    def room(self):
-        return self._room
-
-    def hold(self, nbytes, what):
-        self.held += nbytes
-
-    def release(self, nbytes, what):
-        self.held -= nbytes
 
 
 class Rig:
@@ -146,7 +128,7 @@ def test_a_node_encrypts_larger_pieces():
 
 @pytest.mark.parametrize("room, bound", [(10 * 1024 * 1024, SEND_WINDOW), (0, 0)])
 def test_past_the_pause_the_window_follows_the_send_queues_room(room, bound):
-    rig = Rig(Party(send_queue=Queue(room)))
+    rig = Rig(Party(send_queue=RoomyQueue(room)))
     rig.out.pause()  # the transport is full from the start
     rig.request(BytesSource(b"w" * DATA_CHUNK))
     written = len(rig.transport.data)
@@ -154,7 +136,7 @@ def test_past_the_pause_the_window_follows_the_send_queues_room(room, bound):
 
 
 def test_what_the_transport_holds_is_counted_on_the_send_queue():
-    queue = Queue()
+    queue = RoomyQueue()
     backlog = [None]
     rig = Rig(Party(send_queue=queue), backlog=lambda transport: backlog[0])
     rig.out.pause()
