@@ -15,6 +15,9 @@ DEST itself is the user's own choice and may be a symlink.
 The descriptors of directories already walked are kept (DIR_CACHE of them,
 least recently used let go first): a restore visits a directory's files
 one after the other, so most paths cost a dictionary lookup, not a walk.
+The cache is used from the reactor and from the restore's writer threads:
+one lock around every walk, so a descriptor is never let go (or DEST
+closed) while another thread duplicates or uses it.
 
 What this does not stop: someone else who can write in DEST and moves a
 directory away while the restore runs; its descriptor, once opened, goes
@@ -23,6 +26,7 @@ with it.
 import errno
 import os
 import stat
+import threading
 from collections import OrderedDict
 
 from flud.errors import FludError
@@ -109,43 +113,59 @@ class Place:
 
 class SafeDest:
     """DEST, opened once; paths below it resolved name by name, never
-    through a symlink. Use it from one thread (the reactor's)."""
+    through a symlink. Safe to use from several threads (one lock)."""
 
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         os.makedirs(self.path, exist_ok=True)
         self._root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._dirs = OrderedDict()  # "a/b" -> descriptor, least recently used first
+        self._lock = threading.Lock()  # held around every use of the cache
 
     def make_dir(self, rel: str) -> None:
         """DEST/rel as a directory: made (with its parents) where missing,
         kept where it is one; UnsafePath where anything on the way is not."""
-        self._dir(split(rel), rel, create=True)
+        parts = split(rel)
+        with self._lock:
+            self._dir(parts, rel, create=True)
 
     def check(self, rel: str) -> None:
         """UnsafePath unless rel's parent is (or can be made) a plain
         directory of DEST; nothing kept open for the caller."""
-        self._dir(split(rel)[:-1], rel, create=True)
+        parts = split(rel)
+        with self._lock:
+            self._dir(parts[:-1], rel, create=True)
 
     def place(self, rel: str) -> Place:
         """Where rel's last name goes: its parent made where missing. The
         caller closes the Place."""
         parts = split(rel)
-        fd = self._dir(parts[:-1], rel, create=True)
-        return Place(os.dup(fd), parts[-1], rel)
+        with self._lock:
+            fd = os.dup(self._dir(parts[:-1], rel, create=True))
+        return Place(fd, parts[-1], rel)
 
     def set_dir_meta(self, rel: str, mode: int, mtime_ns: int) -> None:
         """A directory's mode and times, set through its own descriptor."""
-        fd = self._dir(split(rel), rel, create=False)
-        os.fchmod(fd, mode)
-        os.utime(fd, ns=(mtime_ns, mtime_ns))
+        parts = split(rel)
+        with self._lock:
+            fd = self._dir(parts, rel, create=False)
+            os.fchmod(fd, mode)
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+
+    def sync(self, sync_fs) -> None:
+        """sync_fs(descriptor) on DEST's own descriptor (a whole-filesystem
+        sync needs one descriptor on it)."""
+        with self._lock:
+            if self._root is not None:
+                sync_fs(self._root)
 
     def close(self) -> None:
-        while self._dirs:
-            os.close(self._dirs.popitem()[1])
-        if self._root is not None:
-            os.close(self._root)
-            self._root = None
+        with self._lock:
+            while self._dirs:
+                os.close(self._dirs.popitem()[1])
+            if self._root is not None:
+                os.close(self._root)
+                self._root = None
 
     def __enter__(self):
         return self
@@ -155,7 +175,7 @@ class SafeDest:
 
     def _dir(self, parts: list, rel: str, create: bool) -> int:
         """The descriptor of DEST/parts, owned by the cache: use it before
-        the next call."""
+        the next call, under the lock."""
         if not parts:
             return self._root
         key = "/".join(parts)

@@ -13,11 +13,14 @@ A large file goes to a temp file beside its place; once every block is
 written it is truncated to its length and fsynced (once, for the whole
 file), then renamed into place.
 
-Small files (small.py): exactly their byte range from the primary share of
-their bundle, SMALL_IN_FLIGHT at once, many requests pipelined per node; if
-the primary is missing or corrupt, the same range from k other shares and a
-zfec decode of just that range. Each is written whole to a temp file and
-renamed into place, without an fsync.
+Small files (runs.py, small.py): by runs of a primary share block, one
+ranged RETRIEVE for the files of a bundle that lie side by side in it
+(RUNS_IN_FLIGHT runs at once); a file whose run failed or that fails its
+check comes alone, its range from k other shares and a zfec decode of just
+that range (SMALL_IN_FLIGHT such at once). Small and empty files are
+opened, written to temp files and renamed into place by the writer's
+threads (files.py), a batch made durable by one sync before its renames;
+files.py says what a crash in the middle leaves.
 
 Every file is checked before it is written (a block against its recorded
 hash, a small file against its convergent key), so a corrupt share never
@@ -43,30 +46,23 @@ from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from
 from flud.client.restore.blocks import BlockRestore
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
+from flud.client.restore.files import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
+                                       RestoreError, final_name, new_temp, set_meta,
+                                       sync_filesystem)
+from flud.client.restore.runs import SmallRuns
 from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder
-from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
 
-SMALL_IN_FLIGHT = 256       # small-file fetches outstanding at once
+SMALL_IN_FLIGHT = 256       # small files fetched alone (not by runs) at once
 LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # What one file's restore may hold: its window of block buffers (blocks.py),
 # the k primary blocks of two 2 MiB segments at the defaults (the plaintext
 # is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
-BESIDE_SUFFIX = ".flud-restored"
-TEMP_SUFFIX = ".flud-part"
-TEMP_TRIES = 100  # names tried for a temp file (one left by an interrupted run is kept)
-
-
-class RestoreError(FludError):
-    """A restore (or one of its files) cannot go on: nothing matches, DEST
-    cannot be used, or a name is taken."""
-
-    code = "RESTORE"
 
 
 def select(entries, paths) -> list:
@@ -80,11 +76,14 @@ def select(entries, paths) -> list:
 
 class Restore:
     def __init__(self, reactor, home, network, pool, monitor, progress, manifest,
-                 block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True):
+                 block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True,
+                 sync=sync_filesystem):
         """block_writer, block_buffers, by_blocks: how large files are
         written (BlockWriter: on threads of its own; InlineBlockWriter: on the
-        calling thread), what holds their blocks, and whether full segments
-        go block by block (False: every segment whole); see blocks.py."""
+        calling thread, small files too), what holds their blocks, and whether
+        full segments go block by block (False: every segment whole); see
+        blocks.py. sync(fd): makes DEST's filesystem durable, once per batch
+        of small files (files.py)."""
         k, n = manifest["k"], manifest["n"]
         self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
                               SegmentCoder(k, n))
@@ -106,7 +105,9 @@ class Restore:
         self.refused = []  # [(path in the snapshot, why)]
         self._refused = set()
         self.dest = None  # a SafeDest while run() runs
-        self._temps = 0
+        self._files = None  # its FileWriter
+        self._file_threads = block_writer.file_threads
+        self._sync = sync
         self._slots = defer.DeferredSemaphore(SMALL_IN_FLIGHT)
         self._large_slots = defer.DeferredSemaphore(LARGE_IN_FLIGHT)
 
@@ -160,9 +161,12 @@ class Restore:
             self.dest = SafeDest(dest)
         except OSError as err:
             raise RestoreError(f"cannot restore into {dest}: {err.strerror or err}") from None
+        self._files = FileWriter(self.ctx.reactor, self.dest, self, sync=self._sync,
+                                 threads=self._file_threads)
         try:
             yield self._run(entries)
         finally:
+            self._files.stop()
             self.dest.close()
         return self.summary
 
@@ -177,15 +181,21 @@ class Restore:
         # again where it is written).
         files = [e for e in files if self._safe(e.rel, self.dest.check, e.rel)]
         contents = self.manifest["contents"]
-        small = [e for e in files if content_kind(contents[e.last]) == SMALL]
-        work = [self._slots.run(self._small, e) for e in small]
+        small = [(e, content_from_wire(contents[e.last])) for e in files
+                 if content_kind(contents[e.last]) == SMALL]
+        transfer = self.ctx.monitor.transfer("small", "small files")
+        work = [SmallRuns(self._small_files, self._files, transfer, self._slots,
+                          self.file_failed).restore(small)]
+        self._files.write([(e, b"", None) for e in files
+                           if content_kind(contents[e.last]) == EMPTY])
         for entry in files:
-            kind = content_kind(contents[entry.last])
-            if kind == EMPTY:
-                self._write_or_fail(entry, b"")
-            elif kind == LARGE:
+            if content_kind(contents[entry.last]) == LARGE:
                 work.append(self._large_slots.run(self._guarded, self._large, entry))
-        yield settle_all(work)
+        try:
+            yield settle_all(work)
+        finally:
+            transfer.close()
+        yield self._files.finish()  # every small file in place before its directory's times
         for entry in entries:
             if entry.kind == SYMLINK:
                 try:
@@ -219,12 +229,12 @@ class Restore:
         place = self.dest.place(entry.rel)
         try:
             final = self._final_name(place)
-            temp, out = self._new_temp(place, lambda name: PositionalWriter(
+            temp, out = new_temp(place, self._files.numbers, lambda name: PositionalWriter(
                 name, dir_fd=place.dir_fd))
             try:
                 with out:
                     yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
-                    _set_meta(out.fd, entry)
+                    set_meta(out.fd, entry)
                 self._finish(place, temp, final, entry)
             except BaseException:
                 place.unlink(temp)
@@ -233,24 +243,18 @@ class Restore:
             place.close()
             transfer.close()
 
-    @defer.inlineCallbacks
-    def _small(self, entry):
-        content = content_from_wire(self.manifest["contents"][entry.last])
-        try:
-            data = yield self._small_files.fetch(content)
-        except (FetchFailed, RestoreError) as err:
-            self._failed(entry.rel, err)
-            return
-        if self._write_or_fail(entry, data):
-            self.progress.bytes_done(len(data))
+    # --- what the small files' writer says (files.FileWriter), on the reactor
 
-    def _write_or_fail(self, entry, data) -> bool:
-        """Write a small file; a refused or failed one is counted, not raised."""
-        try:
-            return self._safe(entry.rel, self._write, entry, [data])
-        except (RestoreError, OSError) as err:
-            self._failed(entry.rel, err)
-            return False
+    def file_done(self, entry, size, beside):
+        self.summary["beside"] += beside
+        self.progress.bytes_done(size)
+        self._count_file(entry)
+
+    def file_refused(self, entry, why):
+        self.refuse(entry.rel, why)
+
+    def file_failed(self, entry, err):
+        self._failed(entry.rel, err)
 
     def _failed(self, rel, err):
         self.summary["failed"] += 1
@@ -258,47 +262,17 @@ class Restore:
         self.progress.warn(f"could not restore {rel}: {err}")
 
     def _final_name(self, place):
-        """The entry's own name, or NAME.flud-restored beside what is there:
-        a restore never overwrites, and never writes through a symlink."""
-        if not place.exists():
-            return place.name
-        self.summary["beside"] += 1
-        name = place.name + BESIDE_SUFFIX
-        if place.exists(name):
-            raise RestoreError(f"{place.rel}{BESIDE_SUFFIX} exists too; "
-                               f"restore into an empty directory")
+        """The entry's own name, or NAME.flud-restored beside what is there
+        (files.final_name)."""
+        name, beside = final_name(place)
+        self.summary["beside"] += beside
         return name
-
-    def _new_temp(self, place, opener):
-        """(name, opener(name)) of a new temp file beside the entry: a name
-        no file has (one an interrupted run left is kept, not reused)."""
-        for _ in range(TEMP_TRIES):
-            self._temps += 1
-            name = f".{self._temps}{TEMP_SUFFIX}"
-            try:
-                return name, opener(name)
-            except FileExistsError:
-                continue
-        raise RestoreError(f"no free temp name beside {place.rel}: remove the "
-                           f"*{TEMP_SUFFIX} files an interrupted restore left there")
-
-    def _write(self, entry, chunks):
-        with self.dest.place(entry.rel) as place:
-            final = self._final_name(place)
-            temp, fd = self._new_temp(place, lambda name: place.open_new(name, 0o600))
-            try:
-                with open(fd, "wb", closefd=True) as out:
-                    for chunk in chunks:
-                        out.write(chunk)
-                    out.flush()
-                    _set_meta(out.fileno(), entry)
-                self._finish(place, temp, final, entry)
-            except BaseException:
-                place.unlink(temp)
-                raise
 
     def _finish(self, place, temp, final, entry):
         place.rename(temp, final)
+        self._count_file(entry)
+
+    def _count_file(self, entry):
         self.summary["files"] += 1
         self.summary["bytes"] += entry.size
         self.progress.file_done(0)
@@ -310,8 +284,3 @@ class Restore:
             place.set_link_times(name, mtime_ns)
         self.summary["symlinks"] += 1
 
-
-def _set_meta(fd, entry):
-    """Mode and times through the file's own descriptor (never a path)."""
-    os.fchmod(fd, entry.mode)
-    os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))

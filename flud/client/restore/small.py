@@ -1,8 +1,13 @@
-"""A restore's small files: exactly their byte range from the primary
-share of their bundle (many such requests pipelined per node, as many
-files are fetched at once); if the primary is missing or corrupt, the same
-range from k other shares and a zfec decode of just that range. Every file
-is checked against its convergent key before it is handed back."""
+"""A restore's small files, fetched from their bundles' shares.
+
+Most come by runs (runs.py): one ranged RETRIEVE of a primary share block
+carries many files, and each is opened (decrypted and checked, `open`) on
+a writer thread. A file that does not (its run failed, it failed its
+check, it spans two blocks, or its block has no holder) comes here alone:
+exactly its byte range from the primary share of its bundle, and if that
+primary is missing or corrupt, the same range from k other shares and a
+zfec decode of just that range (`recover`). Every file is checked against
+its convergent key before it is handed back."""
 from twisted.internet import defer
 
 from flud.client.records import Bundle
@@ -25,18 +30,54 @@ class SmallFetch:
         self._report_bad = report_bad
         self._count_retrieves = count_retrieves
 
-    def _bundle(self, bundle_id):
+    def bundle(self, bundle_id):
         """The bundle's record, made once for all the files in it."""
         bundle = self._bundles.get(bundle_id)
         if bundle is None:
             bundle = self._bundles[bundle_id] = Bundle.from_wire(self._wire_bundles[bundle_id])
         return bundle
 
+    def open(self, content, ciphertext):
+        """The plaintext of a small file's ciphertext, or None if it is not
+        the file the manifest recorded (its convergent key says). The one
+        place a small file is decrypted and checked; safe on any thread."""
+        key = bytes.fromhex(content.key)
+        plain = decrypt_ctr(key, bytes(ciphertext))
+        if convergent_key(self.ctx.secret, content_digest(plain)) != key:
+            return None
+        return plain
+
+    def retrieve_run(self, run):
+        """Deferred: the bytes of a run (runs.Run) from its block's holder,
+        or its failure (reported as the share's, once)."""
+        holder = run.holder
+        d = self.ctx.network.call(bytes.fromhex(holder.node), "retrieve",
+                                  bytes.fromhex(holder.key), run.start, run.end - run.start)
+
+        def got(data):
+            self._count_retrieves(1)
+            return data
+
+        def failed(failure):
+            self._report_bad(holder.node, holder.key, failure.getErrorMessage())
+            return failure
+
+        return d.addCallbacks(got, failed)
+
+    def recover(self, content, block, part=None):
+        """Deferred: the plaintext of a file of one block whose run failed
+        (part None) or whose bytes from it (part) failed their check: the
+        range rebuilt from other shares, and the part reported if it was
+        wrong."""
+        bundle = self.bundle(content.bundle)
+        pieces = locate(content.offset, content.length, bundle.block_length)
+        fetched = [] if part is None else [(block, part)]
+        return self._rebuild_checked(bundle, pieces, content, fetched)
+
     @defer.inlineCallbacks
     def fetch(self, content):
         """The plaintext of a SmallContent."""
-        bundle = self._bundle(content.bundle)
-        key = bytes.fromhex(content.key)
+        bundle = self.bundle(content.bundle)
         pieces = locate(content.offset, content.length, bundle.block_length)
         holders = {h.index: h for h in bundle.holders}
         parts = []
@@ -53,13 +94,21 @@ class SmallFetch:
             parts.append((block, start, end, part))
         fetched = [(block, part) for block, _, _, part in parts if part is not None]
         if len(fetched) == len(parts):
-            plain = decrypt_ctr(key, b"".join(part for _, part in fetched))
-            if convergent_key(self.ctx.secret, content_digest(plain)) == key:
+            plain = self.open(content, b"".join(part for _, part in fetched))
+            if plain is not None:
                 return plain
+        plain = yield self._rebuild_checked(bundle, pieces, content, fetched)
+        return plain
+
+    @defer.inlineCallbacks
+    def _rebuild_checked(self, bundle, pieces, content, fetched):
+        """The plaintext rebuilt from other shares; each part of `fetched`
+        ([(block, bytes)]) that differs from its rebuilt range reported."""
         # Which part is wrong, the check cannot say (a file spanning two
         # blocks has two holders): the rebuild from other shares can.
         suspects = {block for block, _ in fetched}
-        plain, rebuilt = yield self._rebuild_small(bundle, pieces, key, avoid=suspects)
+        plain, rebuilt = yield self._rebuild_small(bundle, pieces, content, avoid=suspects)
+        holders = {h.index: h for h in bundle.holders}
         for block, part in fetched:
             if bytes(part) != rebuilt[block]:
                 holder = holders[block]
@@ -67,7 +116,7 @@ class SmallFetch:
         return plain
 
     @defer.inlineCallbacks
-    def _rebuild_small(self, bundle, pieces, key, avoid=()):
+    def _rebuild_small(self, bundle, pieces, content, avoid=()):
         """The same ranges from any k shares, decoded (zfec works byte-wise),
         the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
         k = bundle.k
@@ -88,8 +137,8 @@ class SmallFetch:
             raise FetchFailed(f"only {len(got)} of {k} shares of a bundle are reachable")
         blocks = self._coder.decode_blocks_range(got)
         rebuilt = {b: bytes(blocks[b][s - first:e - first]) for b, s, e in pieces}
-        plain = decrypt_ctr(key, b"".join(rebuilt[b] for b, _, _ in pieces))
-        if convergent_key(self.ctx.secret, content_digest(plain)) != key:
+        plain = self.open(content, b"".join(rebuilt[b] for b, _, _ in pieces))
+        if plain is None:
             raise FetchFailed("a small file rebuilt from other shares is still wrong: "
                               "more shares are corrupt than the code can repair")
         return plain, rebuilt

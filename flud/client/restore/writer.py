@@ -18,12 +18,16 @@ The queue holds at most the file's block buffers (BlockBuffers bounds them).
 InlineBlockWriter does the same work on the calling thread and answers on
 the next turn of the reactor: a restore is given one or the other (its
 `block_writer`), so unit tests on a fake reactor run without threads and
-no code asks whether it is under test.
+no code asks whether it is under test. Its small files go the same way:
+`file_threads` says how many threads their writer (files.FileWriter) has,
+none for InlineBlockWriter.
 """
 import queue
 import threading
 
 from twisted.internet import defer
+
+from flud.client.restore.files import WRITE_THREADS
 
 WRITER_THREADS = 2
 
@@ -80,6 +84,8 @@ class InlineBlockWriter(_Writer):
     """Opens and writes on the calling thread; done() on the reactor's next
     turn (as a CPUPool with inline=True, for unit tests on a fake reactor)."""
 
+    file_threads = 0
+
     def _submit(self, job) -> None:
         written = self._do(job)
         self._reactor.callLater(0, job[2], written, job[1])
@@ -98,6 +104,8 @@ class InlineBlockWriter(_Writer):
 
 class BlockWriter(_Writer):
     """Opens and writes on `threads` threads of its own."""
+
+    file_threads = WRITE_THREADS
 
     def __init__(self, reactor, out, threads: int = WRITER_THREADS):
         """out: a PositionalWriter."""
