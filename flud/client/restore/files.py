@@ -145,7 +145,6 @@ class FileWriter:
         self._lock = threading.Lock()
         self._batch = []       # _Pending, under the lock
         self._batch_size = 0
-        self.syncs = 0         # batches synced (for the tests and the summary's notes)
         self._threads = []
         self._queue = queue.SimpleQueue()
         self._finished = None
@@ -181,8 +180,8 @@ class FileWriter:
         return self._finished
 
     def stop(self) -> None:
-        """Ends the threads after the jobs queued (a run that failed): what
-        they wrote and did not rename stays in temp files."""
+        """Ends the threads once the jobs queued are done (a run that
+        failed; the files written so far still synced and renamed)."""
         for _ in self._threads:
             self._queue.put(_FINISH)
         for thread in self._threads:
@@ -218,7 +217,7 @@ class FileWriter:
             except UnsafePath as err:
                 outcomes.append(("refused", entry, err.why))
                 continue
-            except (RestoreError, OSError) as err:
+            except Exception as err:  # RestoreError, OSError; a bug fails the file, never hangs
                 outcomes.append(("failed", entry, err))
                 continue
             full = self._add(pending)
@@ -270,8 +269,6 @@ class FileWriter:
                 self._drop(pending)
                 outcomes.append(("failed", pending.entry, err))
             return outcomes
-        with self._lock:
-            self.syncs += 1
         outcomes = []
         for pending in batch:
             try:
