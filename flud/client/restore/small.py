@@ -64,15 +64,14 @@ class SmallFetch:
 
         return d.addCallbacks(got, failed)
 
-    def recover(self, content, block, part=None):
-        """Deferred: the plaintext of a file of one block whose run failed
-        (part None) or whose bytes from it (part) failed their check: the
-        range rebuilt from other shares, and the part reported if it was
-        wrong."""
+    def recover(self, content, fetched=()):
+        """Deferred: the plaintext of a file whose run failed, or whose parts
+        from its runs (fetched: [(block, bytes)], those that came) are
+        missing or failed their check: its range rebuilt from other shares,
+        and each part that was wrong reported."""
         bundle = self.bundle(content.bundle)
         pieces = locate(content.offset, content.length, bundle.block_length)
-        fetched = [] if part is None else [(block, part)]
-        return self._rebuild_checked(bundle, pieces, content, fetched)
+        return self._rebuild_checked(bundle, pieces, content, list(fetched))
 
     @defer.inlineCallbacks
     def fetch(self, content):

@@ -101,17 +101,17 @@ def test_small_files_come_by_runs_with_far_fewer_retrieves(world, tmp_path):
     small_tree(src, 300, seed=1, empty=3)
     manifest = backup(world, src)
     items = small_items(manifest)
-    runs, alone = plan_runs(items, bundle_of(manifest))
-    assert len(items) == 300 and len(alone) <= 3 * len(manifest["bundles"])
+    runs, splits, alone = plan_runs(items, bundle_of(manifest))
+    assert len(items) == 300 and not alone
+    assert sum(len(r.members) for r in runs) == 300 + len(splits)
     network = world[2]
     before = network.calls.get("retrieve", 0)
     summary, job, syncs, _, _ = restore(world, out, manifest)
     assert summary["failed"] == summary["bad_shares"] == 0
     assert summary["files"] == 303
     assert compare_trees(src, os.path.join(out, "src")) == []
-    # one RETRIEVE per run, one per lone file (spanning two blocks: two)
-    assert summary["retrieves"] == network.calls["retrieve"] - before
-    assert summary["retrieves"] <= len(runs) + 2 * len(alone) < 30
+    # one RETRIEVE per run, nothing else
+    assert summary["retrieves"] == network.calls["retrieve"] - before == len(runs) < 10
 
 
 def test_a_file_spanning_two_blocks_is_restored(world, tmp_path):
@@ -122,13 +122,33 @@ def test_a_file_spanning_two_blocks_is_restored(world, tmp_path):
     spanning = [c for _, c in small_items(manifest)
                 if len(locate(c.offset, c.length, bundles(c.bundle).block_length)) == 2]
     assert spanning
-    summary, _, _, _, _ = restore(world, out, manifest)
+    runs, splits, alone = plan_runs(small_items(manifest), bundle_of(manifest))
+    assert len(splits) == len(spanning) and not alone
+    summary, _, _, _, transfers = restore(world, out, manifest)
     assert summary["failed"] == 0
     assert compare_trees(src, os.path.join(out, "src")) == []
+    assert summary["retrieves"] == len(runs)  # a split file's parts come with its runs
+    assert transfers["small"].closed
+
+
+def test_a_split_file_whose_other_run_failed_is_rebuilt(world, tmp_path):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    small_tree(src, 60, seed=2, size=(5 * KIB, 40 * KIB))
+    manifest = backup(world, src)
+    runs, splits, _ = plan_runs(small_items(manifest), bundle_of(manifest))
+    split = splits[0]
+    down = next(r for r in runs if any(m[4] is split for m in r.members)
+                and r.holder.index == split.blocks[1])
+    world[2].nodes[bytes.fromhex(down.holder.node)].up = False
+    summary, job, _, _, _ = restore(world, out, manifest)
+    assert summary["failed"] == 0
+    assert compare_trees(src, os.path.join(out, "src")) == []
+    assert down.holder.key in [key for _, key, _ in job.bad_shares]
+    assert not [why for _, _, why in job.bad_shares if "corrupt" in why]
 
 
 def _primary_of_first_run(manifest):
-    runs, _ = plan_runs(small_items(manifest), bundle_of(manifest))
+    runs, _, _ = plan_runs(small_items(manifest), bundle_of(manifest))
     run = max(runs, key=lambda r: len(r.members))
     return run
 
@@ -164,7 +184,7 @@ def test_memory_of_the_runs_is_reserved_and_bounded(world, tmp_path):
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     small_tree(src, 600, seed=5, size=(1 * KIB, 6 * KIB))
     manifest = backup(world, src)
-    runs, _ = plan_runs(small_items(manifest), bundle_of(manifest))
+    runs, _, _ = plan_runs(small_items(manifest), bundle_of(manifest))
     budget = 3 * max(r.length for r in runs)
     summary, _, _, monitor, transfers = restore(world, out, manifest, budget=budget)
     assert summary["failed"] == 0
@@ -183,8 +203,8 @@ def test_runs_are_capped_and_joined_across_small_gaps():
     # 100 files of 30 KiB side by side, then one past a 1 MiB gap
     items = [(i, SmallContent(1, "00", "b", i * 30 * KIB, 30 * KIB)) for i in range(100)]
     items.append((100, SmallContent(1, "00", "b", 5 * RUN_CAP, KIB)))
-    runs, alone = plan_runs(items, lambda _: bundle)
-    assert not alone
+    runs, splits, alone = plan_runs(items, lambda _: bundle)
+    assert not alone and not splits
     assert all(r.length <= RUN_CAP for r in runs)
     assert sum(len(r.members) for r in runs) == 101
     assert len(runs) == 4  # 3000 KiB in runs of at most 1 MiB, and the far one alone
