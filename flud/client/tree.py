@@ -46,7 +46,7 @@ def _is_int(value) -> bool:
     return type(value) is int and value >= 0
 
 
-def _is_hex(value, length: int = 64) -> bool:
+def is_hex(value, length: int = 64) -> bool:
     if type(value) is not str or len(value) != length:
         return False
     try:
@@ -80,7 +80,7 @@ class BlobRef(NamedTuple):
 
     @classmethod
     def from_wire(cls, row) -> "BlobRef":
-        _need(type(row) is list and len(row) == 4 and _is_hex(row[0]) and _is_hex(row[1])
+        _need(type(row) is list and len(row) == 4 and is_hex(row[0]) and is_hex(row[1])
               and _is_int(row[2]) and _is_int(row[3]) and row[3] > 0, "a bad blob reference")
         return cls(*row)
 
@@ -110,7 +110,7 @@ def _file_ref_from_wire(ref):
         return None
     _need(type(ref) is list and ref, "a bad file reference")
     if ref[0] == SMALL_REF:
-        _need(len(ref) == 6 and _is_hex(ref[1]) and _is_hex(ref[2]) and _is_int(ref[3])
+        _need(len(ref) == 6 and is_hex(ref[1]) and is_hex(ref[2]) and _is_int(ref[3])
               and _is_int(ref[4]) and ref[5] in COMPRESSION_METHODS, "a bad small-file reference")
         return SmallRef(*ref[1:])
     _need(ref[0] == LARGE_REF and len(ref) == 2, "a bad file reference")
@@ -155,7 +155,8 @@ class DirEntry(NamedTuple):
         return cls(name, kind, mode, mtime_ns, size, ref)
 
 
-def _head(data: bytes, kind: str) -> dict:
+def record_head(data: bytes, kind: str) -> dict:
+    """The JSON object of a version-2 record of `kind`, its version checked."""
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -185,7 +186,7 @@ class DirectoryRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes) -> "DirectoryRecord":
-        value = _head(data, "dir")
+        value = record_head(data, "dir")
         rows, more = value.get("e"), value.get("more", [])
         _need(type(rows) is list and len(rows) <= MAX_DIR_ENTRIES and type(more) is list,
               "a directory record of the wrong shape")
@@ -232,7 +233,7 @@ class SnapshotRecord(NamedTuple):
 
     @classmethod
     def decode(cls, data: bytes) -> "SnapshotRecord":
-        value = _head(data, "snapshot")
+        value = record_head(data, "snapshot")
         try:
             paths, tags = value["paths"], value["tags"]
             _need(_is_int(value["id"]) and type(value["time"]) in (int, float)
