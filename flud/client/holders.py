@@ -1,6 +1,6 @@
 """The holder map of a version-2 repository (docs/snapshots.md): where every
-bundle's and extent's shares are, apart from the tree records that say what
-a snapshot holds.
+bundle's and extent's shares are, and which bundle range holds each record's
+blob, apart from the tree records that say what a snapshot holds.
 
 Repair moves shares and prune drops them; neither touches a tree record,
 because nothing in a tree says which node holds what. The map is a list of
@@ -45,30 +45,34 @@ def _bundle(row) -> Bundle:
 
 
 class MapPage(NamedTuple):
-    """Bundles (id -> Bundle) and extents (id -> their share holders), each
-    sorted by id so a page has one encoding."""
+    """Bundles (id -> Bundle), extents (id -> their share holders) and blobs
+    (id -> BlobRef: which bundle range holds a record), each sorted by id so
+    a page has one encoding."""
     bundles: tuple = ()
     extents: tuple = ()
+    blobs: tuple = ()
 
     @classmethod
-    def of(cls, bundles=None, extents=None) -> "MapPage":
-        return cls(tuple(sorted((bundles or {}).items())), tuple(sorted((extents or {}).items())))
+    def of(cls, bundles=None, extents=None, blobs=()) -> "MapPage":
+        return cls(tuple(sorted((bundles or {}).items())), tuple(sorted((extents or {}).items())),
+                   tuple(sorted(blobs)))
 
     def __len__(self) -> int:
-        return len(self.bundles) + len(self.extents)
+        return len(self.bundles) + len(self.extents) + len(self.blobs)
 
     def encode(self) -> bytes:
         return _encode({
             "v": FORMAT_VERSION, "t": "holders",
             "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
             "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
+            "r": [ref.to_wire() for ref in self.blobs],
         }).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "MapPage":
         value = record_head(data, "holders")
-        bundles, extents = value.get("b"), value.get("x")
-        if type(bundles) is not list or type(extents) is not list:
+        bundles, extents, blobs = value.get("b"), value.get("x"), value.get("r")
+        if type(bundles) is not list or type(extents) is not list or type(blobs) is not list:
             raise BadRecord("a holder page of the wrong shape")
         pairs = []
         for rows, make in ((bundles, _bundle), (extents, _holders)):
@@ -81,20 +85,29 @@ class MapPage(NamedTuple):
             if ids != sorted(set(ids)):
                 raise BadRecord("a holder page whose ids are not sorted, or repeat")
             pairs.append(tuple(made))
-        return cls(*pairs)
+        refs = tuple(BlobRef.from_wire(row) for row in blobs)
+        ids = [ref.blob_id for ref in refs]
+        if ids != sorted(set(ids)):
+            raise BadRecord("a holder page whose blob ids are not sorted, or repeat")
+        return cls(*pairs, refs)
 
 
 class HolderMap:
     """The newest holders of every object, from pages oldest first."""
 
     def __init__(self, pages=()):
-        self._bundles, self._extents = {}, {}
+        self._bundles, self._extents, self._blobs = {}, {}, {}
         for page in pages:
             self.add(page)
 
     def add(self, page: MapPage) -> None:
         self._bundles.update(page.bundles)
         self._extents.update(page.extents)
+        self._blobs.update((ref.blob_id, ref) for ref in page.blobs)
+
+    def blob(self, blob_id: str) -> BlobRef:
+        """Where a record's blob is (its bundle and range), or None."""
+        return self._blobs.get(blob_id)
 
     def bundle(self, bundle_id: str) -> Bundle:
         return self._bundles.get(bundle_id)
@@ -103,18 +116,20 @@ class HolderMap:
         return self._extents.get(extent_id)
 
     def __len__(self) -> int:
-        return len(self._bundles) + len(self._extents)
+        return len(self._bundles) + len(self._extents) + len(self._blobs)
 
     def pages(self, rows: int = PAGE_ROWS) -> list:
         """The whole map as pages of at most `rows` objects (what merging
         writes back)."""
         items = [("b", k, v) for k, v in sorted(self._bundles.items())] + \
-                [("x", k, v) for k, v in sorted(self._extents.items())]
+                [("x", k, v) for k, v in sorted(self._extents.items())] + \
+                [("r", k, v) for k, v in sorted(self._blobs.items())]
         pages = []
         for start in range(0, len(items), rows):
             chunk = items[start:start + rows]
             pages.append(MapPage(tuple((k, v) for kind, k, v in chunk if kind == "b"),
-                                 tuple((k, v) for kind, k, v in chunk if kind == "x")))
+                                 tuple((k, v) for kind, k, v in chunk if kind == "x"),
+                                 tuple(v for kind, k, v in chunk if kind == "r")))
         return pages
 
 

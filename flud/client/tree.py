@@ -1,5 +1,7 @@
-"""The records of a version-2 snapshot (docs/snapshots.md): snapshot,
-directory and large-content records, and the blob references between them.
+"""The records of a version-2 snapshot (docs/snapshots.md): snapshot and
+directory records, the references between them (blob ids: where a blob is
+stored is the holder map's business, client/holders.py), and BlobRef, the
+location of a blob in a bundle.
 
 Each record has one canonical encoding (compact JSON, keys in a fixed order,
 entries sorted by name), so an unchanged directory encodes to the same bytes
@@ -98,11 +100,11 @@ class SmallRef(NamedTuple):
 
 
 class LargeRef(NamedTuple):
-    """A large file's content: the blob of its large-content record."""
-    content: BlobRef
+    """A large file's content: the blob id of its large-content record."""
+    content: str
 
     def to_wire(self) -> list:
-        return [LARGE_REF, self.content.to_wire()]
+        return [LARGE_REF, self.content]
 
 
 def _file_ref_from_wire(ref):
@@ -113,13 +115,13 @@ def _file_ref_from_wire(ref):
         _need(len(ref) == 6 and is_hex(ref[1]) and is_hex(ref[2]) and _is_int(ref[3])
               and _is_int(ref[4]) and ref[5] in COMPRESSION_METHODS, "a bad small-file reference")
         return SmallRef(*ref[1:])
-    _need(ref[0] == LARGE_REF and len(ref) == 2, "a bad file reference")
-    return LargeRef(BlobRef.from_wire(ref[1]))
+    _need(ref[0] == LARGE_REF and len(ref) == 2 and is_hex(ref[1]), "a bad file reference")
+    return LargeRef(ref[1])
 
 
 class DirEntry(NamedTuple):
-    """One entry of a directory. ref: a BlobRef (directory), None (empty file),
-    SmallRef or LargeRef (file), the target (symlink)."""
+    """One entry of a directory. ref: the blob id of its record (directory),
+    None (empty file), SmallRef or LargeRef (file), the target (symlink)."""
     name: str
     kind: str
     mode: int
@@ -129,7 +131,7 @@ class DirEntry(NamedTuple):
 
     def to_wire(self) -> list:
         ref = self.ref
-        if self.kind == SYMLINK:
+        if self.kind in (SYMLINK, DIRECTORY):
             wire_ref = ref
         else:
             wire_ref = None if ref is None else ref.to_wire()
@@ -143,7 +145,7 @@ class DirEntry(NamedTuple):
         _need(_is_int(mode) and type(mtime_ns) is int and _is_int(size),
               f"entry {name!r:.80}: bad mode, time or size")
         if kind == DIRECTORY:
-            ref = BlobRef.from_wire(ref)
+            _need(is_hex(ref), f"entry {name!r:.80}: a directory without its record's id")
         elif kind == FILE:
             ref = _file_ref_from_wire(ref)
             _need((ref is None) == (size == 0), f"entry {name!r:.80}: size and content disagree")
@@ -174,14 +176,14 @@ def record_head(data: bytes, kind: str) -> dict:
 
 class DirectoryRecord(NamedTuple):
     """One directory's entries (sorted by name, at most MAX_DIR_ENTRIES) and
-    the continuation records of a larger directory."""
+    the blob ids of the continuation records of a larger directory."""
     entries: tuple
     more: tuple = ()
 
     def encode(self) -> bytes:
         value = {"v": FORMAT_VERSION, "t": "dir", "e": [e.to_wire() for e in self.entries]}
         if self.more:
-            value["more"] = [ref.to_wire() for ref in self.more]
+            value["more"] = list(self.more)
         return _encode(value).encode("ascii")
 
     @classmethod
@@ -194,14 +196,15 @@ class DirectoryRecord(NamedTuple):
         order = [name_order(e.name) for e in entries]
         _need(all(a < b for a, b in zip(order, order[1:])),
               "a directory record whose names are not sorted, or repeat")
-        return cls(entries, tuple(BlobRef.from_wire(ref) for ref in more))
+        _need(all(is_hex(blob_id) for blob_id in more), "a bad continuation record id")
+        return cls(entries, tuple(more))
 
 
 def directory_records(entries) -> list:
     """The records of one directory's entries (any order): the first holds
     MAX_DIR_ENTRIES entries, each continuation record the next ones. The
     caller stores the continuations, then the first with
-    `first._replace(more=their refs)`."""
+    `first._replace(more=their blob ids)`."""
     ordered = sorted(entries, key=lambda e: name_order(e.name))
     for a, b in zip(ordered, ordered[1:]):
         if a.name == b.name:
@@ -219,8 +222,8 @@ class SnapshotRecord(NamedTuple):
     paths: tuple
     tags: tuple
     protected: bool
-    parent: Optional[BlobRef]
-    tree: BlobRef
+    parent: Optional[str]
+    tree: str
     stats: dict
 
     def encode(self) -> bytes:
@@ -228,8 +231,7 @@ class SnapshotRecord(NamedTuple):
             "v": FORMAT_VERSION, "t": "snapshot", "id": self.snapshot_id, "time": self.time,
             "host": self.host, "paths": list(self.paths), "tags": list(self.tags),
             "protected": self.protected,
-            "parent": None if self.parent is None else self.parent.to_wire(),
-            "tree": self.tree.to_wire(), "stats": self.stats}).encode("ascii")
+            "parent": self.parent, "tree": self.tree, "stats": self.stats}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "SnapshotRecord":
@@ -242,9 +244,10 @@ class SnapshotRecord(NamedTuple):
             _need(type(paths) is list and all(type(p) is str and p.startswith("/") for p in paths)
                   and type(tags) is list and all(type(t) is str for t in tags),
                   "a snapshot record with bad paths or tags")
-            parent = None if value["parent"] is None else BlobRef.from_wire(value["parent"])
+            parent, tree = value["parent"], value["tree"]
+            _need((parent is None or is_hex(parent)) and is_hex(tree),
+                  "a snapshot record with a bad parent or tree id")
             return cls(value["id"], value["time"], value["host"], tuple(paths), tuple(tags),
-                       value["protected"], parent, BlobRef.from_wire(value["tree"]),
-                       value["stats"])
+                       value["protected"], parent, tree, value["stats"])
         except KeyError as err:
             raise BadRecord(f"a snapshot record without {err.args[0]!r}") from None

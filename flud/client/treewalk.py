@@ -32,24 +32,22 @@ def _join(prefix: str, name: str) -> str:
 
 
 class TreeReader:
-    """fetch(BlobRef) -> Deferred[the blob's sealed bytes]; sealer: a
-    BlobSealer of the user's key."""
+    """fetch(blob id hex) -> Deferred[the blob's sealed bytes] (the caller
+    finds where it is: the holder map); sealer: a BlobSealer of the user's key."""
 
     def __init__(self, fetch: Callable, sealer):
         self._fetch = fetch
         self._sealer = sealer
 
     @defer.inlineCallbacks
-    def _record(self, ref) -> DirectoryRecord:
-        sealed = yield self._fetch(ref)
-        if len(sealed) != ref.length:
-            raise BadRecord(f"{len(sealed)} bytes where the reference says {ref.length}")
-        return DirectoryRecord.decode(self._sealer.open(bytes.fromhex(ref.blob_id), sealed))
+    def _record(self, blob_id: str) -> DirectoryRecord:
+        sealed = yield self._fetch(blob_id)
+        return DirectoryRecord.decode(self._sealer.open(bytes.fromhex(blob_id), sealed))
 
     @defer.inlineCallbacks
-    def entries(self, ref) -> list:
+    def entries(self, blob_id: str) -> list:
         """Every entry of one directory, its continuation records' too."""
-        first = yield self._record(ref)
+        first = yield self._record(blob_id)
         found = list(first.entries)
         for more in first.more:
             record = yield self._record(more)
@@ -59,27 +57,27 @@ class TreeReader:
         return found
 
     @defer.inlineCallbacks
-    def walk(self, ref, visit: Callable, on_damaged: Callable, prefix: str = "",
+    def walk(self, blob_id: str, visit: Callable, on_damaged: Callable, prefix: str = "",
              wanted: Callable = lambda path: True):
-        """Depth first from the directory at ref: visit(path, entry) for each
+        """Depth first from the directory whose record is blob_id: visit(path, entry) for each
         entry (it may return a Deferred, waited for), a directory's entry
         before what it holds. wanted(path) prunes subtrees nobody asked for."""
-        yield self._walk(ref, prefix, visit, on_damaged, wanted, ancestors=set())
+        yield self._walk(blob_id, prefix, visit, on_damaged, wanted, ancestors=set())
 
     @defer.inlineCallbacks
-    def _walk(self, ref, prefix, visit, on_damaged, wanted, ancestors):
-        if ref.blob_id in ancestors:
+    def _walk(self, blob_id, prefix, visit, on_damaged, wanted, ancestors):
+        if blob_id in ancestors:
             on_damaged(Damaged(prefix or ".", "a directory that contains itself (a cycle)"))
             return
         try:
-            entries = yield self.entries(ref)
+            entries = yield self.entries(blob_id)
         except (BlobDamaged, BadRecord, NewerFormat) as err:
             on_damaged(Damaged(prefix or ".", str(err)))
             return
         except FludError as err:  # a fetch that failed: no holder answered
             on_damaged(Damaged(prefix or ".", f"cannot be fetched: {err}"))
             return
-        ancestors.add(ref.blob_id)
+        ancestors.add(blob_id)
         try:
             for entry in entries:
                 path = _join(prefix, entry.name)
@@ -89,17 +87,19 @@ class TreeReader:
                 if entry.kind == DIRECTORY:
                     yield self._walk(entry.ref, path, visit, on_damaged, wanted, ancestors)
         finally:
-            ancestors.discard(ref.blob_id)
+            ancestors.discard(blob_id)
 
     @defer.inlineCallbacks
-    def diff(self, old_ref, new_ref, report: Callable, on_damaged: Callable, prefix: str = ""):
+    def diff(self, old_id: str, new_id: str, report: Callable, on_damaged: Callable,
+             prefix: str = ""):
         """report(change, path, old entry, new entry) with change "+", "-" or
-        "M" for every path added, removed or changed between two trees."""
-        if old_ref == new_ref:
+        "M" for every path added, removed or changed between two trees (the
+        blob ids of their root directories)."""
+        if old_id == new_id:
             return
         try:
-            old = yield self.entries(old_ref)
-            new = yield self.entries(new_ref)
+            old = yield self.entries(old_id)
+            new = yield self.entries(new_id)
         except (BlobDamaged, BadRecord, NewerFormat, FludError) as err:
             on_damaged(Damaged(prefix or ".", str(err)))
             return

@@ -9,7 +9,7 @@ from flud.client.tree import (MAX_DIR_ENTRIES, BadRecord, BlobRef, DirEntry, Dir
                               directory_records)
 
 H = "ab" * 32
-REF = BlobRef(H, "cd" * 32, 4096, 300)
+REF = "12" * 32   # a record's blob id
 
 
 def entries():
@@ -67,6 +67,8 @@ def test_a_name_that_is_not_one_path_component_is_refused(name):
     ["x", "f", 0o644, 1, 5, ["S", H, H, -1, 5, ""]],      # negative offset
     ["x", "f", 0o644, 1, 5, ["S", H, H, 0, 5, "lzma"]],   # unknown compression
     ["x", "d", 0o755, 1, 0, None],                        # a directory without its record
+    ["x", "d", 0o755, 1, 0, "../../etc"],                 # ... or with a path for one
+    ["x", "f", 0o644, 1, 5, ["L", "nothex"]],             # a large file without its record
     ["x", "l", 0o777, 1, 0, ""],                          # a symlink without a target
     ["x", "p", 0o644, 1, 0, None],                        # unknown kind
     ["x", "f", -1, 1, 0, None],                           # bad mode
@@ -120,6 +122,7 @@ def test_a_snapshot_record_round_trips():
 
 @pytest.mark.parametrize("change", [
     {"paths": ["docs"]}, {"id": -1}, {"tree": None}, {"host": 5}, {"tags": [1]},
+    {"parent": "../x"}, {"tree": "ab"},
 ])
 def test_a_snapshot_record_with_a_bad_field_is_refused(change):
     value = json.loads(snapshot().encode())
@@ -129,3 +132,11 @@ def test_a_snapshot_record_with_a_bad_field_is_refused(change):
     del value["tree"]
     with pytest.raises(BadRecord):
         SnapshotRecord.decode(json.dumps(value).encode())
+
+
+def test_a_blob_ref_locates_a_record_in_a_bundle():
+    ref = BlobRef(H, "cd" * 32, 4096, 300)
+    assert BlobRef.from_wire(ref.to_wire()) == ref
+    for row in ([H, "cd" * 32, -1, 300], [H, "cd" * 32, 0, 0], [H, "x", 0, 1], [H]):
+        with pytest.raises(BadRecord):
+            BlobRef.from_wire(row)
