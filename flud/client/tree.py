@@ -88,15 +88,13 @@ class BlobRef(NamedTuple):
 
 
 class SmallRef(NamedTuple):
-    """A small file's content: its convergent key and where its bytes are."""
+    """A small file's content: its convergent key (which the holder map
+    locates in a bundle) and how it was compressed."""
     key: str
-    bundle: str
-    offset: int
-    length: int
     method: str = ""
 
     def to_wire(self) -> list:
-        return [SMALL_REF, self.key, self.bundle, self.offset, self.length, self.method]
+        return [SMALL_REF, self.key, self.method]
 
 
 class LargeRef(NamedTuple):
@@ -112,8 +110,8 @@ def _file_ref_from_wire(ref):
         return None
     _need(type(ref) is list and ref, "a bad file reference")
     if ref[0] == SMALL_REF:
-        _need(len(ref) == 6 and is_hex(ref[1]) and is_hex(ref[2]) and _is_int(ref[3])
-              and _is_int(ref[4]) and ref[5] in COMPRESSION_METHODS, "a bad small-file reference")
+        _need(len(ref) == 3 and is_hex(ref[1]) and ref[2] in COMPRESSION_METHODS,
+              "a bad small-file reference")
         return SmallRef(*ref[1:])
     _need(ref[0] == LARGE_REF and len(ref) == 2 and is_hex(ref[1]), "a bad file reference")
     return LargeRef(ref[1])

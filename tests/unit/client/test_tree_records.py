@@ -16,10 +16,10 @@ def entries():
     return [
         DirEntry("src", "d", 0o40755, 1_700_000_000_000_000_000, 0, REF),
         DirEntry("empty", "f", 0o100644, 2, 0, None),
-        DirEntry("notes.txt", "f", 0o100644, 3, 5, SmallRef(H, "ef" * 32, 0, 5, "")),
+        DirEntry("notes.txt", "f", 0o100644, 3, 5, SmallRef(H)),
         DirEntry("film.mkv", "f", 0o100600, 4, 10 ** 9, LargeRef(REF)),
         DirEntry("link", "l", 0o120777, 5, 9, "notes.txt"),
-        DirEntry("caf\udce9", "f", 0o100644, 6, 7, SmallRef(H, "ef" * 32, 5, 7, "zstd")),
+        DirEntry("caf\udce9", "f", 0o100644, 6, 7, SmallRef("ef" * 32, "zstd")),
     ]
 
 
@@ -62,10 +62,10 @@ def test_a_name_that_is_not_one_path_component_is_refused(name):
 
 @pytest.mark.parametrize("row", [
     ["x", "f", 0o644, 1, 5, None],                        # a size without content
-    ["x", "f", 0o644, 1, 0, ["S", H, H, 0, 0, ""]],       # content without a size
-    ["x", "f", 0o644, 1, 5, ["S", "zz", H, 0, 5, ""]],    # not a key
-    ["x", "f", 0o644, 1, 5, ["S", H, H, -1, 5, ""]],      # negative offset
-    ["x", "f", 0o644, 1, 5, ["S", H, H, 0, 5, "lzma"]],   # unknown compression
+    ["x", "f", 0o644, 1, 0, ["S", H, ""]],                # content without a size
+    ["x", "f", 0o644, 1, 5, ["S", "zz", ""]],             # not a key
+    ["x", "f", 0o644, 1, 5, ["S", H, 0, 5, ""]],          # a version-1 location inline
+    ["x", "f", 0o644, 1, 5, ["S", H, "lzma"]],            # unknown compression
     ["x", "d", 0o755, 1, 0, None],                        # a directory without its record
     ["x", "d", 0o755, 1, 0, "../../etc"],                 # ... or with a path for one
     ["x", "f", 0o644, 1, 5, ["L", "nothex"]],             # a large file without its record
