@@ -7,9 +7,9 @@ Memory (the whole budget: see run.py): each pool call first reserves the
 most the aggregator may grow by (a free-standing "credit": about one
 bundle's shares, see Aggregator.add_cost) and, on the open bundle (kind
 "bundle"), the file being read and compressed and the parity of a bundle
-being coded ("work"). Afterwards what the aggregator holds is attributed to the open
-bundle ("building") and to one transfer per tar (kind "tar", "building" then
-"sealed" until its node answered), and the rest goes back. When a
+being coded ("work"). Afterwards what the aggregator holds is attributed to
+the open bundle ("building") and to one transfer per tar (kind "tar",
+"building" then "sealed" until its node answered), and the rest goes back. When a
 reservation has to wait and no tar is on its way, open tars are sealed and
 sent, so memory comes back.
 
