@@ -47,7 +47,7 @@ from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder
-from flud.errors import FludError
+from flud.errors import FludError, UnknownCompression
 
 log = logging.getLogger("flud.client")
 
@@ -238,7 +238,7 @@ class Restore:
         content = content_from_wire(self.manifest["contents"][entry.last])
         try:
             data = yield self._small_files.fetch(content)
-        except (FetchFailed, RestoreError) as err:
+        except (FetchFailed, RestoreError, UnknownCompression) as err:
             self._failed(entry.rel, err)
             return
         if self._write_or_fail(entry, data):

@@ -5,10 +5,10 @@ range from k other shares and a zfec decode of just that range. Every file
 is checked against its convergent key before it is handed back."""
 from twisted.internet import defer
 
+from flud.client.contents import ContentCheckFailed, open_small
 from flud.client.records import Bundle
 from flud.client.segments import FetchFailed
 from flud.coding import locate
-from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
 
 class SmallFetch:
@@ -36,7 +36,6 @@ class SmallFetch:
     def fetch(self, content):
         """The plaintext of a SmallContent."""
         bundle = self._bundle(content.bundle)
-        key = bytes.fromhex(content.key)
         pieces = locate(content.offset, content.length, bundle.block_length)
         holders = {h.index: h for h in bundle.holders}
         parts = []
@@ -53,13 +52,14 @@ class SmallFetch:
             parts.append((block, start, end, part))
         fetched = [(block, part) for block, _, _, part in parts if part is not None]
         if len(fetched) == len(parts):
-            plain = decrypt_ctr(key, b"".join(part for _, part in fetched))
-            if convergent_key(self.ctx.secret, content_digest(plain)) == key:
-                return plain
+            try:
+                return open_small(self.ctx.secret, content, b"".join(part for _, part in fetched))
+            except ContentCheckFailed:
+                pass
         # Which part is wrong, the check cannot say (a file spanning two
         # blocks has two holders): the rebuild from other shares can.
         suspects = {block for block, _ in fetched}
-        plain, rebuilt = yield self._rebuild_small(bundle, pieces, key, avoid=suspects)
+        plain, rebuilt = yield self._rebuild_small(bundle, pieces, content, avoid=suspects)
         for block, part in fetched:
             if bytes(part) != rebuilt[block]:
                 holder = holders[block]
@@ -67,7 +67,7 @@ class SmallFetch:
         return plain
 
     @defer.inlineCallbacks
-    def _rebuild_small(self, bundle, pieces, key, avoid=()):
+    def _rebuild_small(self, bundle, pieces, content, avoid=()):
         """The same ranges from any k shares, decoded (zfec works byte-wise),
         the shares in `avoid` last: (plaintext, {block: its range's bytes})."""
         k = bundle.k
@@ -88,8 +88,9 @@ class SmallFetch:
             raise FetchFailed(f"only {len(got)} of {k} shares of a bundle are reachable")
         blocks = self._coder.decode_blocks_range(got)
         rebuilt = {b: bytes(blocks[b][s - first:e - first]) for b, s, e in pieces}
-        plain = decrypt_ctr(key, b"".join(rebuilt[b] for b, _, _ in pieces))
-        if convergent_key(self.ctx.secret, content_digest(plain)) != key:
+        try:
+            plain = open_small(self.ctx.secret, content, b"".join(rebuilt[b] for b, _, _ in pieces))
+        except ContentCheckFailed:
             raise FetchFailed("a small file rebuilt from other shares is still wrong: "
-                              "more shares are corrupt than the code can repair")
+                              "more shares are corrupt than the code can repair") from None
         return plain, rebuilt
