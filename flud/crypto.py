@@ -222,11 +222,51 @@ def _check_sealed_length(blob) -> None:
         raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own header: truncated")
 
 
-def derive_key(user_secret: bytes, purpose: str) -> bytes:
+def derive_key(user_secret: bytes, purpose: str, length: int = KEY_LENGTH) -> bytes:
     """HKDF-SHA256 key for one purpose (PURPOSE_MANIFEST, PURPOSE_NAMES, ...).
 
     Different purposes give independent keys from the one user secret.
     """
     if not purpose:
         raise ValueError("derive_key needs a non-empty purpose")
-    return HKDF(user_secret, KEY_LENGTH, None, SHA256, context=DERIVE_LABEL + purpose.encode("utf-8"))
+    return HKDF(user_secret, length, None, SHA256, context=DERIVE_LABEL + purpose.encode("utf-8"))
+
+
+# ---- deterministic sealing (AES-SIV) ---------------------------------------
+#
+# A record that must be the same bytes every time it is written (a snapshot's
+# directory record: unchanged, it is stored once) cannot take a random nonce.
+# AES-SIV (RFC 5297) derives its IV from the plaintext: equal plaintexts seal
+# equal, and a repeated plaintext reveals only that it repeats, which is the
+# point. It takes two AES-256 keys (64 bytes).
+
+SIV_KEY_LENGTH = 64
+SIV_TAG_LENGTH = 16
+
+
+def seal_deterministic(key: bytes, plaintext, associated: bytes = b"") -> bytes:
+    """AES-256-SIV: tag (16) | ciphertext; the same input gives the same bytes."""
+    cipher = _siv(key, associated)
+    ciphertext, tag = cipher.encrypt_and_digest(bytes(plaintext))
+    return tag + ciphertext
+
+
+def open_deterministic(key: bytes, blob, associated: bytes = b"") -> bytes:
+    """Inverse of seal_deterministic(); IntegrityError if anything changed."""
+    if len(blob) < SIV_TAG_LENGTH:
+        raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own "
+                             f"header: truncated")
+    cipher = _siv(key, associated)
+    try:
+        return cipher.decrypt_and_verify(bytes(blob[SIV_TAG_LENGTH:]), bytes(blob[:SIV_TAG_LENGTH]))
+    except ValueError:
+        raise IntegrityError(_ALTERED) from None
+
+
+def _siv(key: bytes, associated: bytes):
+    if len(key) != SIV_KEY_LENGTH:
+        raise ValueError(f"an AES-SIV key is {SIV_KEY_LENGTH} bytes, not {len(key)}")
+    cipher = AES.new(key, AES.MODE_SIV)
+    if associated:
+        cipher.update(associated)
+    return cipher

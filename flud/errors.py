@@ -72,3 +72,23 @@ class PoolSaturated(FludError):
     """Too many CPU jobs are already waiting; the caller should slow down."""
 
     code = "POOL_SATURATED"
+
+
+# --- compression.py: contents compressed before encryption -----------------
+
+
+class CompressionError(FludError):
+    code = "COMPRESSION"
+
+
+class UnknownCompression(CompressionError):
+    """A record names a compression method this version cannot undo (written
+    by a newer flud, or damaged)."""
+
+    code = "UNKNOWN_COMPRESSION"
+
+
+class BadCompressedData(CompressionError):
+    """Compressed bytes that do not decompress to the recorded size."""
+
+    code = "BAD_COMPRESSED_DATA"

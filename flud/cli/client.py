@@ -170,9 +170,20 @@ def cmd_key_export(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from flud.client.home import ClientHome
+    from flud.client.home import ClientHome, HomeError
 
-    home = ClientHome(args.home)
+    try:
+        home = ClientHome(args.home)
+    except HomeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return _list(home, args)
+    finally:
+        home.close()
+
+
+def _list(home, args) -> int:
     snapshots = home.index.snapshots()
     if args.snapshot is None and not args.path:
         if not snapshots:

@@ -13,7 +13,9 @@ Shapes (all hex strings are lower case):
     entry            [rel, kind, mode, mtime_ns, size, content id | link target | ""]
     empty content    {"t": "E", "size": 0}
     small content    {"t": "S", "size", "key": convergent key, "b": bundle id,
-                      "o": offset in the bundle, "l": length}
+                      "o": offset in the bundle, "l": length stored}
+                     and "z": compression method ("zstd"), only if it was compressed
+                     ("size" is the plaintext's; written without "z" before compression)
     large content    {"t": "L", "size", "ext": [extent, ...]}
                      or, written before extents, {"t": "L", "size", "segs": [stored segment]}
     extent           {"shares": [share holder, ...], "segs": [extent segment, ...]}
@@ -202,17 +204,22 @@ class EmptyContent(NamedTuple):
 
 
 class SmallContent(NamedTuple):
-    """A small file: bytes offset..offset+length of its bundle."""
+    """A small file: bytes offset..offset+length of its bundle, compressed
+    with `method` before they were encrypted (None: stored as they are)."""
     size: int
     key: str
     bundle: str
     offset: int
     length: int
+    method: Optional[str] = None
     kind = SMALL
 
     def to_wire(self) -> dict:
-        return {"t": SMALL, "size": self.size, "key": self.key, "b": self.bundle,
-                "o": self.offset, "l": self.length}
+        record = {"t": SMALL, "size": self.size, "key": self.key, "b": self.bundle,
+                  "o": self.offset, "l": self.length}
+        if self.method is not None:  # a file stored as it is keeps its record's bytes
+            record["z"] = self.method
+        return record
 
 
 class LargeContent(NamedTuple):
@@ -258,7 +265,7 @@ def content_from_wire(record):
     kind = record["t"]
     if kind == SMALL:
         return SmallContent(record["size"], record["key"], record["b"], record["o"],
-                            record["l"])
+                            record["l"], record.get("z"))
     if kind == LARGE:
         if "segs" in record:
             return LargeContent(record["size"],

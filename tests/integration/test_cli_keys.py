@@ -68,3 +68,13 @@ def test_key_export_refuses_a_symlink_in_the_files_place(home, tmp_path):
     proc = flud("key", "export", "--home", home, key, env=PASSPHRASE)
     assert_error(proc, "--force")
     assert target.read_bytes() == b"theirs" and os.path.islink(key)
+
+
+def test_ls_of_a_directory_that_is_not_a_home_says_so(tmp_path):
+    assert_error(flud("ls", "--home", tmp_path / "nowhere"), "not a flud client home")
+
+
+def test_ls_of_a_new_home_lists_no_snapshots(home):
+    proc = flud("ls", "--home", home)
+    assert proc.returncode == 0, output(proc)
+    assert "no snapshots" in proc.stdout

@@ -1,14 +1,15 @@
-"""A backup's small files: read, encrypted one by one (convergent) and
+"""A backup's small files: read, compressed if that saves enough and
+encrypted one by one (convergent: flud/client/contents.py), and
 added to the aggregator in a worker, which codes bundles and fills one tar
 per destination node; each sealed tar is one STORE, sent from the reactor.
 
 Memory (the whole budget: see run.py): each pool call first reserves the
 most the aggregator may grow by (a free-standing "credit": about one
 bundle's shares, see Aggregator.add_cost) and, on the open bundle (kind
-"bundle"), the file being read and the parity of a bundle being coded
-("work"). Afterwards what the aggregator holds is attributed to the open
-bundle ("building") and to one transfer per tar (kind "tar", "building" then
-"sealed" until its node answered), and the rest goes back. When a
+"bundle"), the file being read and compressed and the parity of a bundle
+being coded ("work"). Afterwards what the aggregator holds is attributed to
+the open bundle ("building") and to one transfer per tar (kind "tar",
+"building" then "sealed" until its node answered), and the rest goes back. When a
 reservation has to wait and no tar is on its way, open tars are sealed and
 sent, so memory comes back.
 
@@ -29,11 +30,13 @@ from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
 from aggregator.tarball import END_OF_ARCHIVE
 from flud.client.backup.challenges import PackedChallenges, tar_challenges
 from flud.client.backup.files import FileChanged, read_small, why_skipped
+from flud.client.contents import seal_small
 from flud.client.gather import settle_all
 from flud.client.network import network_share
 from flud.client.records import Bundle, ShareHolder, SmallContent
 from flud.client.segments import StoreFailed
-from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place
+from flud.compression import working_bytes
+from flud.crypto import content_digest, convergent_key
 from flud.protocol.messages import KIND_ARCHIVE
 
 log = logging.getLogger("flud.client")
@@ -76,7 +79,7 @@ class SmallFiles:
         self.summary = summary
         self._skip = skip
         self.policy = self._small_policy(small_file_limit)
-        self._pending_small = {}    # content id -> (key hex, size), waiting for its bundle
+        self._pending_small = {}    # content id -> (key hex, size, method), waiting for its bundle
         self._bundles = {}          # bundle id hex -> Bundle
         self._bundle_files = {}     # bundle id hex -> [(content id, offset, length)]
         self._challenges = PackedChallenges()
@@ -125,9 +128,9 @@ class SmallFiles:
         self._collect_bundles()
         for bundle_id, files in self._bundle_files.items():
             for content_id, offset, length in files:
-                key_hex, size = self._pending_small.pop(content_id)
+                key_hex, size, method = self._pending_small.pop(content_id)
                 self.contents.remember(content_id, SmallContent(size, key_hex, bundle_id,
-                                                                offset, length))
+                                                                offset, length, method))
         self._bundle_files = {}
         bundles, challenges = self._bundles, self._challenges
         self._bundles, self._challenges = {}, PackedChallenges()
@@ -154,11 +157,12 @@ class SmallFiles:
         return sum(network_share(self.ctx.monitor.budget_bytes, nodes, self.segment_footprint).values())
 
     def _work_bytes(self, policy, largest):
-        """Held only during a pool call: the file being read and encrypted,
-        and the parity (plus one padded block) of a bundle being coded (a
-        bundle holds at most bundle_target, or one larger file)."""
+        """Held only during a pool call: the file being read, compressed and
+        encrypted (its compressed copy beside it for a moment), and the parity
+        (plus one padded block) of a bundle being coded (a bundle holds at
+        most bundle_target, or one larger file)."""
         block = -(-max(policy.bundle_target, largest) // self.k)
-        return largest + (self.n - self.k + 1) * block
+        return largest + working_bytes(largest) + (self.n - self.k + 1) * block
 
     def _credit_bytes(self, policy, batch_bytes, bundle_bytes, tars):
         """What one call may grow the aggregator by: n/k of the batch and of
@@ -298,12 +302,17 @@ class SmallFiles:
                 dedup += 1
             else:
                 key = convergent_key(secret, digest)
-                crypt_ctr_in_place(key, data)
+                method = seal_small(key, data)
+                # What the aggregator takes is the stored bytes, and their
+                # cost is the one that counts: a shorter file may fit in the
+                # open bundle where the plaintext would have sealed it.
+                if i and used + aggregator.add_cost(len(data)) > credit:
+                    return batch[i:], False, dedup, read
                 with self._aggregator_lock:
                     if aggregator.must_drain():  # tars moved here meanwhile
                         return batch[i:], True, dedup, read
                     before = aggregator.pending_bytes
-                    self._pending_small[content_id] = (key.hex(), entry.size)
+                    self._pending_small[content_id] = (key.hex(), entry.size, method)
                     aggregator.add(content_id, data)
                     used += aggregator.pending_bytes - before
                     self._sealed.extend(aggregator.take_sealed())

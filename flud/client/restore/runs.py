@@ -41,6 +41,7 @@ from twisted.internet import defer
 from flud.client.gather import settle_all
 from flud.client.segments import FetchFailed
 from flud.coding import locate
+from flud.errors import UnknownCompression
 
 RUN_GAP = 64 * 1024
 RUN_CAP = 1024 * 1024
@@ -236,12 +237,12 @@ class SmallRuns:
 
     @defer.inlineCallbacks
     def _fetch_alone(self, entry, fetch, content, *args):
-        size = content.length
+        size = max(content.length, content.size)  # stored, and opened (decompressed)
         yield self._transfer.reserve(size, "files")
         try:
             try:
                 plain = yield fetch(content, *args)
-            except FetchFailed as err:
+            except (FetchFailed, UnknownCompression) as err:  # this file fails, alone
                 self._failed(entry, err)
                 return
             written = defer.Deferred()

@@ -3,17 +3,18 @@
 Most come by runs (runs.py): one ranged RETRIEVE of a primary share block
 carries many files, and each is opened (decrypted and checked, `open`) on
 a writer thread. A file that does not (its run failed, it failed its
-check, it spans two blocks, or its block has no holder) comes here alone:
+check, or its block has no holder) comes here alone:
 exactly its byte range from the primary share of its bundle, and if that
 primary is missing or corrupt, the same range from k other shares and a
-zfec decode of just that range (`recover`). Every file is checked against
-its convergent key before it is handed back."""
+zfec decode of just that range (`recover`). Every file is opened (decrypted,
+decompressed if its record says so) and checked against its convergent key
+before it is handed back."""
 from twisted.internet import defer
 
+from flud.client.contents import ContentCheckFailed, open_small
 from flud.client.records import Bundle
 from flud.client.segments import FetchFailed
 from flud.coding import locate
-from flud.crypto import content_digest, convergent_key, decrypt_ctr
 
 
 class SmallFetch:
@@ -38,14 +39,15 @@ class SmallFetch:
         return bundle
 
     def open(self, content, ciphertext):
-        """The plaintext of a small file's ciphertext, or None if it is not
-        the file the manifest recorded (its convergent key says). The one
-        place a small file is decrypted and checked; safe on any thread."""
-        key = bytes.fromhex(content.key)
-        plain = decrypt_ctr(key, bytes(ciphertext))
-        if convergent_key(self.ctx.secret, content_digest(plain)) != key:
+        """The plaintext of a small file's stored bytes (decrypted,
+        decompressed if its record says so), or None if they are not the
+        file the manifest recorded (its convergent key says); safe on any
+        thread. The one place a small file is opened. UnknownCompression
+        (the record names a method this flud lacks) fails the file alone."""
+        try:
+            return open_small(self.ctx.secret, content, bytes(ciphertext))
+        except ContentCheckFailed:
             return None
-        return plain
 
     def retrieve_run(self, run):
         """Deferred: the bytes of a run (runs.Run) from its block's holder,

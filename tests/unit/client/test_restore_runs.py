@@ -293,3 +293,22 @@ def test_the_writer_threads_write_batches_and_refuse_what_is_not_the_file(tmp_pa
         with open(tmp_path / "out" / f"d{i % 40}" / f"f{i}", "rb") as f:
             assert f.read() == b"x%d" % i
     assert not os.path.exists("/tmp/escape")
+
+
+def test_compressed_small_files_come_by_runs_too(world, tmp_path):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    rng = random.Random(7)
+    for i in range(200):
+        folder = os.path.join(src, f"d{i % 4}")
+        os.makedirs(folder, exist_ok=True)
+        words = [rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(rng.randint(50, 3000))]
+        with open(os.path.join(folder, f"t{i}.txt"), "w") as f:
+            f.write(" ".join(words))
+    manifest = backup(world, src)
+    items = small_items(manifest)
+    assert sum(c.length < c.size for _, c in items) > 150  # most were stored compressed
+    runs, _, alone = plan_runs(items, bundle_of(manifest))
+    summary, _, _, _, _ = restore(world, out, manifest)
+    assert summary["failed"] == 0 and summary["files"] == 200
+    assert compare_trees(src, os.path.join(out, "src")) == []
+    assert summary["retrieves"] == len(runs) and not alone

@@ -1,0 +1,155 @@
+"""The holder map of a version-2 repository (docs/snapshots.md): where every
+bundle's and extent's shares are, and which bundle range holds each record's
+blob, apart from the tree records that say what a snapshot holds.
+
+Repair moves shares and prune drops them; neither touches a tree record,
+because nothing in a tree says which node holds what. The map is a list of
+pages, each a sealed blob: a backup appends a page of what it stored, repair
+a page of what it moved, and for an object the newest page wins. merge()
+folds pages into fewer (the map index lists at most MAX_PAGES).
+"""
+import json
+from typing import NamedTuple, Tuple
+
+from flud.client.records import Bundle, ShareHolder
+from flud.client.tree import FORMAT_VERSION, BadRecord, BlobRef, is_hex, record_head
+
+MAX_PAGES = 32
+PAGE_ROWS = 4096   # objects per page when pages are merged
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
+def _holders(rows) -> Tuple[ShareHolder, ...]:
+    if type(rows) is not list:
+        raise BadRecord("a holder list that is not a list")
+    holders = []
+    for row in rows:
+        if not (type(row) is list and len(row) == 3 and type(row[0]) is int and row[0] >= 0
+                and is_hex(row[1]) and is_hex(row[2])):
+            raise BadRecord("a bad share holder")
+        holders.append(ShareHolder(*row))
+    return tuple(holders)
+
+
+def _bundle(row) -> Bundle:
+    if type(row) is not dict:
+        raise BadRecord("a bundle that is not an object")
+    try:
+        bundle = Bundle(row["len"], row["k"], row["n"], row["bl"], _holders(row["shares"]))
+    except KeyError as err:
+        raise BadRecord(f"a bundle without {err.args[0]!r}") from None
+    if not all(type(v) is int and v > 0 for v in bundle[:4]) or bundle.k > bundle.n:
+        raise BadRecord("a bundle with a bad geometry")
+    return bundle
+
+
+class MapPage(NamedTuple):
+    """Bundles (id -> Bundle), extents (id -> their share holders) and blobs
+    (id -> BlobRef: which bundle range holds a record), each sorted by id so
+    a page has one encoding."""
+    bundles: tuple = ()
+    extents: tuple = ()
+    blobs: tuple = ()
+
+    @classmethod
+    def of(cls, bundles=None, extents=None, blobs=()) -> "MapPage":
+        return cls(tuple(sorted((bundles or {}).items())), tuple(sorted((extents or {}).items())),
+                   tuple(sorted(blobs)))
+
+    def __len__(self) -> int:
+        return len(self.bundles) + len(self.extents) + len(self.blobs)
+
+    def encode(self) -> bytes:
+        return _encode({
+            "v": FORMAT_VERSION, "t": "holders",
+            "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
+            "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
+            "r": [ref.to_wire() for ref in self.blobs],
+        }).encode("ascii")
+
+    @classmethod
+    def decode(cls, data: bytes) -> "MapPage":
+        value = record_head(data, "holders")
+        bundles, extents, blobs = value.get("b"), value.get("x"), value.get("r")
+        if type(bundles) is not list or type(extents) is not list or type(blobs) is not list:
+            raise BadRecord("a holder page of the wrong shape")
+        pairs = []
+        for rows, make in ((bundles, _bundle), (extents, _holders)):
+            made = []
+            for row in rows:
+                if not (type(row) is list and len(row) == 2 and is_hex(row[0])):
+                    raise BadRecord("a holder page row of the wrong shape")
+                made.append((row[0], make(row[1])))
+            ids = [i for i, _ in made]
+            if ids != sorted(set(ids)):
+                raise BadRecord("a holder page whose ids are not sorted, or repeat")
+            pairs.append(tuple(made))
+        refs = tuple(BlobRef.from_wire(row) for row in blobs)
+        ids = [ref.blob_id for ref in refs]
+        if ids != sorted(set(ids)):
+            raise BadRecord("a holder page whose blob ids are not sorted, or repeat")
+        return cls(*pairs, refs)
+
+
+class HolderMap:
+    """The newest holders of every object, from pages oldest first."""
+
+    def __init__(self, pages=()):
+        self._bundles, self._extents, self._blobs = {}, {}, {}
+        for page in pages:
+            self.add(page)
+
+    def add(self, page: MapPage) -> None:
+        self._bundles.update(page.bundles)
+        self._extents.update(page.extents)
+        self._blobs.update((ref.blob_id, ref) for ref in page.blobs)
+
+    def blob(self, blob_id: str) -> BlobRef:
+        """Where a record's blob is (its bundle and range), or None."""
+        return self._blobs.get(blob_id)
+
+    def bundle(self, bundle_id: str) -> Bundle:
+        return self._bundles.get(bundle_id)
+
+    def extent(self, extent_id: str) -> tuple:
+        return self._extents.get(extent_id)
+
+    def __len__(self) -> int:
+        return len(self._bundles) + len(self._extents) + len(self._blobs)
+
+    def pages(self, rows: int = PAGE_ROWS) -> list:
+        """The whole map as pages of at most `rows` objects (what merging
+        writes back)."""
+        items = [("b", k, v) for k, v in sorted(self._bundles.items())] + \
+                [("x", k, v) for k, v in sorted(self._extents.items())] + \
+                [("r", k, v) for k, v in sorted(self._blobs.items())]
+        pages = []
+        for start in range(0, len(items), rows):
+            chunk = items[start:start + rows]
+            pages.append(MapPage(tuple((k, v) for kind, k, v in chunk if kind == "b"),
+                                 tuple((k, v) for kind, k, v in chunk if kind == "x"),
+                                 tuple(v for kind, k, v in chunk if kind == "r")))
+        return pages
+
+
+def merge(pages, rows: int = PAGE_ROWS) -> list:
+    """Fewer pages holding the same newest holders (pages oldest first)."""
+    return HolderMap(pages).pages(rows)
+
+
+class MapIndex(NamedTuple):
+    """The map's pages, oldest first (each a blob)."""
+    pages: Tuple[BlobRef, ...]
+
+    def encode(self) -> bytes:
+        return _encode({"v": FORMAT_VERSION, "t": "map",
+                        "pages": [p.to_wire() for p in self.pages]}).encode("ascii")
+
+    @classmethod
+    def decode(cls, data: bytes) -> "MapIndex":
+        value = record_head(data, "map")
+        pages = value.get("pages")
+        if type(pages) is not list or len(pages) > MAX_PAGES:
+            raise BadRecord(f"a map index that is not a list of at most {MAX_PAGES} pages")
+        return cls(tuple(BlobRef.from_wire(p) for p in pages))

@@ -1,0 +1,94 @@
+"""The holder map: pages that say where shares are, the newest page winning
+for an object, merged into fewer pages without losing anything."""
+import json
+
+import pytest
+
+from flud.client.holders import MAX_PAGES, HolderMap, MapIndex, MapPage, merge
+from flud.client.records import Bundle, ShareHolder
+from flud.client.tree import BadRecord, BlobRef, NewerFormat
+
+
+def hexid(i: int) -> str:
+    return f"{i:064x}"
+
+
+def bundle(i: int, node: int = 1) -> Bundle:
+    return Bundle(1000, 2, 4, 500, tuple(ShareHolder(s, hexid(100 + s), hexid(node + s))
+                                         for s in range(4)))
+
+
+def extent(node: int) -> tuple:
+    return tuple(ShareHolder(s, hexid(200 + s), hexid(node + s)) for s in range(4))
+
+
+def blob(i: int, bundle_i: int = 1) -> BlobRef:
+    return BlobRef(hexid(1000 + i), hexid(bundle_i), 100 * i, 100)
+
+
+def test_a_page_round_trips_and_has_one_encoding():
+    page = MapPage.of({hexid(2): bundle(2), hexid(1): bundle(1)}, {hexid(9): extent(5)},
+                      [blob(2), blob(1)])
+    again = MapPage.of({hexid(1): bundle(1), hexid(2): bundle(2)}, {hexid(9): extent(5)},
+                       [blob(1), blob(2)])
+    assert page.encode() == again.encode()
+    assert MapPage.decode(page.encode()) == page and len(page) == 5
+
+
+def test_the_newest_page_wins_for_an_object():
+    old = MapPage.of({hexid(1): bundle(1, node=1), hexid(2): bundle(2)}, {hexid(9): extent(1)})
+    repair = MapPage.of({hexid(1): bundle(1).moved(2, hexid(77))}, {hexid(9): extent(40)})
+    holders = HolderMap([old, repair])
+    assert holders.bundle(hexid(1)).holders[2].node == hexid(77)
+    assert holders.bundle(hexid(2)) == bundle(2)
+    assert holders.extent(hexid(9)) == extent(40)
+    assert holders.bundle(hexid(3)) is None
+
+
+def test_the_map_says_where_each_record_is():
+    holders = HolderMap([MapPage.of(blobs=[blob(1), blob(2, bundle_i=5)])])
+    assert holders.blob(hexid(1002)) == blob(2, bundle_i=5)
+    assert holders.blob(hexid(1003)) is None
+
+
+def test_merging_keeps_every_newest_holder_in_fewer_pages():
+    pages = [MapPage.of({hexid(i): bundle(i, node=i)}, blobs=[blob(i)]) for i in range(50)]
+    pages.append(MapPage.of({hexid(7): bundle(7, node=99)}))
+    merged = merge(pages, rows=16)
+    assert len(merged) == 7 and sum(len(p) for p in merged) == 100
+    assert HolderMap(merged).blob(hexid(1049)) == blob(49)
+    assert HolderMap(merged).bundle(hexid(7)) == bundle(7, node=99)
+    for i in range(50):
+        assert HolderMap(merged).bundle(hexid(i)) == HolderMap(pages).bundle(hexid(i))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda v: v["b"].reverse(),                          # not sorted
+    lambda v: v["b"].append(v["b"][0]),                  # repeated id
+    lambda v: v["b"][0].__setitem__(0, "zz"),            # not an id
+    lambda v: v["b"][0][1].__setitem__("k", 9),          # k > n
+    lambda v: v["b"][0][1].pop("bl"),                    # missing field
+    lambda v: v["x"][0][1][0].__setitem__(2, 5),         # a node that is not an id
+    lambda v: v.__setitem__("x", {}),                    # wrong shape
+    lambda v: v["r"].reverse(),                          # blobs not sorted
+    lambda v: v["r"][0].__setitem__(2, -5),              # a bad range
+    lambda v: v.pop("r"),                                # no blob section
+])
+def test_a_malformed_page_is_refused(mutate):
+    page = MapPage.of({hexid(1): bundle(1), hexid(2): bundle(2)}, {hexid(9): extent(1)},
+                      [blob(1), blob(2)])
+    value = json.loads(page.encode())
+    mutate(value)
+    with pytest.raises(BadRecord):
+        MapPage.decode(json.dumps(value).encode())
+
+
+def test_a_map_index_round_trips_and_is_bounded():
+    ref = BlobRef(hexid(1), hexid(2), 0, 10)
+    index = MapIndex((ref, ref._replace(offset=10)))
+    assert MapIndex.decode(index.encode()) == index
+    too_many = MapIndex((ref,) * (MAX_PAGES + 1)).encode()
+    with pytest.raises(BadRecord):
+        MapIndex.decode(too_many)
+    with pytest.raises(NewerFormat):
+        MapIndex.decode(b'{"v":3,"t":"map","pages":[]}')
