@@ -7,6 +7,7 @@ import sys
 import time
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
+from flud.cli.home import open_home
 from flud.cli.node import parse_address
 from flud.errors import FludError
 
@@ -170,12 +171,8 @@ def cmd_key_export(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    from flud.client.home import ClientHome, HomeError
-
-    try:
-        home = ClientHome(args.home)
-    except HomeError as err:
-        print(f"error: {err}", file=sys.stderr)
+    home = open_home(args.home)
+    if home is None:
         return EXIT_ERROR
     try:
         return _list(home, args)

@@ -7,6 +7,7 @@ import sys
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.cli.home import open_home
 from flud.cli.runner import run_reactor
 from flud.client.progress import human_bytes
 
@@ -18,13 +19,9 @@ class UserError(Exception):
 
 
 def run_client(args, job: str) -> int:
-    from flud.client.home import ClientHome, HomeError
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        home = ClientHome(args.home)
-    except HomeError as err:
-        print(f"error: {err}", file=sys.stderr)
+    home = open_home(args.home)
+    if home is None:
         return EXIT_ERROR
     try:
         return run_reactor(lambda reactor: _job(reactor, home, args, job))

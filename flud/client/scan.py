@@ -42,14 +42,20 @@ def special_kind(mode: int) -> str:
 
 def scan(roots, excludes=()) -> ScanResult:
     result = ScanResult()
+
+    def on_skip(path, why):
+        result.skipped.append((path, why))
+
     for root in roots:
         root = os.path.abspath(root)
         try:
             st = os.lstat(root)
         except OSError as err:
-            result.skipped.append((root, f"cannot read: {err.strerror}"))
+            on_skip(root, f"cannot read: {err.strerror}")
             continue
-        _visit(root, st, excludes, result)
+        entry = entry_of(root, st, on_skip)
+        if entry is not None:
+            _visit(entry, excludes, result, on_skip)
     return result
 
 
@@ -73,24 +79,31 @@ def entry_of(path: str, st, on_skip) -> Entry:
     return None
 
 
-def _visit(path: str, st, excludes, result: ScanResult) -> None:
-    entry = entry_of(path, st, lambda where, why: result.skipped.append((where, why)))
-    if entry is None:
-        return
-    result.entries.append(entry)
-    if entry.kind != "dir":
-        return
+def list_children(path: str, excludes, on_skip) -> list:
+    """The entries of one directory, sorted by name ([] if it cannot be listed)."""
     try:
-        children = sorted(os.scandir(path), key=lambda e: e.name)
+        with os.scandir(path) as listing:
+            found = sorted(listing, key=lambda e: e.name)
     except OSError as err:
-        result.skipped.append((path, f"cannot list: {err.strerror}"))
-        return
-    for child in children:
+        on_skip(path, f"cannot list: {err.strerror}")
+        return []
+    children = []
+    for child in found:
         if excluded(child.path, child.name, excludes):
             continue
         try:
             child_st = child.stat(follow_symlinks=False)
         except OSError as err:
-            result.skipped.append((child.path, f"vanished or unreadable: {err.strerror}"))
+            on_skip(child.path, f"vanished or unreadable: {err.strerror}")
             continue
-        _visit(child.path, child_st, excludes, result)
+        entry = entry_of(child.path, child_st, on_skip)
+        if entry is not None:
+            children.append(entry)
+    return children
+
+
+def _visit(entry: Entry, excludes, result: ScanResult, on_skip) -> None:
+    result.entries.append(entry)
+    if entry.kind == "dir":
+        for child in list_children(entry.path, excludes, on_skip):
+            _visit(child, excludes, result, on_skip)

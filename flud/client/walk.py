@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from flud.client.scan import Entry, entry_of, excluded
+from flud.client.scan import Entry, list_children
 
 
 @dataclass(slots=True)
@@ -24,29 +24,6 @@ class Directory:
     path: str
     entry: Entry
     entries: list
-
-
-def list_children(path: str, excludes, on_skip) -> list:
-    """The entries of one directory, sorted by name ([] if it cannot be listed)."""
-    try:
-        with os.scandir(path) as listing:
-            found = sorted(listing, key=lambda e: e.name)
-    except OSError as err:
-        on_skip(path, f"cannot list: {err.strerror}")
-        return []
-    children = []
-    for child in found:
-        if excluded(child.path, child.name, excludes):
-            continue
-        try:
-            child_st = child.stat(follow_symlinks=False)
-        except OSError as err:
-            on_skip(child.path, f"vanished or unreadable: {err.strerror}")
-            continue
-        entry = entry_of(child.path, child_st, on_skip)
-        if entry is not None:
-            children.append(entry)
-    return children
 
 
 def walk(root: str, excludes=(), on_skip: Callable = lambda path, why: None,
