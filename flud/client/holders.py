@@ -153,3 +153,43 @@ class MapIndex(NamedTuple):
         if type(pages) is not list or len(pages) > MAX_PAGES:
             raise BadRecord(f"a map index that is not a list of at most {MAX_PAGES} pages")
         return cls(tuple(BlobRef.from_wire(p) for p in pages))
+
+
+class RootRecord(NamedTuple):
+    """What ROOT_PUT keeps for this owner (docs/snapshots.md): where the
+    newest snapshot record and the map index are, and the holders of the
+    bundles that hold them (the map cannot locate itself)."""
+    snapshot: BlobRef
+    map_index: BlobRef
+    bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
+
+    def encode(self) -> bytes:
+        return _encode({"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
+                        "map": self.map_index.to_wire(),
+                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles]}
+                       ).encode("ascii")
+
+    @classmethod
+    def decode(cls, data: bytes) -> "RootRecord":
+        """A version-2 root record; a version-1 one ({"snapshot": N,
+        "manifest": ...}, no "v") is the caller's to read as before."""
+        value = record_head(data, "root")
+        rows = value.get("bundles")
+        if type(rows) is not list:
+            raise BadRecord("a root record without its bundles")
+        bundles = []
+        for row in rows:
+            if not (type(row) is list and len(row) == 2 and is_hex(row[0])):
+                raise BadRecord("a root record's bundle of the wrong shape")
+            bundles.append((row[0], _bundle(row[1])))
+        located = {ref_bundle for ref_bundle, _ in bundles}
+        snapshot = BlobRef.from_wire(value.get("snapshot"))
+        map_index = BlobRef.from_wire(value.get("map"))
+        if snapshot.bundle not in located or map_index.bundle not in located:
+            raise BadRecord("a root record that does not say where its own bundles are")
+        return cls(snapshot, map_index, tuple(sorted(bundles)))
+
+
+def is_root_v1(value) -> bool:
+    """A version-1 root record (a manifest's), as find_root reads it today."""
+    return type(value) is dict and "v" not in value and "manifest" in value

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from flud.client.holders import MAX_PAGES, HolderMap, MapIndex, MapPage, merge
+from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapPage, RootRecord,
+                                 is_root_v1, merge)
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import BadRecord, BlobRef, NewerFormat
 
@@ -92,3 +93,37 @@ def test_a_map_index_round_trips_and_is_bounded():
         MapIndex.decode(too_many)
     with pytest.raises(NewerFormat):
         MapIndex.decode(b'{"v":3,"t":"map","pages":[]}')
+
+
+def root(**changes):
+    fields = dict(snapshot=blob(1, bundle_i=3), map_index=blob(2, bundle_i=3),
+                  bundles=((hexid(3), bundle(3)),))
+    fields.update(changes)
+    return RootRecord(**fields)
+
+
+def test_a_root_record_round_trips_and_fits_a_root_put():
+    record = root()
+    assert RootRecord.decode(record.encode()) == record
+    assert len(record.encode()) < 2048   # ROOT_PUT takes up to 64 KiB
+
+
+def test_a_root_record_must_locate_its_own_blobs():
+    with pytest.raises(BadRecord, match="its own bundles"):
+        RootRecord.decode(root(bundles=((hexid(4), bundle(4)),)).encode())
+
+
+@pytest.mark.parametrize("data", [
+    b"nope", b"[]", b'{"snapshot": 3, "manifest": {}}', b'{"v": 1, "t": "root", "bundles": []}',
+    b'{"v": 2, "t": "root", "bundles": {}}', b'{"v": 2, "t": "map", "bundles": []}',
+])
+def test_what_is_not_a_version_2_root_record_is_refused(data):
+    with pytest.raises(BadRecord):
+        RootRecord.decode(data)
+
+
+def test_a_newer_root_record_says_to_upgrade_and_a_version_1_one_is_recognised():
+    with pytest.raises(NewerFormat, match="upgrade flud"):
+        RootRecord.decode(b'{"v": 3, "t": "root", "bundles": []}')
+    assert is_root_v1({"snapshot": 3, "manifest": {"size": 1, "segs": []}, "created": 1.0})
+    assert not is_root_v1(json.loads(root().encode()))
