@@ -6,13 +6,15 @@ rebuilt from the manifest on the network (total-loss restore), so the index
 is a cache of what the manifest says plus change-detection state.
 """
 import json
+import os
 import sqlite3
 import zlib
 from typing import NamedTuple
 
+from flud.client.tree import BlobRef
 from flud.errors import FludError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS = {
     1: [
@@ -33,6 +35,16 @@ _MIGRATIONS = {
     2: [
         """CREATE TABLE challenges (share_key TEXT PRIMARY KEY, record BLOB)""",
         "_move_challenges_out_of_meta",
+    ],
+    # Version-2 snapshots (docs/snapshots.md): a backup asks for the files of
+    # one directory at a time (memory follows the directory, not the tree),
+    # and knows which records' blobs are stored already, and where.
+    3: [
+        "ALTER TABLE files ADD COLUMN parent TEXT",
+        "_fill_file_parents",
+        "CREATE INDEX files_by_parent ON files (parent)",
+        """CREATE TABLE blobs (
+               blob_id TEXT PRIMARY KEY, bundle TEXT, offset INTEGER, length INTEGER)""",
     ],
 }
 
@@ -96,6 +108,11 @@ class ClientIndex:
                 self.db.execute("DELETE FROM schema_version")
                 self.db.execute("INSERT INTO schema_version VALUES (?)", (version,))
 
+    def _fill_file_parents(self) -> None:
+        paths = [row[0] for row in self.db.execute("SELECT path FROM files")]
+        self.db.executemany("UPDATE files SET parent=? WHERE path=?",
+                            ((os.path.dirname(path), path) for path in paths))
+
     def _move_challenges_out_of_meta(self) -> None:
         old = self.get_meta("challenges")
         if old:
@@ -114,8 +131,31 @@ class ClientIndex:
         return {row[0]: make(row[1:]) for row in self.db.execute(
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
 
+    def states_in(self, directory: str) -> dict:
+        """path -> FileState of the files directly in one directory."""
+        make = FileState._make
+        return {row[0]: make(row[1:]) for row in self.db.execute(
+            "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files "
+            "WHERE parent=?", (directory,))}
+
     def record_files(self, rows) -> None:
-        self._replace_rows("files", 6, rows)
+        """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
+        self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))
+
+    # ---- where version-2 records' blobs are ----------------------------------
+
+    def known_blob(self, blob_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM blobs WHERE blob_id=?",
+                               (blob_id,)).fetchone() is not None
+
+    def blob(self, blob_id: str):
+        """The BlobRef of a stored blob, or None."""
+        row = self.db.execute("SELECT blob_id, bundle, offset, length FROM blobs "
+                              "WHERE blob_id=?", (blob_id,)).fetchone()
+        return BlobRef(*row) if row else None
+
+    def add_blobs(self, refs) -> None:
+        self._replace_rows("blobs", 4, (tuple(ref) for ref in refs))
 
     # ---- where contents and bundles are -------------------------------------
 

@@ -111,4 +111,4 @@ def test_a_version_1_index_moves_its_challenges_to_their_table(tmp_path, monkeyp
     assert index.get_meta("challenges") is None
     assert index.get_meta("verify_round") == 4
     version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()
-    assert version == (2,)
+    assert version == (index_module.SCHEMA_VERSION,)
