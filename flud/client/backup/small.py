@@ -35,6 +35,7 @@ from flud.client.gather import settle_all
 from flud.client.network import network_share
 from flud.client.records import Bundle, ShareHolder, SmallContent
 from flud.client.segments import StoreFailed
+from flud.client.tree import BlobRef
 from flud.compression import working_bytes
 from flud.crypto import content_digest, convergent_key
 from flud.protocol.messages import KIND_ARCHIVE
@@ -80,6 +81,8 @@ class SmallFiles:
         self._skip = skip
         self.policy = self._small_policy(small_file_limit)
         self._pending_small = {}    # content id -> (key hex, size, method), waiting for its bundle
+        self._pending_blobs = set()  # blob ids of version-2 records, waiting for their bundle
+        self.blob_refs = []         # BlobRef of each record whose bundle is known
         self._bundles = {}          # bundle id hex -> Bundle
         self._bundle_files = {}     # bundle id hex -> [(content id, offset, length)]
         self._challenges = PackedChallenges()
@@ -128,6 +131,10 @@ class SmallFiles:
         self._collect_bundles()
         for bundle_id, files in self._bundle_files.items():
             for content_id, offset, length in files:
+                if content_id in self._pending_blobs:
+                    self._pending_blobs.discard(content_id)
+                    self.blob_refs.append(BlobRef(content_id, bundle_id, offset, length))
+                    continue
                 key_hex, size, method = self._pending_small.pop(content_id)
                 self.contents.remember(content_id, SmallContent(size, key_hex, bundle_id,
                                                                 offset, length, method))
@@ -233,6 +240,25 @@ class SmallFiles:
         # files (which may be waiting for the budget these tars hold).
         with self._aggregator_lock:
             self.aggregator.flush()
+        self._account_small()
+        self._send_sealed()
+
+    @defer.inlineCallbacks
+    def add_blob(self, blob_id: str, sealed: bytes):
+        """A version-2 record's sealed blob, bundled beside the small files
+        (on the reactor). A record is a few KiB and takes no credit of its
+        own; when the aggregator is at its bound, tars land first."""
+        while True:
+            with self._aggregator_lock:
+                if not self.aggregator.must_drain():
+                    self._pending_blobs.add(blob_id)
+                    self.aggregator.add(blob_id, sealed)
+                    self._sealed.extend(self.aggregator.take_sealed())
+                    break
+            if not self._tars_in_flight and not self._relieve():
+                raise StoreFailed("the small-file aggregator is at its bound with nothing "
+                                  "to send: a bug, please report it")
+            yield self._wait_one_tar()
         self._account_small()
         self._send_sealed()
 
