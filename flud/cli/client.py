@@ -198,7 +198,10 @@ def _list(home, args) -> int:
     if manifest is None:
         print(f"error: no snapshot {sid}", file=sys.stderr)
         return EXIT_ERROR
-    prefix = (args.path or "").strip("/")
+    from flud.client.manifest import snapshot_paths
+
+    prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
+        if args.path else ""
     for rel, kind, mode, mtime_ns, size, last in manifest["entries"]:
         if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
             continue

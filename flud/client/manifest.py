@@ -30,7 +30,7 @@ class ManifestMissing(FludError):
     code = "MANIFEST_MISSING"
 
 
-def _root_names(roots) -> list:
+def root_names(roots) -> list:
     """Top-level names under DEST: the roots' base names, made unique."""
     names, seen = [], set()
     for i, root in enumerate(roots):
@@ -42,9 +42,26 @@ def _root_names(roots) -> list:
     return names
 
 
+def snapshot_paths(roots, paths) -> list:
+    """The paths a user named, as the snapshot names them: an absolute path
+    under a backed-up root (`/home/me/docs/x`, backed up as `/home/me/docs`)
+    becomes the name under DEST (`docs/x`); other paths are kept as given."""
+    bases = [(os.path.abspath(r).rstrip("/") or "/", n) for r, n in zip(roots, root_names(roots))]
+    named = []
+    for path in paths:
+        if os.path.isabs(path):
+            path = os.path.normpath(path)
+            for base, name in bases:
+                if path == base or path.startswith(base.rstrip("/") + "/"):
+                    path = name + path[len(base.rstrip("/")):]
+                    break
+        named.append(path)
+    return named
+
+
 def entries_for(found, content_of, roots) -> list:
     """[Entry] of the scanned tree (`last`: content id or link target)."""
-    bases = [(os.path.abspath(r), n) for r, n in zip(roots, _root_names(roots))]
+    bases = [(os.path.abspath(r), n) for r, n in zip(roots, root_names(roots))]
     entries = []
     for e in found.entries:
         if e.kind == "file" and e.path not in content_of:

@@ -41,6 +41,7 @@ from twisted.internet import defer
 from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
+from flud.client.manifest import snapshot_paths
 from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from_wire,
                                  content_kind, entries_from_wire)
 from flud.client.restore.blocks import BlockRestore
@@ -154,6 +155,7 @@ class Restore:
 
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
+        paths = snapshot_paths(self.manifest.get("roots", ()), paths)
         entries = select(entries_from_wire(self.manifest["entries"]), paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))

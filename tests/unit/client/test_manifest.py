@@ -8,7 +8,7 @@ import pytest
 
 from flud.client import index as index_module
 from flud.client.index import ClientIndex
-from flud.client.manifest import ManifestIncomplete, build_manifest
+from flud.client.manifest import ManifestIncomplete, build_manifest, snapshot_paths
 from flud.client.records import entries_from_wire
 
 HEAD = {"version": 1, "snapshot": 3, "created": 1.5, "roots": ["/src"], "k": 4, "n": 8}
@@ -112,3 +112,9 @@ def test_a_version_1_index_moves_its_challenges_to_their_table(tmp_path, monkeyp
     assert index.get_meta("verify_round") == 4
     version = sqlite3.connect(path).execute("SELECT version FROM schema_version").fetchone()
     assert version == (index_module.SCHEMA_VERSION,)
+
+
+def test_absolute_paths_under_a_backed_up_root_become_snapshot_names():
+    roots = ["/home/me/docs", "/srv/docs", "/"]
+    assert snapshot_paths(roots, ["/home/me/docs/a/b", "/srv/docs", "docs/x", "/etc/x"]) == \
+        ["docs/a/b", "docs-1", "docs/x", "root/etc/x"]

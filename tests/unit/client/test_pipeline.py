@@ -194,3 +194,16 @@ def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
     assert most[0] == LARGE_IN_FLIGHT and open_now[0] == 0
+
+
+def test_a_part_is_restored_by_its_original_absolute_path(world, tmp_path):
+    src = str(tmp_path / "src")
+    make_tree(src, random.Random(7))
+    summary, _, _ = run_backup(world, [src])
+    manifest = world[1].index.manifest(summary["snapshot"])
+    restored, _ = run_restore(world, str(tmp_path / "out"), manifest,
+                              [os.path.join(src, "sub", "deeper")])
+    assert restored["failed"] == 0
+    assert compare_trees(os.path.join(src, "sub", "deeper"),
+                         str(tmp_path / "out" / "src" / "sub" / "deeper")) == []
+    assert not os.path.exists(tmp_path / "out" / "src" / "large-0.bin")
