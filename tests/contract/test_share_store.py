@@ -31,8 +31,8 @@ from storage.interfaces import IShareStore
 from storage.limits import COMPACT_MIN_BYTES, MAX_ARCHIVE_UPLOAD, MAX_SHARE_SIZE
 from storage.memory import MemoryShareStore
 from storage.tarscan import member_span
+from tests.contract.stores import CAPACITY, make_store  # noqa: F401 (a fixture)
 
-CAPACITY = 64 * 1024 * 1024
 ALICE = b"A" * 32
 BOB = b"B" * 32
 TAR_BLOCK = 512
@@ -66,23 +66,6 @@ def archive_bytes(store, owner: bytes) -> bytes:
         return store.archive_bytes(owner)
     path = Path(store.root) / "archives" / f"{owner.hex()}.tar"
     return path.read_bytes() if path.exists() else b""
-
-
-@pytest.fixture(params=["memory", "disk"])
-def make_store(request, tmp_path):
-    stores = []
-
-    def make(capacity: int = CAPACITY):
-        if request.param == "memory":
-            store = MemoryShareStore(capacity)
-        else:
-            store = ShareStore(tmp_path / f"store{len(stores)}", capacity, fsync=False)
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.close()
 
 
 @pytest.fixture

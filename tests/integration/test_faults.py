@@ -210,6 +210,25 @@ class Stopped:
         return self.node["node_id"][:12]
 
 
+def stop_a_node_midway(net, started, ready, victim, what, limit):
+    """Once ready() says the command got far enough, SIGSTOP the node victim()
+    names and let the command finish within limit: (its result, the Stopped).
+    The command is killed if anything fails on the way."""
+    popen = started[0]
+    try:
+        wait_until(lambda: ready() or popen.poll() is not None, 60, what, interval=0.002)
+        node = victim()
+        assert popen.poll() is None and node is not None, \
+            f"the command ended before a node could be stopped (waiting for {what})"
+        with Stopped(net, node) as stopped:
+            result = finish(started, limit)
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+            popen.communicate(timeout=30)
+    return result, stopped
+
+
 def bound(all_up: float) -> float:
     return 2 * all_up + SLACK
 
@@ -293,18 +312,10 @@ def test_restore_with_a_holder_stalled_midway(net, restorable, tmp_path):
     limit = bound(all_up.elapsed)
     dest = tmp_path / "dest"
     started = start("restore", "--home", home, "--to", dest)
-    popen = started[0]
-    try:
-        # stop the holder once the restore has written its first blocks
-        wait_until(lambda: written_bytes(dest) >= 4 * MIB or popen.poll() is not None,
-                   60, "the restore to write its first blocks", interval=0.002)
-        assert popen.poll() is None, "the restore ended before a holder could be stopped"
-        with Stopped(net, victim) as stopped:
-            result = finish(started, limit + OVERRUN)
-    finally:
-        if popen.poll() is None:
-            popen.kill()
-            popen.communicate(timeout=30)
+    # stop the holder once the restore has written its first blocks
+    result, stopped = stop_a_node_midway(net, started, lambda: written_bytes(dest) >= 4 * MIB,
+                                         lambda: victim, "the restore to write its first blocks",
+                                         limit + OVERRUN)
     print(f"\nrestore: all up {all_up.elapsed:.1f} s; node {stopped.hex} stopped "
           f"{stopped.at - started[1]:.2f} s in: {result.elapsed:.1f} s (bound {limit:.1f} s)")
     assert not result.overran and result.elapsed < limit, \
@@ -325,20 +336,10 @@ def test_backup_with_a_node_stalled_midway(net, tmp_path):
     src = large_files_tree(tmp_path / "second" / "tree", [64 * MIB], 3100)  # new data
     limit = bound(all_up.elapsed)
     started = start("backup", src, "--home", home)
-    popen = started[0]
-    stopped = None
-    try:
-        wait_until(lambda: receiving_a_stream(net) is not None or popen.poll() is not None,
-                   60, "the backup to stream a share to a node", interval=0.002)
-        victim = receiving_a_stream(net)
-        assert popen.poll() is None and victim is not None, \
-            "the backup ended before a node could be stopped"
-        with Stopped(net, victim) as stopped:
-            result = finish(started, limit + OVERRUN)
-    finally:
-        if popen.poll() is None:
-            popen.kill()
-            popen.communicate(timeout=30)
+    result, stopped = stop_a_node_midway(net, started,
+                                         lambda: receiving_a_stream(net) is not None,
+                                         lambda: receiving_a_stream(net),
+                                         "the backup to stream a share to a node", limit + OVERRUN)
     print(f"\nbackup: all up {all_up.elapsed:.1f} s; node {stopped.hex} stopped "
           f"{stopped.at - started[1]:.2f} s in: {result.elapsed:.1f} s (bound {limit:.1f} s)")
     assert not result.overran and result.elapsed < limit, \

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from tests.conftest import everything_under
 from tests.integration.helpers import (compare_trees, flud, init_client, output,
                                        write_random)
 
@@ -33,19 +34,6 @@ def make_tree(root, seed):
     write_random(os.path.join(root, "d", "deeper", "tiny.txt"), 10, seed + 2)
     write_random(os.path.join(root, "keep.txt"), 4000, seed + 3)
     write_random(os.path.join(root, "sub", "big2.bin"), 2 * MIB + 5, seed + 4)
-
-
-def everything_under(path) -> list:
-    return sorted(os.path.relpath(os.path.join(d, n), path)
-                  for d, dirs, files in os.walk(path) for n in dirs + files)
-
-
-@pytest.fixture
-def outside(tmp_path):
-    path = tmp_path / "outside"
-    path.mkdir()
-    (path / "precious").write_bytes(b"not yours")
-    return path
 
 
 def backup(home, *paths):

@@ -15,14 +15,6 @@ def dest(tmp_path):
         yield safe
 
 
-@pytest.fixture
-def outside(tmp_path):
-    path = tmp_path / "outside"
-    path.mkdir()
-    (path / "precious").write_bytes(b"not yours")
-    return path
-
-
 def listing(path) -> list:
     return sorted(os.listdir(path))
 

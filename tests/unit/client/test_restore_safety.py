@@ -13,6 +13,7 @@ from flud.client.restore.writer import InlineBlockWriter
 from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
+from tests.conftest import everything_under
 from tests.unit.client.fakes import make_world, run_until
 from tools.treecmp import compare_trees
 
@@ -56,19 +57,6 @@ def make_tree(root, seed):
     write(os.path.join(root, "d", "deeper", "s2.txt"), 100, seed + 2)
     write(os.path.join(root, "keep.txt"), 5000, seed + 3)
     write(os.path.join(root, "sub", "big2.bin"), MIB + 77, seed + 4)
-
-
-def everything_under(path) -> list:
-    return sorted(os.path.relpath(os.path.join(d, n), path)
-                  for d, dirs, files in os.walk(path) for n in dirs + files)
-
-
-@pytest.fixture
-def outside(tmp_path):
-    path = tmp_path / "outside"
-    path.mkdir()
-    (path / "precious").write_bytes(b"not yours")
-    return path
 
 
 def test_a_symlinked_directory_in_dest_is_refused_and_the_rest_restored(world, tmp_path,

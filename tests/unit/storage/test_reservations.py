@@ -14,7 +14,7 @@ from storage.disk import ShareStore
 from storage.errors import NoSpace, UploadLimit
 from storage.limits import (GIB, MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS, MIB,
                             OWNER_RESERVED_DIVISOR)
-from storage.memory import MemoryShareStore
+from tests.contract.stores import make_store  # noqa: F401 (a fixture)
 
 MALLORY = b"M" * 32
 ALICE = b"A" * 32
@@ -23,23 +23,6 @@ BIG = 10 * GIB  # accounting only: nothing here writes that much
 
 def key_of(data: bytes) -> bytes:
     return blake3.blake3(data).digest()
-
-
-@pytest.fixture(params=["memory", "disk"])
-def make_store(request, tmp_path):
-    stores = []
-
-    def make(capacity: int):
-        if request.param == "memory":
-            store = MemoryShareStore(capacity)
-        else:
-            store = ShareStore(tmp_path / f"store{len(stores)}", capacity, fsync=False)
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.close()
 
 
 def incoming(store) -> list:
