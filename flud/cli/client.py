@@ -47,13 +47,29 @@ def add_client_commands(sub) -> None:
                         help="MiB of transfer buffers held at once (default 64)")
     backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
                         help="large files uploaded at once (default 3)")
+    backup.add_argument("--tag", action="append", default=[], metavar="TAG",
+                        help="a tag for the snapshot (repeatable)")
     backup.set_defaults(handler=cmd_backup)
 
     ls = sub.add_parser("ls", help="list snapshots, or the files of one")
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
+    ls.add_argument("--remote", action="store_true",
+                    help="list the snapshots the nodes hold, not the local index's")
     ls.set_defaults(handler=cmd_ls)
+
+    find = sub.add_parser("find", help="search snapshots for paths (a glob)")
+    find.add_argument("pattern", help="a glob on names, or on whole paths if it holds '/'")
+    find.add_argument("--home", required=True)
+    find.add_argument("--snapshot", type=int, help="only this snapshot (default: all)")
+    find.set_defaults(handler=lambda args: _network_job(args, "find"))
+
+    diff = sub.add_parser("diff", help="paths added, removed and changed between snapshots")
+    diff.add_argument("old", type=int)
+    diff.add_argument("new", type=int)
+    diff.add_argument("--home", required=True)
+    diff.set_defaults(handler=lambda args: _network_job(args, "diff"))
 
     restore = sub.add_parser("restore", help="restore a snapshot")
     restore.add_argument("paths", nargs="*", help="parts of the snapshot (default: all)")
@@ -181,23 +197,22 @@ def cmd_ls(args) -> int:
 
 
 def _list(home, args) -> int:
+    """Snapshots from the local index; the files of one (or the snapshots
+    after a total loss, or with --remote) from the nodes."""
+    from flud.cli.browse import list_local
+
     snapshots = home.index.snapshots()
-    if args.snapshot is None and not args.path:
-        if not snapshots:
-            print("no snapshots in the local index (after a total loss, `flud restore` "
-                  "fetches the manifest from the network)")
-        for s in snapshots:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))
-            print(f"snapshot {s['id']:>4}  {when}  {s['files']:>7} files  {s['bytes']:>14} bytes")
-        return EXIT_OK
-    if not snapshots:
-        print("no snapshots yet", file=sys.stderr)
-        return EXIT_ERROR
-    sid = args.snapshot or snapshots[-1]["id"]
-    manifest = home.index.manifest(sid)
+    local = args.snapshot is None and not args.path and not args.remote and snapshots
+    if local and all("record" in s or "manifest_ref" in s for s in snapshots):
+        return list_local(home.index)
+    manifest = None
+    if snapshots and any("manifest_ref" in s for s in snapshots):
+        sid = args.snapshot or snapshots[-1]["id"]
+        manifest = home.index.manifest(sid)
     if manifest is None:
-        print(f"error: no snapshot {sid}", file=sys.stderr)
-        return EXIT_ERROR
+        home.close()
+        return _network_job(args, "ls")
+    from flud.cli.browse import entry_line
     from flud.client.manifest import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
@@ -205,10 +220,13 @@ def _list(home, args) -> int:
     for rel, kind, mode, mtime_ns, size, last in manifest["entries"]:
         if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
             continue
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
-        extra = f" -> {last}" if kind == "symlink" else ""
-        print(f"{kind[0]} {mode:04o} {size:>12} {when} {rel}{extra}")
+        print(entry_line(rel, kind, mode, mtime_ns, size, last if kind == "symlink" else ""))
     return EXIT_OK
+
+
+def _network_job(args, job: str) -> int:
+    from flud.cli.jobs import run_client
+    return run_client(args, job)
 
 
 def cmd_backup(args) -> int:

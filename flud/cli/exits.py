@@ -16,3 +16,7 @@ EXIT_INTERRUPTED = 130
 # Whoever read the output stopped reading (as in `flud ls | head`): the
 # shell's code for a death by SIGPIPE, without a trace.
 EXIT_BROKEN_PIPE = 128 + 13
+
+
+class UserError(Exception):
+    """Ends a client job with a message that says what to do (exit 1)."""

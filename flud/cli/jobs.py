@@ -6,16 +6,12 @@ import sys
 
 from twisted.internet import defer
 
-from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.home import open_home
 from flud.cli.runner import run_reactor
 from flud.client.progress import human_bytes
 
 log = logging.getLogger("flud.client")
-
-
-class UserError(Exception):
-    """Ends the run with a message that says what to do."""
 
 
 def run_client(args, job: str) -> int:
@@ -60,10 +56,12 @@ def _job(reactor, home, args, job):
             count = yield network.discover()
         except NotEnoughNodes as err:
             raise UserError(str(err))
+        args.job = job
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
-        runner = {"backup": _backup, "restore": _restore, "verify": _verify}[job]
+        runner = {"backup": _backup, "restore": _restore, "verify": _verify,
+                  "ls": _browse, "find": _browse, "diff": _browse}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -78,10 +76,15 @@ def _job(reactor, home, args, job):
 # native libraries they load (zfec, BLAKE3, the AES modes) are a fixed cost of
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
+_READ = ("flud.client.snapshots", "flud.client.repo", "flud.client.restore.tree",
+         "flud.client.manifest", *_AES_MODES)
 JOB_MODULES = {
-    "backup": ("flud.client.backup.run", "flud.client.manifest", *_AES_MODES),
-    "restore": ("flud.client.restore.run", "flud.client.manifest", *_AES_MODES),
-    "verify": ("flud.client.verify", "flud.client.manifest", *_AES_MODES),
+    "backup": ("flud.client.backup.run", *_READ),
+    "restore": ("flud.client.restore.run", *_READ),
+    "verify": ("flud.client.verify", *_READ),
+    "ls": ("flud.cli.browse", *_READ),
+    "find": ("flud.cli.browse", *_READ),
+    "diff": ("flud.cli.browse", *_READ),
 }
 
 
@@ -106,7 +109,7 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     job = Backup(reactor, home, network, pool, monitor, progress,
                  parallel_files=args.parallel_files)
     try:
-        result = yield job.run(args.paths, args.exclude)
+        result = yield job.run(args.paths, args.exclude, tags=args.tag)
     except StoreFailed as err:
         raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                         f"run the backup again.")
@@ -125,45 +128,79 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
 
 
 @defer.inlineCallbacks
-def _manifest_for(home, network, pool, snapshot):
-    from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
+def _browse(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli import browse
+
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    code = yield getattr(browse, args.job)(ctx, args)
+    return code
+
+
+def _context(reactor, home, network, pool, monitor, progress):
+    from flud.client.context import JobContext
     from flud.coding import SegmentCoder
 
-    if snapshot is None:
-        snaps = home.index.snapshots()
-        if snaps:
-            return home.index.manifest(snaps[-1]["id"])
-    elif home.index.manifest(snapshot) is not None:
-        return home.index.manifest(snapshot)
+    return JobContext(reactor, home, network, pool, monitor, progress,
+                      SegmentCoder(home.config["k"], home.config["n"]))
+
+
+@defer.inlineCallbacks
+def _find(ctx, snapshot, **callbacks):
+    """The snapshot asked for (or the newest), as a snapshots.Found."""
+    from flud.client.manifest import ManifestMissing
+    from flud.client.snapshots import NoSuchSnapshot, find_snapshot
+    from flud.errors import FludError
+
     try:
-        root = yield find_root(network, home.secret)
-    except ManifestMissing as err:
+        found = yield find_snapshot(ctx, snapshot, **callbacks)
+    except (ManifestMissing, NoSuchSnapshot) as err:
         raise UserError(str(err))
-    coder = SegmentCoder(home.config["k"], home.config["n"])
-    manifest = yield fetch_manifest(network, pool, coder, home.secret, root["manifest"])
-    if snapshot is not None and snapshot != manifest["snapshot"]:
-        older = {h["id"]: h["manifest"] for h in manifest["history"]}
-        if not older.get(snapshot):
-            raise UserError(f"no snapshot {snapshot}; the newest is {manifest['snapshot']}")
-        manifest = yield fetch_manifest(network, pool, coder, home.secret, older[snapshot])
+    except FludError as err:
+        raise UserError(f"the snapshot cannot be read: {err}")
+    return found
+
+
+@defer.inlineCallbacks
+def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, progress=None):
+    """A snapshot as a version-1 manifest (a version-2 one flattened: for
+    verify, which reads every share of the snapshot anyway)."""
+    from flud.client.restore.tree import flatten
+    from flud.client.verify import IndexChallenges
+
+    found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
+    try:
+        if found.manifest is not None:
+            return found.manifest
+        manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+    finally:
+        found.close()
+    manifest["challenges"] = IndexChallenges(home.index)
     return manifest
 
 
 @defer.inlineCallbacks
 def _restore(reactor, home, network, pool, monitor, progress, args):
     from flud.client.restore.run import Restore, RestoreError
+    from flud.client.restore.tree import TreeRestore
 
-    manifest = yield _manifest_for(home, network, pool, args.snapshot)
-    if manifest is None:
-        raise UserError("no snapshot to restore: back something up first")
-    job = Restore(reactor, home, network, pool, monitor, progress, manifest)
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    found = yield _find(ctx, args.snapshot)
     start = reactor.seconds()
     try:
-        s = yield job.run(args.to, args.paths)
+        if found.manifest is not None:
+            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest)
+            s = yield job.run(args.to, args.paths)
+        else:
+            job = Restore(reactor, home, network, pool, monitor, progress,
+                          {"k": home.config["k"], "n": home.config["n"],
+                           "bundles": found.repo.bundles})
+            s = yield TreeRestore(job, found.repo, found.record).run(args.to, args.paths)
     except RestoreError as err:
         raise UserError(str(err))
+    finally:
+        found.close()
     elapsed = reactor.seconds() - start
-    print(f"restored snapshot {manifest['snapshot']} to {args.to}: {s['files']} files, "
+    print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
           f"{s['retrieves']} RETRIEVEs")
@@ -198,9 +235,8 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.segments import CHALLENGES_PER_SHARE
     from flud.client.verify import challenge_index, describe_round, summary_line, verify
 
-    manifest = yield _manifest_for(home, network, pool, args.snapshot)
-    if manifest is None:
-        raise UserError("no snapshot to verify: back something up first")
+    manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
+                                   progress)
     full = getattr(args, "full", False)
     round_number = home.index.get_meta("verify_round", 0)
     kind = challenge_index(round_number, CHALLENGES_PER_SHARE, full)

@@ -14,7 +14,7 @@ from typing import NamedTuple, Tuple
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import FORMAT_VERSION, BadRecord, BlobRef, is_hex, record_head
 
-MAX_PAGES = 32
+MAX_PAGES = 4096   # the index stays one blob of at most ~5 MB; prune merges pages
 PAGE_ROWS = 4096   # objects per page when pages are merged
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
@@ -139,20 +139,37 @@ def merge(pages, rows: int = PAGE_ROWS) -> list:
 
 
 class MapIndex(NamedTuple):
-    """The map's pages, oldest first (each a blob)."""
-    pages: Tuple[BlobRef, ...]
+    """The repository's head: the map's pages (each a blob, with the record
+    of the bundle that holds it, so any page is found from the index alone),
+    the snapshots kept (their records' blob ids, oldest first: forget drops
+    one by writing an index without it), and the version-1 snapshots made
+    before (id, created, manifest ref: listed and restored as before)."""
+    pages: Tuple[Tuple[BlobRef, Bundle], ...] = ()
+    snapshots: Tuple[str, ...] = ()
+    v1: tuple = ()
 
     def encode(self) -> bytes:
         return _encode({"v": FORMAT_VERSION, "t": "map",
-                        "pages": [p.to_wire() for p in self.pages]}).encode("ascii")
+                        "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
+                        "snapshots": list(self.snapshots), "v1": list(self.v1)}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "MapIndex":
         value = record_head(data, "map")
-        pages = value.get("pages")
+        pages, snapshots, v1 = value.get("pages"), value.get("snapshots"), value.get("v1", [])
         if type(pages) is not list or len(pages) > MAX_PAGES:
             raise BadRecord(f"a map index that is not a list of at most {MAX_PAGES} pages")
-        return cls(tuple(BlobRef.from_wire(p) for p in pages))
+        if type(snapshots) is not list or not all(is_hex(s) for s in snapshots):
+            raise BadRecord("a map index with a bad snapshot list")
+        if type(v1) is not list or not all(type(s) is dict for s in v1):
+            raise BadRecord("a map index with a bad version-1 history")
+        located = []
+        for row in pages:
+            if not (type(row) is list and len(row) == 2):
+                raise BadRecord("a map index page of the wrong shape")
+            ref = BlobRef.from_wire(row[0])
+            located.append((ref, _bundle(row[1])))
+        return cls(tuple(located), tuple(snapshots), tuple(v1))
 
 
 class RootRecord(NamedTuple):
@@ -162,12 +179,13 @@ class RootRecord(NamedTuple):
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
+    generation: int = 0   # one more each time the repository's head changes: the newest wins
 
     def encode(self) -> bytes:
         return _encode({"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
                         "map": self.map_index.to_wire(),
-                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles]}
-                       ).encode("ascii")
+                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles],
+                        "gen": self.generation}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "RootRecord":
@@ -187,7 +205,10 @@ class RootRecord(NamedTuple):
         map_index = BlobRef.from_wire(value.get("map"))
         if snapshot.bundle not in located or map_index.bundle not in located:
             raise BadRecord("a root record that does not say where its own bundles are")
-        return cls(snapshot, map_index, tuple(sorted(bundles)))
+        generation = value.get("gen", 0)
+        if type(generation) is not int or generation < 0:
+            raise BadRecord("a root record with a bad generation")
+        return cls(snapshot, map_index, tuple(sorted(bundles)), generation)
 
 
 def is_root_v1(value) -> bool:

@@ -49,6 +49,18 @@ def summary_line(index: int, confirmed: int, checked: int) -> str:
             f"each); run `flud verify --full` to read every byte")
 
 
+class IndexChallenges:
+    """The VERIFY challenges of a version-2 snapshot: the local index's (a
+    version-1 manifest carried its own)."""
+
+    def __init__(self, index):
+        self._index = index
+
+    def get(self, share_key, default=None):
+        found = self._index.challenges(share_key)
+        return default if found is None else found
+
+
 def share_locations(manifest) -> list:
     """[(share key hex, node hex)] for every share the snapshot uses."""
     out = {}
