@@ -184,8 +184,12 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     from flud.client.restore.tree import TreeRestore
 
     ctx = _context(reactor, home, network, pool, monitor, progress)
-    found = yield _find(ctx, args.snapshot)
     start = reactor.seconds()
+    record_retrieves = [0]   # of the snapshot's records (root, map, tree), by the repository
+
+    def count(n):
+        record_retrieves[0] += n
+    found = yield _find(ctx, args.snapshot, count_retrieves=count)
     try:
         if found.manifest is not None:
             job = Restore(reactor, home, network, pool, monitor, progress, found.manifest)
@@ -203,7 +207,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
-          f"{s['retrieves']} RETRIEVEs")
+          f"{s['retrieves'] + record_retrieves[0]} RETRIEVEs "
+          f"({record_retrieves[0]} of them for the snapshot's records)")
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
     if s["refused"]:
