@@ -172,10 +172,20 @@ def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, pro
         if found.manifest is not None:
             return found.manifest
         manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+        # read now: the map's cache goes with the repository
+        manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
+                                           manifest)
     finally:
         found.close()
-    manifest["challenges"] = IndexChallenges(home.index)
     return manifest
+
+
+class _Resolved(dict):
+    """The challenges of every share a flattened snapshot uses, looked up once."""
+
+    def __init__(self, challenges, manifest):
+        from flud.client.verify import share_locations
+        super().__init__((key, challenges.get(key)) for key, _ in share_locations(manifest))
 
 
 @defer.inlineCallbacks

@@ -51,11 +51,12 @@ class MapPage(NamedTuple):
     bundles: tuple = ()
     extents: tuple = ()
     blobs: tuple = ()
+    challenges: tuple = ()   # ((share key, [challenge as written]), ...): VERIFY from the key alone
 
     @classmethod
-    def of(cls, bundles=None, extents=None, blobs=()) -> "MapPage":
+    def of(cls, bundles=None, extents=None, blobs=(), challenges=()) -> "MapPage":
         return cls(tuple(sorted((bundles or {}).items())), tuple(sorted((extents or {}).items())),
-                   tuple(sorted(blobs)))
+                   tuple(sorted(blobs)), tuple(sorted(challenges)))
 
     def __len__(self) -> int:
         return len(self.bundles) + len(self.extents) + len(self.blobs)
@@ -66,6 +67,7 @@ class MapPage(NamedTuple):
             "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
             "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
             "r": [ref.to_wire() for ref in self.blobs],
+            "c": [[key, list(items)] for key, items in self.challenges],
         }).encode("ascii")
 
     @classmethod
@@ -89,7 +91,12 @@ class MapPage(NamedTuple):
         ids = [ref.blob_id for ref in refs]
         if ids != sorted(set(ids)):
             raise BadRecord("a holder page whose blob ids are not sorted, or repeat")
-        return cls(*pairs, refs)
+        challenges = value.get("c", [])
+        if type(challenges) is not list or not all(
+                type(row) is list and len(row) == 2 and is_hex(row[0]) and type(row[1]) is list
+                for row in challenges):
+            raise BadRecord("a holder page with bad challenges")
+        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges))
 
 
 class HolderMap:

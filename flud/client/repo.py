@@ -46,6 +46,7 @@ class MapCache:
         self.db.execute("CREATE TABLE blobs (id TEXT PRIMARY KEY, bundle TEXT, "
                         "offset INTEGER, length INTEGER)")
         self.db.execute("CREATE TABLE extents (id TEXT PRIMARY KEY, holders TEXT)")
+        self.db.execute("CREATE TABLE challenges (key TEXT PRIMARY KEY, items TEXT)")
 
     def close(self) -> None:
         self.db.close()
@@ -68,6 +69,15 @@ class MapCache:
             self.db.executemany("INSERT OR REPLACE INTO extents VALUES (?,?)",
                                 ((xid, json.dumps([h.to_wire() for h in holders]))
                                  for xid, holders in page.extents))
+            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)",
+                                ((key, json.dumps(list(items)))
+                                 for key, items in page.challenges))
+
+    def challenges(self, share_key: str):
+        """The VERIFY challenges recorded for a share (as written), or None."""
+        row = self.db.execute("SELECT items FROM challenges WHERE key=?",
+                              (share_key,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def bundle_record(self, bundle_id: str):
         """The bundle's record as written (a dict), or None."""

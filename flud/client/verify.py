@@ -50,15 +50,19 @@ def summary_line(index: int, confirmed: int, checked: int) -> str:
 
 
 class IndexChallenges:
-    """The VERIFY challenges of a version-2 snapshot: the local index's (a
-    version-1 manifest carried its own)."""
+    """The VERIFY challenges of a version-2 snapshot: the local index's, or
+    the holder map's (a total-loss home has none of its own); a version-1
+    manifest carried its own. sources: objects with challenges(share key)."""
 
-    def __init__(self, index):
-        self._index = index
+    def __init__(self, *sources):
+        self._sources = sources
 
     def get(self, share_key, default=None):
-        found = self._index.challenges(share_key)
-        return default if found is None else found
+        for source in self._sources:
+            found = source.challenges(share_key)
+            if found is not None:
+                return found
+        return default
 
 
 def share_locations(manifest) -> list:

@@ -30,7 +30,7 @@ from flud.client.backup.snapshot import TreeWriter, publish_tree
 from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
 from flud.client.gather import settle_all
-from flud.client.records import EmptyContent
+from flud.client.records import EmptyContent, holder_keys_from_wire
 from flud.client.scan import Entry, entry_of, list_children
 from flud.client.walk import walk
 from flud.coding import SegmentCoder
@@ -61,6 +61,7 @@ class Backup:
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_blobs = []     # BlobRef of every record this run stored
+        self._run_shares = set()  # share keys this run stored (their challenges go in the map)
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
@@ -115,7 +116,7 @@ class Backup:
                          "records": writer.builder.records, "stored": writer.builder.stored}
                 snapshot_id, created, record_id = yield publish_tree(
                     ctx, self.small, self._run_bundles, self._run_blobs, tree, roots, tags,
-                    started, stats)
+                    stats, self._run_shares)
             finally:
                 self.small.close()
             summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
@@ -192,6 +193,10 @@ class Backup:
         bundles, challenges = self.small.records()
         self._run_bundles.update(bundles)
         self._run_blobs.extend(self.small.blob_refs)
+        for bundle in bundles.values():
+            self._run_shares.update(h.key for h in bundle.holders)
+        for record in self.contents.new.values():
+            self._run_shares.update(holder_keys_from_wire(record.to_wire()))
         index = self.ctx.index
         index.add_blobs(self.small.blob_refs)
         self.small.blob_refs = []

@@ -150,11 +150,12 @@ def _stored(small, blobs):
 
 
 @defer.inlineCallbacks
-def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, started, stats):
+def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, stats, shares):
     """Store this run's map page, its snapshot record and the new map index,
     and point the root record at them. run_bundles: {bundle id: Bundle} this
-    run stored; run_blobs: [BlobRef] of the records it stored. Returns the
-    snapshot's summary (the index records it)."""
+    run stored; run_blobs: [BlobRef] of the records it stored; shares: the
+    keys of the shares it stored (their VERIFY challenges go in the page).
+    Returns (snapshot id, time, the snapshot record's blob id)."""
     index, sealer = ctx.index, BlobSealer(ctx.secret)
     head = repo_head(index)
     previous = index.snapshots()
@@ -166,7 +167,9 @@ def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, sta
     blobs = list(run_blobs)
     if head["snapshot"]:
         blobs.append(BlobRef(*head["snapshot"]))
-    page = MapPage.of(bundles={**final, **run_bundles}, blobs=blobs)
+    challenges = [(key, found) for key in sorted(shares)
+                  if (found := index.challenges(key)) is not None]
+    page = MapPage.of(bundles={**final, **run_bundles}, blobs=blobs, challenges=challenges)
     page_id, page_sealed = sealer.seal(page.encode())
     refs, page_bundles, page_challenges = yield _stored(small, [(page_id.hex(), page_sealed)])
     page_ref = refs[page_id.hex()]

@@ -209,9 +209,11 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     try:
         if found.manifest is not None:
             return found.manifest
-        from flud.client.verify import IndexChallenges
+        from flud.client.verify import IndexChallenges, share_locations
         manifest = run_until(clock, flatten(found.repo, found.record, k, n))
-        manifest["challenges"] = IndexChallenges(home.index)
+        challenges = IndexChallenges(home.index, found.repo.cache)
+        manifest["challenges"] = {key: challenges.get(key)
+                                  for key, _ in share_locations(manifest)}
         return manifest
     finally:
         found.close()
