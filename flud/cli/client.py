@@ -202,8 +202,10 @@ def _list(home, args) -> int:
     from flud.cli.browse import list_local
 
     snapshots = home.index.snapshots()
-    local = args.snapshot is None and not args.path and not args.remote and snapshots
-    if local and all("record" in s or "manifest_ref" in s for s in snapshots):
+    if args.snapshot is None and not args.path and not args.remote:
+        if not snapshots:
+            print("no snapshots in the local index (after a total loss, `flud ls --remote` "
+                  "lists those the nodes hold, and `flud restore` fetches them)")
         return list_local(home.index)
     manifest = None
     if snapshots and any("manifest_ref" in s for s in snapshots):
