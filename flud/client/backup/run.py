@@ -84,7 +84,8 @@ class Backup:
         index = ctx.index
         started = ctx.clock()
         roots = [os.path.abspath(p) for p in paths]
-        self.contents.begin(index.known_contents())
+        known = index.content_lookup()
+        self.contents.begin(known)
         index.begin_pending()
         self._find_changes(roots, excludes)
         count, size = index.pending_totals()
@@ -127,6 +128,7 @@ class Backup:
             index.add_snapshot(snapshot_id, created, summary, None)
         finally:
             sends.close()
+            known.close()
         ctx.progress.finish()
         return {"snapshot": snapshot_id, **summary}
 
@@ -174,6 +176,9 @@ class Backup:
         time; what landed meanwhile goes to the index as it is pulled."""
         for number, row in enumerate(self.ctx.index.pending_rows(1, limit)):
             if number % LANDED_BATCH == 0:
+                # What landed leaves memory for the index: the run holds
+                # what is in flight, not every file it sent.
+                self._save_contents()
                 self._landed(content_of)
             yield _entry(row)
 
