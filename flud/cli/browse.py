@@ -6,7 +6,7 @@ import time
 
 from twisted.internet import defer
 
-from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
+from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.manifest import ManifestMissing, snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.restore.tree import wanted_by
@@ -127,12 +127,14 @@ def find(ctx, args):
     print(f"{hits[0]} match(es) in {len(records)} snapshot(s)")
     if problems:
         return EXIT_SKIPPED
-    return EXIT_OK if hits[0] else EXIT_ERROR
+    return EXIT_OK if hits[0] else EXIT_NO_MATCH
 
 
 @defer.inlineCallbacks
 def diff(ctx, args):
-    """Added (+), removed (-) and changed (M) paths from one snapshot to another."""
+    """Added (+), removed (-) and changed (M) paths from one snapshot to
+    another; a directory whose mode or time changed (an entry added or
+    removed in it moves its mtime) is changed too, with a trailing '/'."""
     repo = yield _repository(ctx)
     problems, counts = [], {"+": 0, "-": 0, "M": 0}
     try:

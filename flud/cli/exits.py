@@ -9,6 +9,8 @@ EXIT_OK = 0
 # start, not every node alive, no testnet there).
 EXIT_SKIPPED = 1
 EXIT_NOT_DONE = 1
+# `flud find` found nothing (as grep says it).
+EXIT_NO_MATCH = 1
 # The job could not be done; the message says why.
 EXIT_ERROR = 2
 # Ctrl-C: the shell's code for a death by SIGINT.
@@ -19,4 +21,4 @@ EXIT_BROKEN_PIPE = 128 + 13
 
 
 class UserError(Exception):
-    """Ends a client job with a message that says what to do (exit 1)."""
+    """Ends a client job with a message that says what to do (EXIT_ERROR)."""
