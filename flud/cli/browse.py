@@ -80,6 +80,9 @@ def ls(ctx, args):
     try:
         records = yield _records(repo, problems)
         if args.snapshot is None and not args.path:
+            for old in repo.index.v1:   # made before version 2: restore reads them as they are
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(old["created"]))
+                print(f"snapshot {old['id']:>4}  {when}  (version 1: a manifest)")
             for _, r in records:
                 print(snapshot_line(r.snapshot_id, r.time, r.host, r.paths, r.tags,
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
