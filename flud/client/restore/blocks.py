@@ -14,10 +14,18 @@ once its other blocks settle, the segment's way (fetch_segment_pieces: more
 holders, zfec decode) into fresh buffers reserved from the budget, one such
 repair at a time, and written again whole. So is a segment that is not a
 full one (the file's last) or not in an extent, in the window's room.
+
+A segment compressed before it was encrypted is restored whole in the
+window's room too: it decompresses only whole. It holds k block buffers
+for its plaintext (decompressed into them in the pool, then written block
+by block as a full segment's are: aligned, O_DIRECT) and as many more as
+its stored bytes take, in place of the pieces fetched. Its plaintext is
+checked against its key before any of it is written.
 """
 import functools
 import logging
 
+import blake3
 from twisted.internet import defer
 
 from flud.client.gather import gather
@@ -25,7 +33,9 @@ from flud.client.records import BlockHolder
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed, fetch_segment_pieces
-from flud.crypto import crypt_ctr_in_place
+from flud.compression import check_method, decompress_pieces
+from flud.crypto import crypt_ctr_in_place, segment_key
+from flud.errors import BadCompressedData
 
 log = logging.getLogger("flud.client")
 
@@ -38,6 +48,33 @@ def _open_block(data, holder, key, index, block_length):
     view = memoryview(data)
     crypt_ctr_in_place(key, view, index * block_length)
     return view
+
+
+def _decompress_into(secret, record, pieces, slots):
+    """The plaintext of a compressed segment's decrypted `pieces`, written
+    into the `slots` (block buffers, one block of plaintext each, in order)
+    and checked against the segment's key (pool). Returns the views of the
+    slots that hold it. FetchFailed if it does not decompress or match."""
+    size = len(slots[0])
+    digest = blake3.blake3()
+    filled = 0
+    try:
+        for chunk in decompress_pieces(record.method, pieces, record.length):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while len(view):
+                slot, at = divmod(filled, size)
+                take = min(len(view), size - at)
+                slots[slot][at:at + take] = view[:take]
+                view = view[take:]
+                filled += take
+    except BadCompressedData as err:
+        raise FetchFailed(f"a compressed segment of the file is damaged: {err}") from None
+    if segment_key(secret, digest.digest()).hex() != record.key:
+        raise FetchFailed("a compressed segment of the file does not match its key once "
+                          "decompressed")
+    return [memoryview(slots[i])[:min(size, record.length - i * size)]
+            for i in range(-(-record.length // size))]
 
 
 class _Segment:
@@ -82,9 +119,12 @@ class BlockRestore:
     @defer.inlineCallbacks
     def run(self):
         k = self.coder.k
+        for record in self.content.segment_fetches():
+            check_method(record.method)  # UnknownCompression before anything is fetched
         first = next(self.content.segment_fetches())
         window = max(2, self.window_bytes // max(1, first.length))
-        self.buffers = self._make_buffers(first.block_length, k * window)
+        # A plain full segment's block (a compressed first segment's are shorter).
+        self.buffers = self._make_buffers(self.coder.block_length(first.length), k * window)
         size = self.content.segments_length()
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
         self.writer = self._make_writer(self.ctx.reactor, self.out)
@@ -99,9 +139,10 @@ class BlockRestore:
                 self._count_retrieves(k)
                 if not self._by_blocks(record):
                     # Its memory comes out of the window too: k block slots,
-                    # held (not used) until its pieces are written.
+                    # held (not used) until its pieces are written; a
+                    # compressed one's plaintext goes into them (_slots_for).
                     slots = []
-                    for _ in range(k):
+                    for _ in range(self._slots_for(record)):
                         slots.append((yield self.buffers.get()))
                         self._check()
                     self._whole(segment, slots)
@@ -123,9 +164,17 @@ class BlockRestore:
         if self.error is not None:
             raise self.error
 
+    def _slots_for(self, record) -> int:
+        """Block buffers a segment restored whole holds: k, and for a
+        compressed one as many more as its stored bytes (the pieces fetched)."""
+        if record.method is None:
+            return self.coder.k
+        return self.coder.k + -(-record.stored_length // self.buffers.size)
+
     def _by_blocks(self, record) -> bool:
-        """A full segment of an extent whose blocks fit the file's buffers."""
-        if not self._by_blocks_allowed:
+        """A full segment of an extent whose blocks fit the file's buffers,
+        stored as it is."""
+        if not self._by_blocks_allowed or record.method is not None:
             return False
         primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)}
         return (record.block_length == self.buffers.size
@@ -189,9 +238,12 @@ class BlockRestore:
         try:
             if length:
                 yield self.transfer.reserve(length, "segment")
+            record = segment.record
             pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool, self.coder,
-                                                self.ctx.secret, segment.record,
-                                                self._report_bad)
+                                                self.ctx.secret, record, self._report_bad)
+            if record.method is not None:  # always with slots: never by blocks
+                pieces = yield self.ctx.pool.run(_decompress_into, self.ctx.secret, record,
+                                                 pieces, slots[:self.coder.k])
             left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:
