@@ -16,11 +16,13 @@ repair at a time, and written again whole. So is a segment that is not a
 full one (the file's last) or not in an extent, in the window's room.
 
 A segment compressed before it was encrypted is restored whole in the
-window's room too: it decompresses only whole. It holds k block buffers
-for its plaintext (decompressed into them in the pool, then written block
-by block as a full segment's are: aligned, O_DIRECT) and as many more as
-its stored bytes take, in place of the pieces fetched. Its plaintext is
-checked against its key before any of it is written.
+window's room too: it decompresses only whole. It holds as many block
+buffers as its stored bytes take, in place of the pieces fetched, and then
+k more for its plaintext (decompressed into them in the pool, then written
+block by block as a full segment's are: aligned, O_DIRECT). Those are taken
+once its fetch has started, so the next segment is fetched while this one
+is decompressed and written. Its plaintext is checked against its key
+before any of it is written.
 """
 import functools
 import logging
@@ -139,13 +141,19 @@ class BlockRestore:
                 self._count_retrieves(k)
                 if not self._by_blocks(record):
                     # Its memory comes out of the window too: k block slots,
-                    # held (not used) until its pieces are written; a
-                    # compressed one's plaintext goes into them (_slots_for).
-                    slots = []
-                    for _ in range(self._slots_for(record)):
-                        slots.append((yield self.buffers.get()))
-                        self._check()
-                    self._whole(segment, slots)
+                    # held (not used) until its pieces are written. A
+                    # compressed one: slots for its stored bytes now, and
+                    # k for its plaintext once its fetch is on its way.
+                    plain = None if record.method is None else defer.Deferred()
+                    slots = yield self._take_slots(self._slots_for(record))
+                    self._whole(segment, slots, plain)
+                    if plain is not None:
+                        try:
+                            more = yield self._take_slots(k)
+                        except BaseException as err:
+                            plain.errback(err)
+                            raise
+                        plain.callback(more)
                     continue
                 for index in range(k):
                     buffer = yield self.buffers.get()
@@ -164,12 +172,25 @@ class BlockRestore:
         if self.error is not None:
             raise self.error
 
+    @defer.inlineCallbacks
+    def _take_slots(self, count):
+        slots = []
+        try:
+            for _ in range(count):
+                slots.append((yield self.buffers.get()))
+                self._check()
+        except BaseException:
+            self.buffers.give_back(slots)
+            raise
+        return slots
+
     def _slots_for(self, record) -> int:
-        """Block buffers a segment restored whole holds: k, and for a
-        compressed one as many more as its stored bytes (the pieces fetched)."""
+        """Block buffers a segment restored whole holds from the start: k,
+        or for a compressed one as many as its stored bytes (the pieces
+        fetched; k more come for its plaintext)."""
         if record.method is None:
             return self.coder.k
-        return self.coder.k + -(-record.stored_length // self.buffers.size)
+        return -(-record.stored_length // self.buffers.size)
 
     def _by_blocks(self, record) -> bool:
         """A full segment of an extent whose blocks fit the file's buffers,
@@ -226,12 +247,13 @@ class BlockRestore:
             segment.done.callback(None)
 
     @defer.inlineCallbacks
-    def _whole(self, segment, slots=None):
+    def _whole(self, segment, slots=None, plain=None):
         """The segment's way: any k holders, decoded if need be, fresh buffers.
 
         slots: block buffers of the window it holds in their place (a segment
         that is not a full one of an extent); without them (a repair, while
-        the window is in use) it reserves its size from the budget."""
+        the window is in use) it reserves its size from the budget. plain: a
+        compressed segment's: fires with k more slots for its plaintext."""
         length = 0 if slots else segment.record.length
         # [pieces not yet written, bytes reserved, slots]: all go back at the last
         left = [0, length, slots or []]
@@ -241,9 +263,11 @@ class BlockRestore:
             record = segment.record
             pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool, self.coder,
                                                 self.ctx.secret, record, self._report_bad)
-            if record.method is not None:  # always with slots: never by blocks
+            if plain is not None:  # compressed: always with slots, never by blocks
+                more, plain = (yield plain), None
+                left[2] = left[2] + more
                 pieces = yield self.ctx.pool.run(_decompress_into, self.ctx.secret, record,
-                                                 pieces, slots[:self.coder.k])
+                                                 pieces, more)
             left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:
@@ -252,6 +276,8 @@ class BlockRestore:
         except BaseException as err:
             self._fail(err)
             self._whole_done(left, None, b"")  # what it held goes back
+            if plain is not None:  # its plaintext's slots, when they come, go back too
+                plain.addCallbacks(self.buffers.give_back, lambda _: None)
         segment.done.callback(None)
 
     def _fail(self, failure_or_error):
