@@ -43,8 +43,8 @@ from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
 from flud.client.manifest import snapshot_paths
-from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from_wire,
-                                 content_kind, entries_from_wire)
+from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRecord,
+                                 content_from_wire, content_kind, entries_from_wire)
 from flud.client.restore.blocks import BlockRestore
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
@@ -56,6 +56,7 @@ from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder
+from flud.errors import CompressionError
 
 log = logging.getLogger("flud.client")
 
@@ -242,8 +243,8 @@ class Restore:
             yield fn(entry)
         except UnsafePath as err:
             self.refuse(entry.rel, err.why)
-        except (FetchFailed, RestoreError, OSError) as err:
-            self._failed(entry.rel, err)
+        except (FetchFailed, RestoreError, OSError, CompressionError, BadSegmentRecord) as err:
+            self._failed(entry.rel, err)  # this file fails, alone
 
     @defer.inlineCallbacks
     def _large(self, entry):

@@ -171,13 +171,13 @@ def _watch_segment_reads(k):
     made, seen = [], []
 
     class WatchedLargeFiles(LargeFiles):
-        def read_segment(self, entry, f, buffer, length, hashes):
+        def read_segment(self, entry, f, buffer, length, hashes, *plan):
             gc.collect()
             alive = [ref() for ref in made if ref() is not None]
             seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
                          sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
                          id(buffer)))
-            prep = super().read_segment(entry, f, buffer, length, hashes)
+            prep = super().read_segment(entry, f, buffer, length, hashes, *plan)
             made.append(weakref.ref(prep))
             return prep
 
