@@ -9,7 +9,7 @@ import pytest
 
 from flud.client import extents
 from flud.client.records import BadSegmentRecord, ExtentSegment
-from tests.unit.client.fakes import make_world
+from tests.unit.client.fakes import make_world, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.core.test_compression import text
 from tools.treecmp import compare_trees
@@ -37,8 +37,8 @@ def _tree(root, files):
     return root
 
 
-def _large_records(home, summary):
-    manifest = home.index.manifest(summary["snapshot"])
+def _large_records(world, summary):
+    manifest = snapshot_manifest(world, summary["snapshot"])
     entries = {e[0].split("/", 1)[1]: e for e in manifest["entries"] if e[1] == "file"}
     return manifest, {name: manifest["contents"][e[5]] for name, e in entries.items()
                       if manifest["contents"][e[5]]["t"] == "L"}
@@ -60,7 +60,7 @@ def test_a_compressible_file_is_stored_compressed_and_restores_identical(world, 
     size = int(2.5 * extents.EXTENT_BYTES) + 4000
     src = _tree(str(tmp_path / "src"), {"text.log": text(size)})
     summary, _, _ = run_backup(world, [src])
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     record = records["text.log"]
     segments = _segments(record)
     assert len(segments) == -(-size // SEGMENT)
@@ -91,7 +91,7 @@ def test_media_is_stored_as_it_is_and_a_mixed_file_segment_by_segment(world, tmp
     mixed = text(6 * SEGMENT) + rng.randbytes(6 * SEGMENT) + text(5 * SEGMENT + 4000)
     src = _tree(str(tmp_path / "src"), {"video.mp4": noise, "mixed.img": mixed})
     summary, _, _ = run_backup(world, [src])
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     # written exactly as before compression existed: four fields a segment
     assert all(len(row) == 4 for e in records["video.mp4"]["ext"] for row in e["segs"])
     assert [s.method for s in _segments(records["mixed.img"])] == ["zstd"] * 6 + [None] * 6 + \
@@ -106,11 +106,11 @@ def test_the_same_file_compresses_to_the_same_segments_and_dedups(world, tmp_pat
     data = text(20 * SEGMENT + 9, seed=7)
     first = _tree(str(tmp_path / "one" / "src"), {"a.txt": data})
     summary, _, _ = run_backup(world, [first])
-    _, records = _large_records(home, summary)
+    _, records = _large_records(world, summary)
     stores = network.calls["open_store"]
     second = _tree(str(tmp_path / "two" / "src"), {"copy.txt": data})
     summary, _, _ = run_backup(world, [second])
-    _, again = _large_records(home, summary)
+    _, again = _large_records(world, summary)
     assert again["copy.txt"] == records["a.txt"]  # same keys, stored lengths, streams
     assert network.calls["open_store"] == stores  # nothing of it sent again
 
@@ -124,7 +124,7 @@ def test_a_snapshot_written_before_compression_still_restores(world, tmp_path, m
                         lambda data: (None, len(data)))
     summary, _, _ = run_backup(world, [src])
     monkeypatch.undo()
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     assert all(len(row) == 4 for e in records["text.log"]["ext"] for row in e["segs"])
     restored, _, out = _restore(world, tmp_path, manifest)
     assert restored["failed"] == 0
@@ -146,7 +146,7 @@ def test_a_damaged_compressed_segment_fails_as_a_damaged_plain_one(world, tmp_pa
     src = _tree(str(tmp_path / "src"), {"text.log": text(20 * SEGMENT),
                                         "noise.bin": random.Random(5).randbytes(20 * SEGMENT)})
     summary, _, _ = run_backup(world, [src])
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     assert _segments(records["text.log"])[0].method == "zstd"
     assert _segments(records["noise.bin"])[0].method is None
     for record in records.values():
@@ -172,7 +172,7 @@ def test_a_compressed_segment_whose_record_lies_fails_its_file_clearly(world, tm
     src = _tree(str(tmp_path / "src"), {"text.log": text(20 * SEGMENT),
                                         "other.log": text(20 * SEGMENT, seed=9)})
     summary, _, _ = run_backup(world, [src])
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     manifest = copy.deepcopy(manifest)
     cid = next(e[5] for e in manifest["entries"] if e[0].endswith("text.log"))
     manifest["contents"][cid]["ext"][0]["segs"][1][1] -= 1  # one plaintext byte short
@@ -188,7 +188,7 @@ def test_a_method_this_flud_does_not_know_fails_its_file_alone(world, tmp_path):
     src = _tree(str(tmp_path / "src"), {"text.log": text(20 * SEGMENT),
                                         "other.log": text(20 * SEGMENT, seed=9)})
     summary, _, _ = run_backup(world, [src])
-    manifest, _ = _large_records(home, summary)
+    manifest, _ = _large_records(world, summary)
     manifest = copy.deepcopy(manifest)
     cid = next(e[5] for e in manifest["entries"] if e[0].endswith("text.log"))
     manifest["contents"][cid]["ext"][-1]["segs"][-1][4] = "brotli"
@@ -221,7 +221,7 @@ def test_a_compressible_file_keeps_to_one_segment_footprint(tmp_path):
     src = _tree(str(tmp_path / "src"), {"text.log": text(6 * MIB + 11)})
     summary, monitor, _ = run_backup(world, [src])
     assert monitor.peak_transfer_bytes <= 4 * MIB
-    manifest, records = _large_records(home, summary)
+    manifest, records = _large_records(world, summary)
     assert _segments(records["text.log"])[0].method == "zstd"
     restored, job, out = _restore(world, tmp_path, manifest)
     assert restored["failed"] == 0
