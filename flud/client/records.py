@@ -211,6 +211,13 @@ class Extent(NamedTuple):
                             seg.stored)
 
 
+def extent_id(extent_wire) -> str:
+    """An extent's name in the holder map: the key of its first stream
+    (share 0: the BLAKE3 of a stream that holds every segment's block 0, so
+    no two different extents share it)."""
+    return extent_wire["shares"][0][1]
+
+
 class SegmentFetch(NamedTuple):
     """What fetching one segment needs: its key, lengths and holders (share
     holders, or block holders of an extent). Made from the records, never

@@ -108,3 +108,10 @@ def test_a_new_home_with_the_key_alone_lists_and_restores(world, tmp_path):
     proc = flud("restore", "--home", home, "--to", tmp_path / "dest")
     assert proc.returncode == 0, output(proc)
     assert compare_trees(world["src"], tmp_path / "dest" / "docs") == []
+    # backing up from the new home goes on from the nodes' history: snapshot
+    # 3, and the two before it still listed (nothing kept is dropped)
+    proc = flud("backup", tmp_path / "dest" / "docs", "--home", home)
+    assert proc.returncode == 0 and "snapshot 3:" in proc.stdout, output(proc)
+    remote = flud("ls", "--home", world["home"], "--remote")
+    ids = [x.split()[1] for x in remote.stdout.splitlines() if x.startswith("snapshot")]
+    assert ids == ["1", "2", "3"], output(remote)

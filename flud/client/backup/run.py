@@ -30,7 +30,8 @@ from flud.client.backup.snapshot import TreeWriter, publish_tree
 from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
 from flud.client.gather import settle_all
-from flud.client.records import EmptyContent, holder_keys_from_wire
+from flud.client.head import adopt_head
+from flud.client.records import EmptyContent, ShareHolder, extent_id, holder_keys_from_wire
 from flud.client.scan import Entry, entry_of, list_children
 from flud.client.walk import walk
 from flud.coding import SegmentCoder
@@ -62,6 +63,7 @@ class Backup:
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_blobs = []     # BlobRef of every record this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
+        self._run_extents = {}    # extent id -> share holders, of the extents this run stored
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
@@ -84,6 +86,7 @@ class Backup:
         index = ctx.index
         started = ctx.clock()
         roots = [os.path.abspath(p) for p in paths]
+        yield adopt_head(ctx)
         known = index.content_lookup()
         self.contents.begin(known)
         index.begin_pending()
@@ -117,7 +120,7 @@ class Backup:
                          "records": writer.builder.records, "stored": writer.builder.stored}
                 snapshot_id, created, record_id = yield publish_tree(
                     ctx, self.small, self._run_bundles, self._run_blobs, tree, roots, tags,
-                    stats, self._run_shares)
+                    stats, self._run_shares, self._run_extents)
             finally:
                 self.small.close()
             summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
@@ -201,7 +204,11 @@ class Backup:
         for bundle in bundles.values():
             self._run_shares.update(h.key for h in bundle.holders)
         for record in self.contents.new.values():
-            self._run_shares.update(holder_keys_from_wire(record.to_wire()))
+            wire = record.to_wire()
+            self._run_shares.update(holder_keys_from_wire(wire))
+            for extent in wire.get("ext", ()):
+                holders = tuple(ShareHolder.from_wire(h) for h in extent["shares"])
+                self._run_extents[extent_id(extent)] = holders
         index = self.ctx.index
         index.add_blobs(self.small.blob_refs)
         self.small.blob_refs = []

@@ -18,7 +18,6 @@ the map index in another: the index names each page with its bundle's
 record, and the root record names the last bundle's, so everything is found
 from the key alone.
 """
-import json
 import os
 import socket
 import time
@@ -27,14 +26,13 @@ from twisted.internet import defer
 
 from flud.client.backup.tree import TreeBuilder
 from flud.client.blobs import BlobSealer
-from flud.client.holders import MapIndex, MapPage, RootRecord
-from flud.client.manifest import put_root_v2, root_names
-from flud.client.records import EMPTY, LARGE, SMALL, Bundle
+from flud.client.head import Head, store_blobs, write_head
+from flud.client.holders import MapIndex, MapPage
+from flud.client.manifest import root_names
+from flud.client.records import EMPTY, LARGE, SMALL
 from flud.client.scan import entry_of, list_children
-from flud.client.tree import BlobRef, LargeRecord, LargeRef, SmallRef, SnapshotRecord
+from flud.client.tree import LargeRecord, LargeRef, SmallRef, SnapshotRecord
 from flud.client.walk import walk
-
-REPO_META = "repo_v2"   # the index's copy of the repository head (meta key)
 
 
 def _quiet(path, why):
@@ -128,81 +126,42 @@ class TreeWriter:
         return tree
 
 
-def repo_head(index) -> dict:
-    """The index's copy of the repository head: {"generation", "index":
-    MapIndex wire, "final": [[bundle id, bundle record]], "snapshot": blob
-    ref of the newest snapshot record or None}."""
-    return index.get_meta(REPO_META) or {"generation": 0, "index": None, "final": [],
-                                          "snapshot": None}
-
-
 @defer.inlineCallbacks
-def _stored(small, blobs):
-    """Hand blobs [(blob id, sealed)] to the small files, land them in a
-    bundle of their own; returns (their BlobRefs by id, {bundle id: Bundle})."""
-    for blob_id, sealed in blobs:
-        yield small.add_blob(blob_id, sealed)
-    yield small.finish()
-    bundles, challenges = small.records()
-    wanted = {blob_id for blob_id, _ in blobs}
-    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in wanted}
-    return refs, bundles, challenges
-
-
-@defer.inlineCallbacks
-def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, stats, shares):
+def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, stats, shares,
+                 extents=None):
     """Store this run's map page, its snapshot record and the new map index,
     and point the root record at them. run_bundles: {bundle id: Bundle} this
     run stored; run_blobs: [BlobRef] of the records it stored; shares: the
-    keys of the shares it stored (their VERIFY challenges go in the page).
+    keys of the shares it stored (their VERIFY challenges go in the page);
+    extents: {extent id: share holders} of the large files' extents it
+    stored (the map is the inventory prune reads).
     Returns (snapshot id, time, the snapshot record's blob id)."""
     index, sealer = ctx.index, BlobSealer(ctx.secret)
-    head = repo_head(index)
+    head = Head.load(index)
     previous = index.snapshots()
     snapshot_id = (previous[-1]["id"] + 1) if previous else 1
-    old_index = MapIndex.decode(_encode_json(head["index"])) if head["index"] else MapIndex(
-        v1=tuple({"id": s["id"], "created": s["created"], "manifest": s.get("manifest_ref")}
-                 for s in previous if s.get("manifest_ref")))
-    final = {bid: Bundle.from_wire(b) for bid, b in head["final"]}
     blobs = list(run_blobs)
-    if head["snapshot"]:
-        blobs.append(BlobRef(*head["snapshot"]))
+    if head.snapshot:   # the last head's records become the map's to locate
+        blobs.append(head.snapshot)
     challenges = [(key, found) for key in sorted(shares)
                   if (found := index.challenges(key)) is not None]
-    page = MapPage.of(bundles={**final, **run_bundles}, blobs=blobs, challenges=challenges)
+    page = MapPage.of(bundles={**head.final, **run_bundles}, extents=extents, blobs=blobs,
+                      challenges=challenges)
     page_id, page_sealed = sealer.seal(page.encode())
-    refs, page_bundles, page_challenges = yield _stored(small, [(page_id.hex(), page_sealed)])
+    refs, page_bundles, page_challenges = yield store_blobs(small,
+                                                            [(page_id.hex(), page_sealed)])
+    index.add_bundles((bid, b.to_wire()) for bid, b in page_bundles.items())
+    index.add_challenges(page_challenges.items())
     page_ref = refs[page_id.hex()]
+    index.add_blobs([page_ref])
     created = time.time()
-    parent = head["snapshot"][0] if head["snapshot"] else None
     record = SnapshotRecord(snapshot_id, created, socket.gethostname(),
                             tuple(os.path.abspath(r) for r in roots), tuple(tags), False,
-                            parent, tree, stats)
+                            head.snapshot.blob_id if head.snapshot else None, tree, stats)
     snap_id, snap_sealed = sealer.seal(record.encode())
-    new_index = MapIndex(old_index.pages + ((page_ref, page_bundles[page_ref.bundle]),),
-                         old_index.snapshots + (snap_id.hex(),), old_index.v1)
-    index_id, index_sealed = sealer.seal(new_index.encode())
-    refs, last_bundles, last_challenges = yield _stored(
-        small, [(snap_id.hex(), snap_sealed), (index_id.hex(), index_sealed)])
-    snapshot_ref, index_ref = refs[snap_id.hex()], refs[index_id.hex()]
-    generation = head["generation"] + 1
-    root = RootRecord(snapshot_ref, index_ref, tuple(sorted(last_bundles.items())), generation)
-    yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
-    all_final = {**page_bundles, **last_bundles}
-    index.add_bundles((bid, b.to_wire()) for bid, b in all_final.items())
-    index.add_challenges(page_challenges.items())
-    index.add_challenges(last_challenges.items())
-    index.add_blobs([page_ref, snapshot_ref, index_ref])
-    index.set_meta(REPO_META, {
-        "generation": generation, "index": _decode_json(new_index.encode()),
-        "final": [[bid, b.to_wire()] for bid, b in sorted(all_final.items())],
-        "snapshot": list(snapshot_ref)})
+    old = head.index
+    new_index = MapIndex(old.pages + ((page_ref, page_bundles[page_ref.bundle]),),
+                         old.snapshots + (snap_id.hex(),), old.v1)
+    yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
+                     records=[(snap_id.hex(), snap_sealed)])
     return snapshot_id, created, snap_id.hex()
-
-
-def _encode_json(value) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _decode_json(data: bytes):
-    return json.loads(data)

@@ -16,7 +16,7 @@ from twisted.internet import defer
 
 from flud.client.blobs import BlobDamaged
 from flud.client.manifest import snapshot_paths
-from flud.client.records import DIR, FILE, SYMLINK, Entry
+from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
 from flud.client.restore.files import RestoreError
 from flud.client.tree import DIRECTORY, LargeRecord, LargeRef, SmallRef
 from flud.client.treewalk import TreeReader
@@ -77,9 +77,8 @@ class TreeContents:
     def large(self, ref: LargeRef) -> dict:
         content = LargeRecord.decode((yield self.repo.open_blob(ref.content))).content
         for extent in content.get("ext", ()):
-            shares = extent["shares"]
-            moved = self.repo.cache.extent(shares[0][1]) if shares else None
-            if moved:
+            moved = self.repo.cache.extent(extent_id(extent)) if extent["shares"] else None
+            if moved:   # repair moved its shares: the map's newest holders
                 extent["shares"] = moved
         return content
 
