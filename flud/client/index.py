@@ -298,6 +298,43 @@ class ClientIndex:
     def add_segment(self, seg_key: str, record) -> None:
         self.db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)", (seg_key, _pack(record)))
 
+    def extent_rows(self):
+        """(row key, extent record as written) of every extent that landed
+        (large.py writes each as it lands, so a backup killed half way
+        leaves them here for prune to find)."""
+        return [(key, json.loads(record)) for key, record in self.db.execute(
+            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%'")]
+
+    def drop_stored(self, bundles, extents) -> int:
+        """Forget bundles and extents prune deleted, with every content
+        stored in them and every file state that names such a content: no
+        later backup may count on them (it reads those files again).
+        Returns how many contents were dropped."""
+        bundles, extents = set(bundles), set(extents)
+        dropped = []
+        for content_id, record in self._rows("SELECT content_id, record FROM contents"):
+            record = json.loads(record)
+            if record.get("b") in bundles or any(
+                    e["shares"] and e["shares"][0][1] in extents for e in record.get("ext", ())):
+                dropped.append(content_id)
+        extent_keys = [key for key, record in self.extent_rows()
+                       if record["shares"] and record["shares"][0][1] in extents]
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM bundles WHERE bundle_id=?", ((b,) for b in bundles))
+            self.db.executemany("DELETE FROM blobs WHERE bundle=?", ((b,) for b in bundles))
+            self.db.executemany("DELETE FROM contents WHERE content_id=?",
+                                ((c,) for c in dropped))
+            self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
+            self.db.executemany("DELETE FROM segments WHERE seg_key=?",
+                                ((k,) for k in extent_keys))
+        return len(dropped)
+
+    def remove_snapshots(self, snapshot_ids) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM snapshots WHERE id=?", ((i,) for i in snapshot_ids))
+
     def bundle(self, bundle_id: str):
         row = self.db.execute("SELECT record FROM bundles WHERE bundle_id=?",
                               (bundle_id,)).fetchone()

@@ -96,6 +96,11 @@ class MapCache:
                               (blob_id,)).fetchone()
         return BlobRef(*row) if row else None
 
+    def extent_rows(self):
+        """(extent id, [share holder as written]) of every extent in the map."""
+        return [(xid, json.loads(holders)) for xid, holders in
+                self.db.execute("SELECT id, holders FROM extents ORDER BY id")]
+
     def extent(self, extent_id: str):
         row = self.db.execute("SELECT holders FROM extents WHERE id=?", (extent_id,)).fetchone()
         return json.loads(row[0]) if row else None
