@@ -65,6 +65,42 @@ def add_client_commands(sub) -> None:
     find.add_argument("--snapshot", type=int, help="only this snapshot (default: all)")
     find.set_defaults(handler=lambda args: _network_job(args, "find"))
 
+    forget = sub.add_parser("forget", help="remove snapshots from the list, by policy or id")
+    forget.add_argument("snapshots", nargs="*", type=int, metavar="SNAPSHOT")
+    forget.add_argument("--home", required=True)
+    forget.add_argument("--keep-last", type=int, default=0, metavar="N",
+                        help="keep the N newest snapshots")
+    for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "weeks"),
+                         ("monthly", "months"), ("yearly", "years")):
+        forget.add_argument(f"--keep-{period}", type=int, default=0, metavar="N",
+                            help=f"keep the newest snapshot of each of the last N {unit} "
+                                 f"that have one (-1: all)")
+    forget.add_argument("--keep-within", metavar="DURATION",
+                        help="keep every snapshot within DURATION (7d, 2w, 1y2m) of the newest")
+    forget.add_argument("--keep-tag", action="append", default=[], metavar="T",
+                        help="keep snapshots tagged T (a,b: both); repeatable")
+    forget.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    forget.add_argument("--prune", action="store_true", help="prune afterwards")
+    _prune_options(forget)
+    forget.set_defaults(handler=lambda args: _network_job(args, "forget"))
+
+    prune = sub.add_parser("prune", help="delete from the nodes what no kept snapshot needs")
+    prune.add_argument("--home", required=True)
+    prune.add_argument("--dry-run", action="store_true", help="say what would be deleted")
+    _prune_options(prune)
+    prune.set_defaults(handler=lambda args: _network_job(args, "prune"))
+
+    tag = sub.add_parser("tag", help="change the tags or protection of snapshots")
+    tag.add_argument("snapshots", nargs="+", type=int, metavar="SNAPSHOT")
+    tag.add_argument("--home", required=True)
+    tag.add_argument("--add", action="append", default=[], metavar="T")
+    tag.add_argument("--remove", action="append", default=[], metavar="T")
+    protection = tag.add_mutually_exclusive_group()
+    protection.add_argument("--protect", action="store_true",
+                            help="no policy removes it (forget refuses to name it)")
+    protection.add_argument("--unprotect", action="store_true")
+    tag.set_defaults(handler=lambda args: _network_job(args, "tag"))
+
     diff = sub.add_parser("diff", help="paths added, removed and changed between snapshots")
     diff.add_argument("old", type=int)
     diff.add_argument("new", type=int)
@@ -89,6 +125,14 @@ def add_client_commands(sub) -> None:
                         help="challenge every byte of every share (runs otherwise alternate "
                              "between that and a spot check of one 64 KiB span)")
     verify.set_defaults(handler=cmd_verify)
+
+
+def _prune_options(parser) -> None:
+    parser.add_argument("--grace", default="24h", metavar="DURATION",
+                        help="delete only what was found unreferenced this long ago, in two "
+                             "runs in a row (default 24h; 0: at once)")
+    parser.add_argument("--max-unused", type=int, default=50, metavar="PERCENT",
+                        help="repack a bundle more than this dead (default 50)")
 
 
 def _positive(text: str) -> int:

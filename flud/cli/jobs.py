@@ -61,7 +61,8 @@ def _job(reactor, home, args, job):
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify,
-                  "ls": _browse, "find": _browse, "diff": _browse}[job]
+                  "ls": _browse, "find": _browse, "diff": _browse,
+                  "forget": _retain, "prune": _retain, "tag": _retain}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -85,6 +86,9 @@ JOB_MODULES = {
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
     "diff": ("flud.cli.browse", *_READ),
+    "forget": ("flud.cli.retain", "flud.client.backup.small", *_READ),
+    "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
+    "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
 }
 
 
@@ -133,6 +137,15 @@ def _browse(reactor, home, network, pool, monitor, progress, args):
 
     ctx = _context(reactor, home, network, pool, monitor, progress)
     code = yield getattr(browse, args.job)(ctx, args)
+    return code
+
+
+@defer.inlineCallbacks
+def _retain(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli import retain
+
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    code = yield getattr(retain, args.job)(ctx, args)
     return code
 
 

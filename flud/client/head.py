@@ -13,7 +13,7 @@ import json
 
 from twisted.internet import defer
 
-from flud.client.holders import MapIndex, RootRecord
+from flud.client.holders import MapIndex, MapPage, RootRecord
 from flud.client.manifest import put_root_v2
 from flud.client.records import Bundle
 from flud.client.tree import BlobRef
@@ -82,6 +82,24 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     newest snapshot record (one of `records`, or an older one whose BlobRef
     and bundle (id, Bundle) are given as newest_bundle=(ref, id, Bundle)).
     Returns the new Head (saved in the client index)."""
+    client_index = ctx.index
+    others = [(blob_id, sealed) for blob_id, sealed in records if blob_id != newest]
+    records = [(blob_id, sealed) for blob_id, sealed in records if blob_id == newest]
+    if others:
+        # Records that are not the newest snapshot's (tag rewrote older ones)
+        # are located by a page of their own, which the new index lists.
+        refs, bundles, challenges = yield store_blobs(small, others)
+        page = MapPage.of(bundles=bundles, blobs=refs.values())
+        page_id, page_sealed = sealer.seal(page.encode())
+        page_refs, page_bundles, page_challenges = yield store_blobs(
+            small, [(page_id.hex(), page_sealed)])
+        page_ref = page_refs[page_id.hex()]
+        new_index = new_index._replace(
+            pages=new_index.pages + ((page_ref, page_bundles[page_ref.bundle]),))
+        for stored, stored_challenges in ((bundles, challenges), (page_bundles, page_challenges)):
+            client_index.add_bundles((bid, b.to_wire()) for bid, b in stored.items())
+            client_index.add_challenges(stored_challenges.items())
+        client_index.add_blobs(list(refs.values()) + [page_ref])
     index_id, index_sealed = sealer.seal(new_index.encode())
     refs, bundles, challenges = yield store_blobs(small, list(records) +
                                                   [(index_id.hex(), index_sealed)])
@@ -95,7 +113,6 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
                       generation)
     yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
-    client_index = ctx.index
     client_index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
     client_index.add_challenges(challenges.items())
     client_index.add_blobs(refs.values())
@@ -136,3 +153,17 @@ def adopt_head(ctx):
     finally:
         repo.close()
     return head
+
+
+def record_sender(ctx):
+    """A SmallFiles that carries records alone (forget, tag, prune: no file
+    data), opened; close() it when done."""
+    from flud.client.backup.contents import ContentLog
+    from flud.client.backup.small import SmallFiles
+
+    counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
+    summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
+    small = SmallFiles(ctx, ctx.home.config["small_file_limit"], 0, 1, ContentLog(), counters,
+                       summary, lambda path, why: None)
+    small.open(with_files=False)
+    return small

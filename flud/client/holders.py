@@ -61,6 +61,23 @@ class MapPage(NamedTuple):
     def __len__(self) -> int:
         return len(self.bundles) + len(self.extents) + len(self.blobs)
 
+    def split(self, rows: int = PAGE_ROWS) -> list:
+        """The same rows as pages of at most `rows` objects each (a share's
+        challenges go with whatever page has room)."""
+        items = ([("b", row) for row in self.bundles] + [("x", row) for row in self.extents]
+                 + [("r", row) for row in self.blobs])
+        pages = []
+        for start in range(0, max(len(items), 1), rows):
+            chunk = items[start:start + rows]
+            pages.append(MapPage(tuple(r for kind, r in chunk if kind == "b"),
+                                 tuple(r for kind, r in chunk if kind == "x"),
+                                 tuple(r for kind, r in chunk if kind == "r")))
+        per_page = -(-len(self.challenges) // len(pages))
+        # (not _replace: it checks len(), which counts objects here)
+        return [MapPage(page.bundles, page.extents, page.blobs,
+                        self.challenges[i * per_page:(i + 1) * per_page])
+                for i, page in enumerate(pages)]
+
     def encode(self) -> bytes:
         return _encode({
             "v": FORMAT_VERSION, "t": "holders",

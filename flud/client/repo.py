@@ -96,6 +96,15 @@ class MapCache:
                               (blob_id,)).fetchone()
         return BlobRef(*row) if row else None
 
+    def blob_rows(self):
+        """Every BlobRef in the map (records, and small files moved by repack)."""
+        return [BlobRef(*row) for row in
+                self.db.execute("SELECT id, bundle, offset, length FROM blobs ORDER BY id")]
+
+    def challenge_rows(self):
+        return [(key, json.loads(items)) for key, items in
+                self.db.execute("SELECT key, items FROM challenges ORDER BY key")]
+
     def extent_rows(self):
         """(extent id, [share holder as written]) of every extent in the map."""
         return [(xid, json.loads(holders)) for xid, holders in

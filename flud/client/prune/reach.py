@@ -47,21 +47,23 @@ class Reach:
         self.extents = set()
         self._seen = set()     # record blob ids read
         db = repo.cache.db
+        # kind: "blob" (a record: its id checks it), or "small:" + method
+        # with the file's size (its convergent key checks it)
         db.execute("CREATE TABLE IF NOT EXISTS live_members (bundle TEXT, key TEXT, "
-                   "offset INTEGER, length INTEGER, kind TEXT)")
+                   "offset INTEGER, length INTEGER, kind TEXT, size INTEGER)")
         db.execute("CREATE INDEX IF NOT EXISTS live_by_bundle ON live_members (bundle)")
         self._db = db
         self._rows = []
 
-    def _live(self, bundle_id, key, offset, length, kind) -> None:
+    def _live(self, bundle_id, key, offset, length, kind, size=0) -> None:
         self.bundles[bundle_id] = self.bundles.get(bundle_id, 0) + length
-        self._rows.append((bundle_id, key, offset, length, kind))
+        self._rows.append((bundle_id, key, offset, length, kind, size))
         if len(self._rows) >= 4096:
             self._flush()
 
     def _flush(self) -> None:
         with self._db:
-            self._db.executemany("INSERT INTO live_members VALUES (?,?,?,?,?)", self._rows)
+            self._db.executemany("INSERT INTO live_members VALUES (?,?,?,?,?,?)", self._rows)
         self._rows = []
 
     def _blob(self, blob_id) -> None:
@@ -75,9 +77,9 @@ class Reach:
         for bundle_id, bundle in root.bundles:   # the head: map index, newest snapshot
             self.bundles.setdefault(bundle_id, 0)
         self._live(root.map_index.bundle, root.map_index.blob_id, root.map_index.offset,
-                   root.map_index.length, "head")
+                   root.map_index.length, "blob")
         for ref, _ in self.repo.index.pages:
-            self._live(ref.bundle, ref.blob_id, ref.offset, ref.length, "page")
+            self._live(ref.bundle, ref.blob_id, ref.offset, ref.length, "blob")
         for blob_id, record in self.kept:
             self._blob(blob_id)
             yield self._tree(record.tree)
@@ -102,16 +104,15 @@ class Reach:
                 if entry.kind == DIRECTORY:
                     stack.append(entry.ref)
                 elif isinstance(entry.ref, SmallRef):
-                    self._small(entry.ref)
+                    self._small(entry.ref, entry.size)
                 elif isinstance(entry.ref, LargeRef):
                     yield self._large(entry.ref.content)
 
-    def _small(self, ref: SmallRef) -> None:
+    def _small(self, ref: SmallRef, size: int) -> None:
         moved = self.repo.cache.blob(ref.key)   # repacked: the map says where it is now
-        if moved is not None:
-            self._live(moved.bundle, ref.key, moved.offset, moved.length, "small")
-        else:
-            self._live(ref.bundle, ref.key, ref.offset, ref.length, "small")
+        where = (moved.bundle, moved.offset, moved.length) if moved else \
+            (ref.bundle, ref.offset, ref.length)
+        self._live(where[0], ref.key, where[1], where[2], "small:" + ref.method, size)
 
     @defer.inlineCallbacks
     def _large(self, blob_id):
