@@ -4,7 +4,6 @@ process does, a node too) loads none of them."""
 import getpass
 import os
 import sys
-import time
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home

@@ -4,7 +4,7 @@ knows and from the nodes (the key alone) when it does not."""
 from twisted.internet import defer
 
 from flud.client.holders import RootRecord
-from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
+from flud.client.manifest import fetch_manifest, find_root
 from flud.client.repo import Repository
 from flud.errors import FludError
 

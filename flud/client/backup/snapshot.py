@@ -20,12 +20,12 @@ from the key alone.
 """
 import os
 import socket
-import time
 
 from twisted.internet import defer
 
 from flud.client.backup.tree import TreeBuilder
 from flud.client.blobs import BlobSealer
+from flud.client.context import wall_clock
 from flud.client.head import Head, store_blobs, write_head
 from flud.client.holders import MapIndex, MapPage
 from flud.client.manifest import root_names
@@ -154,7 +154,7 @@ def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, sta
     index.add_challenges(page_challenges.items())
     page_ref = refs[page_id.hex()]
     index.add_blobs([page_ref])
-    created = time.time()
+    created = wall_clock()
     record = SnapshotRecord(snapshot_id, created, socket.gethostname(),
                             tuple(os.path.abspath(r) for r in roots), tuple(tags), False,
                             head.snapshot.blob_id if head.snapshot else None, tree, stats)

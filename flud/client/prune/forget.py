@@ -8,11 +8,11 @@ rules (two runs, past the grace period). A tag or protection change writes
 a new snapshot record (records are content-addressed, so a changed one is
 a new blob) and lists it instead of the old one.
 """
-import time
 
 from twisted.internet import defer
 
 from flud.client.blobs import BlobSealer
+from flud.client.context import wall_clock
 from flud.client.head import Head, record_sender, write_head
 from flud.client.holders import MapIndex
 from flud.client.retention import SnapshotInfo, decide, render
@@ -64,7 +64,7 @@ def _write(ctx, repo, listed, records=()):
 
 
 @defer.inlineCallbacks
-def forget(ctx, policy, dry_run, tz, now=time.time, say=print):
+def forget(ctx, policy, dry_run, tz, now=wall_clock, say=print):
     """Decide by `policy` (retention.Policy), print the table, and unless
     dry_run list only the kept snapshots. Returns (kept, removed) counts."""
     repo = yield _open(ctx)

@@ -16,11 +16,11 @@ and writes the map then; a restore meanwhile never needs them (no kept
 snapshot reaches them).
 """
 import logging
-import time
 
 from twisted.internet import defer
 
 from flud.client.blobs import BlobSealer
+from flud.client.context import wall_clock
 from flud.client.head import Head, record_sender, store_blobs, write_head
 from flud.client.holders import MapIndex, MapPage, PAGE_ROWS
 from flud.client.prune.reach import BUNDLE, EXTENT, Reach, inventory, object_id
@@ -48,7 +48,7 @@ class Prune:
     wall clock (tests move it)."""
 
     def __init__(self, ctx, grace=DEFAULT_GRACE, max_unused=DEFAULT_MAX_UNUSED,
-                 dry_run=False, now=time.time, say=print):
+                 dry_run=False, now=wall_clock, say=print):
         self.ctx = ctx
         self.grace = grace
         self.max_unused = max_unused
