@@ -141,6 +141,11 @@ class HealthBook:
             return
         self.unreachable_since.pop(obs.node, None)
         self.last_answer[obs.node] = max(obs.at, self.last_answer.get(obs.node, obs.at))
+        if place in self.superseded:
+            # A surplus copy: only whether it is still there matters (prune).
+            if obs.outcome == MISSING:
+                del self.superseded[place]
+            return
         if obs.outcome == OK:
             self.bad.pop(place, None)
         else:
@@ -218,6 +223,10 @@ class HealthBook:
                            self.unreachable_since.get(node), r["shares"], r[OK], r[CORRUPT],
                            r[MISSING], r["surplus"])
                 for node, r in sorted(rows.items())]
+
+    def pruned(self, key: str, node: str) -> None:
+        """Prune deleted the surplus copy of `key` on `node`."""
+        self.superseded.pop((key, node), None)
 
     def surplus(self) -> list:
         """[(object id, share key, node)] of superseded copies (for prune)."""

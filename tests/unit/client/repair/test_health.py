@@ -138,3 +138,15 @@ def test_the_book_round_trips_through_its_wire_form():
         HealthBook.from_wire({"v": 9})
     with pytest.raises(ValueError):
         book.observe(Observation("k", "n", "fine", 0.0))
+
+
+def test_a_surplus_copy_found_missing_or_pruned_is_forgotten():
+    book, obj = HealthBook(), _object()
+    book.moved(obj.object_id, obj.shares[0], NODES[17])
+    book.observe(Observation(obj.shares[0].key, obj.shares[0].node, CORRUPT, 1.0))
+    assert book.surplus() and not book.bad          # still surplus, never "bad"
+    book.observe(Observation(obj.shares[0].key, obj.shares[0].node, MISSING, 2.0))
+    assert book.surplus() == []
+    book.moved(obj.object_id, obj.shares[1], NODES[17])
+    book.pruned(obj.shares[1].key, obj.shares[1].node)
+    assert book.surplus() == []

@@ -1,0 +1,331 @@
+"""A check run, and its repair: the thin Twisted part over the pure cores.
+
+Given the objects (k-of-n, their holders as the holder map names them) and
+an INetwork, a run
+1. challenges (VERIFY) the shares of this run's part of the rotation, plus
+   one share of every holder node not otherwise asked (so each run knows
+   every node's reachability), and downloads and hash-checks the shares of
+   the objects the data subset picks;
+2. records what it saw in the HealthBook and classifies every object;
+3. with repair on, for each object below m: fetches k healthy shares
+   (each checked against its key), re-codes only the lost indexes in the
+   CPU pool, places them (plan.py) and stores them: bundle shares bound for
+   one node as one tar STORE, extent streams one STORE each. A store that
+   fails goes to another node, at most STORE_ATTEMPTS times.
+4. returns the new holder rows per object, also kept in the CheckState
+   until the caller has written them into a map page (state.recorded()).
+
+Nothing here reads wall time: `now` is the reactor's (a task.Clock in
+tests). A request unanswered for REQUEST_TIMEOUT (a stalled node) counts as
+unreachable, as does a refused or dropped connection.
+"""
+import random
+from typing import NamedTuple, Optional
+
+from twisted.internet import defer
+
+from aggregator.tarball import TarWriter
+from flud.client.gather import gather
+from flud.client.records import ShareHolder
+from flud.client.repair.health import (
+    CORRUPT, DEGRADED, HEALTHY, LOST, MISSING, OK, UNREACHABLE, Observation, RepairPolicy)
+from flud.client.repair.plan import BUNDLE, by_node, place
+from flud.client.repair.recode import recode, share_key
+from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
+from flud.client.repair.state import CheckState
+from flud.coding import SegmentCoder
+from flud.protocol.errors import ErrorCode, RemoteError
+from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
+
+IN_FLIGHT = 64            # challenges and downloads at once
+REPAIR_IN_FLIGHT = 4      # objects being fetched and re-coded at once
+REPAIR_BATCH = 16         # objects re-coded before their shares are sent together
+REQUEST_TIMEOUT = 60.0    # a node silent this long on a challenge or fetch: unreachable
+STORE_TIMEOUT = 300.0
+STORE_ATTEMPTS = 3
+
+# Errors that say the node holds the share but its bytes cannot be served
+# right: counted corrupt. NOT_FOUND is missing; everything else (busy,
+# cancelled, stalled, a dropped connection, a timeout) is unreachable.
+_CORRUPT_CODES = {ErrorCode.HASH_MISMATCH, ErrorCode.BAD_RANGE, ErrorCode.BAD_ARCHIVE,
+                  ErrorCode.INTERNAL}
+
+
+def outcome_of(error) -> str:
+    err = getattr(error, "value", error)
+    if isinstance(err, RemoteError):
+        if err.code == ErrorCode.NOT_FOUND:
+            return MISSING
+        if err.code in _CORRUPT_CODES:
+            return CORRUPT
+    return UNREACHABLE
+
+
+class Probe(NamedTuple):
+    """A recorded VERIFY challenge of a share: BLAKE3(nonce + bytes[offset:
+    offset+length]) starts with `digest`."""
+    nonce: bytes
+    offset: int
+    length: int
+    digest: bytes
+
+
+class ObjectResult(NamedTuple):
+    health: object                # ObjectHealth as this run found it
+    repaired: tuple = ()          # indexes stored on new nodes this run
+    error: Optional[str] = None   # why a needed repair did not (fully) happen
+
+    @property
+    def state(self) -> str:
+        """HEALTHY, DEGRADED, LOST, or "repaired" (all it needed was made)."""
+        if self.repaired and not self.error:
+            return "repaired"
+        return self.health.state
+
+
+class CheckReport(NamedTuple):
+    objects: list                 # [ObjectResult]
+    nodes: list                   # [NodeReport]
+    moved: dict                   # {object id: [(index, share key, new node)]}
+    challenged: int
+    downloaded: int
+    window: float                 # the part of the cycle this run covered
+    recreated_shares: int
+    recreated_bytes: int
+    fetched_bytes: int
+    surplus: list                 # [(object id, share key, node)]: prune may delete
+
+    def counts(self) -> dict:
+        out = {HEALTHY: 0, DEGRADED: 0, LOST: 0, "repaired": 0}
+        for result in self.objects:
+            out[result.state] += 1
+        return out
+
+
+class CheckJob:
+    """One run. challenge_of(share) -> Probe or None (None: the share is
+    downloaded and hash-checked instead); run_cpu(fn, *args) -> Deferred
+    (the job's CPU pool); on_progress(state) is called whenever the state
+    changed in a way worth saving (after each repaired object)."""
+
+    def __init__(self, reactor, network, state: CheckState, challenge_of, run_cpu,
+                 policy: RepairPolicy = RepairPolicy(), cycle: float = WEEK,
+                 interval: Optional[float] = None, rng: random.Random = None,
+                 on_progress=None, timeout: float = REQUEST_TIMEOUT,
+                 store_timeout: float = STORE_TIMEOUT):
+        self.reactor, self.network, self.state = reactor, network, state
+        self.challenge_of, self.run_cpu = challenge_of, run_cpu
+        self.policy, self.cycle, self.interval = policy, cycle, interval
+        self.rng = rng or random.Random()
+        self.on_progress = on_progress or (lambda state: None)
+        self.timeout, self.store_timeout = timeout, store_timeout
+        self._coders = {}
+        self._slots = defer.DeferredSemaphore(IN_FLIGHT)
+        self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
+
+    def _now(self) -> float:
+        return self.reactor.seconds()
+
+    def _coder(self, k: int, n: int) -> SegmentCoder:
+        if (k, n) not in self._coders:
+            self._coders[k, n] = SegmentCoder(k, n)
+        return self._coders[k, n]
+
+    def _call(self, node_hex: str, timeout: float, method: str, *args):
+        d = defer.maybeDeferred(self.network.call, bytes.fromhex(node_hex), method, *args)
+        return d.addTimeout(timeout, self.reactor)
+
+    # --- checking -----------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def run(self, objects, repair: bool = False, subset=None):
+        state, book = self.state, self.state.book
+        objects = [state.current(obj) for obj in objects]
+        window, rotation = plan_run(state.rotation, self._now(), self.cycle, self.interval)
+        download = select_objects([o.object_id for o in objects], subset, self.rng)
+        asked, fetched, reached = [], [], set()
+        for obj in objects:
+            whole = obj.object_id in download
+            for share in obj.shares:
+                if whole:
+                    fetched.append(share)
+                elif window.contains(slot(share.key)):
+                    asked.append(share)
+                else:
+                    continue
+                reached.add(share.node)
+        for obj in objects:   # every holder node is asked something each run
+            for share in obj.shares:
+                if share.node not in reached:
+                    reached.add(share.node)
+                    asked.append(share)
+        for (key, node), _ in sorted(book.superseded.items()):
+            if node not in reached:   # a node that held moved shares: back? still there?
+                reached.add(node)
+                asked.append(ShareHolder(-1, key, node))
+        runs = [self._slots.run(self._challenge, s) for s in asked]
+        runs += [self._slots.run(self._download, s) for s in fetched]
+        for ok, observation in (yield gather(runs)):
+            if ok:
+                book.observe(observation)
+        state.rotation = rotation
+        self.on_progress(state)
+        now = self._now()
+        healths = [book.classify(obj, now, self.policy) for obj in objects]
+        results = {h.object_id: ObjectResult(h) for h in healths}
+        if repair:
+            yield self._repair(objects, healths, results)
+        now = self._now()
+        return CheckReport([results[o.object_id] for o in objects],
+                           book.node_reports(objects, now, self.policy.grace),
+                           {oid: rows for oid, rows in state.moved.items()},
+                           len(asked), len(fetched), window.fraction,
+                           self.counters["recreated_shares"], self.counters["recreated_bytes"],
+                           self.counters["fetched_bytes"], book.surplus())
+
+    @defer.inlineCallbacks
+    def _challenge(self, share):
+        probe = self.challenge_of(share)
+        if probe is None:
+            return (yield self._download(share))
+        try:
+            digest = yield self._call(share.node, self.timeout, "verify",
+                                      bytes.fromhex(share.key), probe.nonce, probe.offset,
+                                      probe.length)
+        except Exception as err:
+            return Observation(share.key, share.node, outcome_of(err), self._now())
+        good = bytes(digest[:len(probe.digest)]) == probe.digest
+        return Observation(share.key, share.node, OK if good else CORRUPT, self._now())
+
+    @defer.inlineCallbacks
+    def _download(self, share):
+        data, outcome = yield self._fetch(share)
+        return Observation(share.key, share.node, outcome, self._now())
+
+    @defer.inlineCallbacks
+    def _fetch(self, share):
+        """(bytes or None, outcome): the whole share, checked against its key."""
+        try:
+            data = yield self._call(share.node, self.timeout, "retrieve",
+                                    bytes.fromhex(share.key))
+        except Exception as err:
+            return None, outcome_of(err)
+        self.counters["fetched_bytes"] += len(data)
+        if share_key(data) != share.key:
+            return None, CORRUPT
+        return bytes(data), OK
+
+    # --- repair ---------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _repair(self, objects, healths, results):
+        book = self.state.book
+        away = set(book.unreachable_since)
+        candidates = [nid.hex() for nid in self.network.alive_ids()
+                      if nid.hex() not in away]
+        load = {}
+        for obj in objects:
+            for share in obj.shares:
+                load[share.node] = load.get(share.node, 0) + 1
+        todo = [(obj, h) for obj, h in zip(objects, healths) if h.to_recreate()]
+        limit = defer.DeferredSemaphore(REPAIR_IN_FLIGHT)
+        for start in range(0, len(todo), REPAIR_BATCH):
+            batch = todo[start:start + REPAIR_BATCH]
+            made = {}
+            outcomes = yield gather([limit.run(self._recode, obj, h) for obj, h in batch])
+            for (obj, health), (ok, value) in zip(batch, outcomes):
+                if ok and isinstance(value, dict):
+                    made[obj.object_id] = (obj, value)
+                else:
+                    error = value if ok else value.getErrorMessage()
+                    results[obj.object_id] = results[obj.object_id]._replace(error=error)
+            if made:
+                yield self._store(made, candidates, load, results)
+
+    @defer.inlineCallbacks
+    def _recode(self, obj, health):
+        """{index: bytes} of the shares to re-create, or why not (a str)."""
+        book, now = self.state.book, self._now()
+        wanted = set(health.to_recreate())
+        sources = [s for s in sorted(obj.shares)
+                   if s.index not in wanted
+                   and book.share_state(s, now, self.policy.grace) == OK]
+        fetched = {}
+        while len(fetched) < obj.k and sources:
+            take, sources = sources[:obj.k - len(fetched)], sources[obj.k - len(fetched):]
+            answers = yield gather([self._fetch(s) for s in take])
+            for share, (_, (data, outcome)) in zip(take, answers):
+                book.observe(Observation(share.key, share.node, outcome, self._now()))
+                if data is not None:
+                    fetched[share.index] = data
+                else:
+                    wanted.add(share.index)
+        if len(fetched) < obj.k:
+            return (f"only {len(fetched)} of the {obj.k} shares needed could be fetched; "
+                    f"waiting for holders to return")
+        keys = {s.index: s.key for s in obj.shares}
+        lost = {index: keys[index] for index in wanted if index in keys}
+        made = yield self.run_cpu(recode, self._coder(obj.k, obj.n), fetched, lost)
+        return made
+
+    @defer.inlineCallbacks
+    def _store(self, made, candidates, load, results):
+        """Place and store every re-created share of `made` ({object id:
+        (object, {index: bytes})}); record what landed."""
+        pending = {oid: set(shares) for oid, (obj, shares) in made.items()}
+        landed = {oid: {} for oid in made}
+        avoid = {oid: set() for oid in made}
+        for _ in range(STORE_ATTEMPTS):
+            wanted = [(made[oid][0], sorted(idx)) for oid, idx in pending.items() if idx]
+            if not wanted:
+                break
+            placed, _ = place(wanted, candidates, load, avoid)
+            sends, groups = [], []
+            for p in placed:
+                avoid[p.object_id].add(p.node)   # never two shares of one object on a node
+            bundles = [p for p in placed if made[p.object_id][0].kind == BUNDLE]
+            for node, group in by_node(bundles).items():
+                sends.append(self._send_tar(node, group, made))
+                groups.append(group)
+            for p in placed:
+                if made[p.object_id][0].kind != BUNDLE:
+                    data = made[p.object_id][1][p.index]
+                    sends.append(self._call(p.node, self.store_timeout, "store",
+                                            bytes.fromhex(p.key), data, KIND_SHARE))
+                    groups.append([p])
+            for group, (ok, value) in zip(groups, (yield gather(sends))):
+                node = group[0].node
+                if not ok:
+                    load[node] = load.get(node, 0) - len(group)
+                    self.network.blame(bytes.fromhex(node), value.value)
+                    continue
+                for p in group:
+                    pending[p.object_id].discard(p.index)
+                    landed[p.object_id][p.index] = p
+                    size = len(made[p.object_id][1][p.index])
+                    self.counters["recreated_shares"] += 1
+                    self.counters["recreated_bytes"] += size
+        for oid, (obj, shares) in made.items():
+            self._record(obj, landed[oid], pending[oid], results)
+
+    def _send_tar(self, node: str, group, made):
+        writer = TarWriter()
+        for p in group:
+            writer.add(p.key, made[p.object_id][1][p.index])
+        data = writer.seal()
+        return self._call(node, self.store_timeout, "store",
+                          bytes.fromhex(share_key(data)), data, KIND_ARCHIVE)
+
+    def _record(self, obj, landed: dict, unplaced: set, results) -> None:
+        book = self.state.book
+        if landed:
+            old = {s.index: s for s in obj.shares}
+            rows = sorted((p.index, p.key, p.node) for p in landed.values())
+            for index, _key, node in rows:
+                book.moved(obj.object_id, old[index], node)
+            self.state.record_move(obj.object_id, rows)
+            self.on_progress(self.state)
+        error = (f"shares {sorted(unplaced)} found no node to take them"
+                 if unplaced else results[obj.object_id].error)
+        results[obj.object_id] = results[obj.object_id]._replace(
+            repaired=tuple(sorted(landed)), error=error)

@@ -1,0 +1,176 @@
+"""The check and repair job against the in-memory network."""
+from flud.client.repair.health import (CORRUPT, DAY, DEGRADED, HEALTHY, LOST, RepairPolicy)
+from flud.client.repair.rotation import parse_subset
+from flud.client.repair.state import CheckState
+from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
+from tests.unit.client.repair.world import World
+
+
+def test_a_first_check_challenges_every_share_and_finds_all_healthy():
+    world = World()
+    objects = [world.add(first_node=i) for i in range(5)]
+    report = world.check(objects)
+    assert report.challenged == 40 and report.window == 1.0
+    assert report.counts() == {HEALTHY: 5, DEGRADED: 0, LOST: 0, "repaired": 0}
+    assert all(r.reachable and r.corrupt == 0 for r in report.nodes)
+
+
+def test_a_wrong_digest_is_corrupt_and_repaired_byte_identical_on_a_new_node():
+    world = World()
+    obj = world.add()
+    bad = obj.shares[2]
+    world.node(bad.node).corrupt.add(bytes.fromhex(bad.key))
+    report = world.check([obj])
+    assert report.objects[0].health.state == DEGRADED and report.objects[0].health.lost == (2,)
+    assert {r.node: r.corrupt for r in report.nodes}[bad.node] == 1
+    report = world.check([obj], repair=True)
+    assert report.objects[0].state == "repaired" and report.objects[0].repaired == (2,)
+    [(index, key, node)] = report.moved[obj.object_id]
+    assert (index, key) == (2, bad.key) and node not in obj.holder_nodes()
+    assert world.holds(node, key)                      # same bytes, same key
+    assert report.recreated_shares == 1 and report.recreated_bytes == obj.share_length
+    again = world.check([obj])                         # the map not yet rewritten
+    assert again.objects[0].health.state == HEALTHY
+
+
+def test_a_node_gone_past_grace_is_repaired_and_its_bundle_shares_travel_as_one_tar():
+    world = World(nodes=16)
+    objects = [world.add(first_node=0) for _ in range(12)]   # the same 8 nodes
+    gone = objects[0].shares[5].node
+    world.node(gone).up = False
+    first = world.check(objects, repair=True)
+    assert all(r.health.unreachable == 1 and not r.repaired for r in first.objects)
+    world.clock.advance(4 * DAY)
+    report = world.check(objects, repair=True)
+    assert report.counts()["repaired"] == 12
+    new_nodes = {report.moved[o.object_id][0][2] for o in objects}
+    tars = [s for s in world.network.stores if s[1] == KIND_ARCHIVE]
+    assert len(tars) == len(new_nodes) == 8      # one tar per new holder, not per share
+    for obj in objects:
+        (index, key, node), = report.moved[obj.object_id]
+        assert index == 5 and world.holds(node, key)
+
+
+def test_a_node_back_after_repair_is_surplus_and_not_counted_twice():
+    world = World(nodes=12)
+    obj = world.add()
+    away = obj.shares[1]
+    world.node(away.node).up = False
+    world.check([obj])
+    world.clock.advance(4 * DAY)
+    world.check([obj], repair=True)
+    world.node(away.node).up = True
+    world.clock.advance(DAY)
+    report = world.check([obj])
+    health = report.objects[0].health
+    assert (health.state, health.healthy, health.unreachable) == (HEALTHY, 8, 0)
+    nodes = {r.node: r for r in report.nodes}
+    assert nodes[away.node].reachable and nodes[away.node].surplus == 1
+    assert nodes[away.node].shares == 0
+    assert report.surplus == [(obj.object_id, away.key, away.node)]
+
+
+def test_a_stalled_node_is_timed_out_and_unreachable_not_healthy():
+    world = World()
+    obj = world.add()
+    stalled = obj.shares[0].node
+    world.network.stalled.add(bytes.fromhex(stalled))
+    report = world.check([obj], timeout=5.0)
+    health = report.objects[0].health
+    assert (health.healthy, health.unreachable, health.state) == (7, 1, DEGRADED)
+    assert not {r.node: r for r in report.nodes}[stalled].reachable
+
+
+def test_urgent_repair_recreates_away_shares_when_only_k_are_confirmed():
+    world = World(nodes=14)
+    obj = world.add()
+    for s in obj.shares[:2]:
+        world.node(s.node).corrupt.add(bytes.fromhex(s.key))
+    for s in obj.shares[2:4]:
+        world.node(s.node).up = False
+    report = world.check([obj], repair=True, policy=RepairPolicy(m=5))
+    assert report.objects[0].repaired == (0, 1, 2, 3)
+
+
+def test_a_lost_object_is_reported_and_nothing_is_tried():
+    world = World()
+    obj = world.add()
+    for s in obj.shares[:5]:
+        world.node(s.node).delete(world.network.client_id, bytes.fromhex(s.key))
+    report = world.check([obj], repair=True)
+    assert report.objects[0].state == LOST and report.recreated_shares == 0
+    assert not any(kind == KIND_SHARE for _, kind in world.network.stores)
+
+
+def test_a_source_that_fails_its_key_while_fetching_is_recreated_too():
+    world = World(nodes=14)
+    obj = world.add()
+    world.node(obj.shares[7].node).delete(world.network.client_id,
+                                          bytes.fromhex(obj.shares[7].key))
+    source = world.node(obj.shares[0].node)
+    source.retrieve = lambda owner, key, *a, **kw: bytes(len(world.shares[obj.shares[0].key]))
+    report = world.check([obj], repair=True)       # VERIFY of share 0 still passes
+    assert report.objects[0].health.lost == (7,)
+    assert report.objects[0].repaired == (0, 7)
+    assert report.fetched_bytes == 5 * obj.share_length   # 4 asked, 1 more after the bad one
+
+
+def test_extent_streams_are_stored_one_store_each():
+    world = World(nodes=12)
+    obj = world.add(kind="extent", size=60_000)
+    for s in obj.shares[:2]:
+        world.node(s.node).up = False
+    world.check([obj])
+    world.clock.advance(4 * DAY)
+    report = world.check([obj], repair=True)
+    assert report.objects[0].repaired == (0, 1)
+    assert [k for _, k in world.network.stores].count(KIND_SHARE) == 2
+    for index, key, node in report.moved[obj.object_id]:
+        assert world.holds(node, key)
+
+
+def test_data_subset_downloads_and_hash_checks_whole_shares():
+    world = World()
+    objects = [world.add(first_node=i) for i in range(6)]
+    world.node(objects[0].shares[3].node).corrupt.add(bytes.fromhex(objects[0].shares[3].key))
+    report = world.check(objects, subset=parse_subset("1.0"))
+    assert report.downloaded == 48 and report.challenged == 0
+    assert report.objects[0].health.lost == (3,)
+
+
+def test_an_interrupted_repair_resumes_without_redoing_what_was_stored():
+    world = World(nodes=20)
+    objects = [world.add(first_node=i) for i in range(20)]
+    for obj in objects:
+        world.node(obj.shares[0].node).corrupt.add(bytes.fromhex(obj.shares[0].key))
+
+    class Interrupted(Exception):
+        pass
+
+    job = world.job()
+    calls = []
+
+    def save_then_stop(state):
+        world.saved.append(state.to_wire())
+        calls.append(1)
+        if len(calls) == 6:                  # the check's save, then 5 objects
+            raise Interrupted()
+    job.on_progress = save_then_stop
+    from tests.unit.client.fakes import run_until
+    try:
+        run_until(world.clock, job.run(objects, repair=True), step=0.05)
+    except Interrupted:
+        pass
+    saved = CheckState.from_wire(world.saved[-1])
+    assert len(saved.moved) == 5
+    stored_before = len(world.network.stores)
+    world.state = saved
+    report = world.check(objects, repair=True)      # the map still names the old holders
+    assert report.counts()["repaired"] == 15 and report.counts()[HEALTHY] == 5
+    assert len(report.moved) == 20
+    moved_again = len(world.network.stores) - stored_before
+    assert moved_again <= 15
+    world.state.recorded(list(report.moved)[:3])
+    assert len(world.state.moved) == 17
+    world.state.recorded()
+    assert world.state.moved == {}
