@@ -36,16 +36,17 @@ def place(wanted, candidates, load: dict, avoid=None) -> tuple:
     placed, unplaced = [], []
     for obj, indexes in wanted:
         taken = obj.holder_nodes() | set(avoid.get(obj.object_id, ()))
-        free = [node for node in candidates if node not in taken]
-        order = {node: i for i, node in
-                 enumerate(rank(bytes.fromhex(obj.object_id),
-                                [bytes.fromhex(node) for node in free]))}
+        # In rendezvous order, so min() (which keeps the first of equals)
+        # breaks ties between equally loaded nodes by rank.
+        free = [node.hex() for node in rank(bytes.fromhex(obj.object_id),
+                                            [bytes.fromhex(node) for node in candidates
+                                             if node not in taken])]
         keys = {share.index: share.key for share in obj.shares}
         for index in indexes:
             if not free:
                 unplaced.append((obj.object_id, index))
                 continue
-            node = min(free, key=lambda nd: (load.get(nd, 0), order[bytes.fromhex(nd)]))
+            node = min(free, key=lambda nd: load.get(nd, 0))
             free.remove(node)
             load[node] = load.get(node, 0) + 1
             placed.append(Placement(obj.object_id, index, keys[index], node))
