@@ -228,9 +228,14 @@ class CheckJob:
             for share in obj.shares:
                 load[share.node] = load.get(share.node, 0) + 1
         todo = [(obj, h) for obj, h in zip(objects, healths) if h.to_recreate()]
+        # Bundles (shares of a MiB or less) in batches, so one tar per node
+        # carries many; an extent's streams (up to 8 MiB each) one object at
+        # a time, so memory holds at most k fetched and n - k made streams.
+        bundles = [item for item in todo if item[0].kind == BUNDLE]
+        batches = [bundles[i:i + REPAIR_BATCH] for i in range(0, len(bundles), REPAIR_BATCH)]
+        batches += [[item] for item in todo if item[0].kind != BUNDLE]
         limit = defer.DeferredSemaphore(REPAIR_IN_FLIGHT)
-        for start in range(0, len(todo), REPAIR_BATCH):
-            batch = todo[start:start + REPAIR_BATCH]
+        for batch in batches:
             made = {}
             outcomes = yield gather([limit.run(self._recode, obj, h) for obj, h in batch])
             for (obj, health), (ok, value) in zip(batch, outcomes):
