@@ -195,7 +195,8 @@ class SegmentCoder:
         encode() made (the same BLAKE3 key): repair re-creates exactly what
         was lost and nothing that names a share changes. Only the asked
         indexes are coded: a lost primary comes out of the decode, a lost
-        parity share from zfec's encoder asked for that share alone. Works
+        parity share from its own row of the parity kernel (zfec's encoder
+        asked for that share alone where the kernel was not built). Works
         byte by byte like every other call here, so the same range of k
         shares gives that range of the lost ones (a long stream can be
         re-created a piece at a time).
@@ -217,7 +218,10 @@ class SegmentCoder:
             else:
                 parity.append(i)
         if parity:
-            coded = self._get_encoder().encode(list(blocks), parity)
+            if gf256.available():
+                coded = self._get_parity_coder().encode_rows(blocks, [i - self.k for i in parity])
+            else:
+                coded = self._get_encoder().encode(list(blocks), parity)
             made.update(zip(parity, coded))
         return made
 

@@ -62,3 +62,15 @@ def test_too_few_shares_or_a_bad_index_is_refused():
         coder.recreate({i: shares[i] for i in range(3)}, [5])
     with pytest.raises(BadShares):
         coder.recreate({i: shares[i] for i in range(4)}, [8])
+
+
+def test_parity_is_recreated_the_same_with_the_kernel_and_with_zfec(monkeypatch):
+    from flud import gf256
+    rng = random.Random(11)
+    coder, shares, keys = _object(rng, 4, 8, 100_003)
+    fetched = {i: shares[i] for i in (0, 2, 4, 6)}
+    with_kernel = coder.recreate(fetched, [1, 5, 7])
+    monkeypatch.setattr(gf256, "available", lambda: False)
+    with_zfec = SegmentCoder(4, 8).recreate(fetched, [1, 5, 7])
+    for i in (1, 5, 7):
+        assert bytes(with_kernel[i]) == bytes(with_zfec[i]) == shares[i]
