@@ -101,6 +101,27 @@ class CheckReport(NamedTuple):
             out[result.state] += 1
         return out
 
+    def summary(self) -> dict:
+        """The run as plain JSON values (`flud check --json`, the status page)."""
+        return {
+            "counts": self.counts(),
+            "window": self.window, "challenged": self.challenged,
+            "downloaded": self.downloaded,
+            "recreated": {"shares": self.recreated_shares, "bytes": self.recreated_bytes},
+            "fetched_bytes": self.fetched_bytes,
+            "objects": [{"id": r.health.object_id, "state": r.state,
+                         "healthy": r.health.healthy, "unreachable": r.health.unreachable,
+                         "lost": list(r.health.lost), "repaired": list(r.repaired),
+                         "error": r.error}
+                        for r in self.objects if r.state != HEALTHY],
+            "nodes": [{"node": n.node, "reachable": n.reachable,
+                       "unreachable_since": n.unreachable_since, "shares": n.shares,
+                       "ok": n.ok, "corrupt": n.corrupt, "missing": n.missing,
+                       "surplus": n.surplus} for n in self.nodes],
+            "moved": {oid: [list(row) for row in rows] for oid, rows in self.moved.items()},
+            "surplus": [list(row) for row in self.surplus],
+        }
+
 
 class CheckJob:
     """One run. challenge_of(share) -> Probe or None (None: the share is
@@ -173,11 +194,16 @@ class CheckJob:
         now = self._now()
         healths = [book.classify(obj, now, self.policy) for obj in objects]
         results = {h.object_id: ObjectResult(h) for h in healths}
+        # Nodes as this check found them (before repairs move shares off
+        # them), with the surplus copies counted after this run's repairs.
+        found = book.node_reports(objects, now, self.policy.grace)
         if repair:
             yield self._repair(objects, healths, results)
-        now = self._now()
-        return CheckReport([results[o.object_id] for o in objects],
-                           book.node_reports(objects, now, self.policy.grace),
+        surplus = {}
+        for _key, node in book.superseded:
+            surplus[node] = surplus.get(node, 0) + 1
+        nodes = [r._replace(surplus=surplus.get(r.node, 0)) for r in found]
+        return CheckReport([results[o.object_id] for o in objects], nodes,
                            {oid: rows for oid, rows in state.moved.items()},
                            len(asked), len(fetched), window.fraction,
                            self.counters["recreated_shares"], self.counters["recreated_bytes"],

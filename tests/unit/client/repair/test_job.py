@@ -174,3 +174,17 @@ def test_an_interrupted_repair_resumes_without_redoing_what_was_stored():
     assert len(world.state.moved) == 17
     world.state.recorded()
     assert world.state.moved == {}
+
+
+def test_the_summary_is_plain_json_naming_what_is_not_healthy():
+    import json
+    world = World()
+    objects = [world.add(first_node=i) for i in range(3)]
+    bad = objects[1].shares[4]
+    world.node(bad.node).corrupt.add(bytes.fromhex(bad.key))
+    summary = json.loads(json.dumps(world.check(objects, repair=True).summary()))
+    assert summary["counts"] == {HEALTHY: 2, DEGRADED: 0, LOST: 0, "repaired": 1}
+    [row] = summary["objects"]
+    assert row["id"] == objects[1].object_id and row["lost"] == [4] and row["repaired"] == [4]
+    assert summary["recreated"]["shares"] == 1
+    assert {n["node"]: n["corrupt"] for n in summary["nodes"]}[bad.node] == 1
