@@ -27,14 +27,15 @@ from twisted.internet import defer
 from aggregator.tarball import TarWriter
 from flud.client.gather import gather
 from flud.client.records import ShareHolder
+from flud.client.repair.answers import Probe, outcome_of  # noqa: F401 (Probe: callers' type)
 from flud.client.repair.health import (
-    CORRUPT, DEGRADED, HEALTHY, LOST, MISSING, OK, UNREACHABLE, Observation, RepairPolicy)
+    CORRUPT, DEGRADED, HEALTHY, LOST, OK, Observation, RepairPolicy)
 from flud.client.repair.plan import BUNDLE, by_node, place
 from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
 from flud.client.repair.state import CheckState
+from flud.client.repair.streams import CHUNK as STREAM_CHUNK, repair_streamed
 from flud.coding import SegmentCoder
-from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
 
 IN_FLIGHT = 64            # challenges and downloads at once
@@ -43,32 +44,6 @@ REPAIR_BATCH = 16         # objects re-coded before their shares are sent togeth
 REQUEST_TIMEOUT = 60.0    # a node silent this long on a challenge or fetch: unreachable
 STORE_TIMEOUT = 300.0
 STORE_ATTEMPTS = 3
-
-# Errors that say the node holds the share but its bytes cannot be served
-# right: counted corrupt. NOT_FOUND is missing; everything else (busy,
-# cancelled, stalled, a dropped connection, a timeout) is unreachable.
-_CORRUPT_CODES = {ErrorCode.HASH_MISMATCH, ErrorCode.BAD_RANGE, ErrorCode.BAD_ARCHIVE,
-                  ErrorCode.INTERNAL}
-
-
-def outcome_of(error) -> str:
-    err = getattr(error, "value", error)
-    if isinstance(err, RemoteError):
-        if err.code == ErrorCode.NOT_FOUND:
-            return MISSING
-        if err.code in _CORRUPT_CODES:
-            return CORRUPT
-    return UNREACHABLE
-
-
-class Probe(NamedTuple):
-    """A recorded VERIFY challenge of a share: BLAKE3(nonce + bytes[offset:
-    offset+length]) starts with `digest`."""
-    nonce: bytes
-    offset: int
-    length: int
-    digest: bytes
-
 
 class ObjectResult(NamedTuple):
     health: object                # ObjectHealth as this run found it
@@ -133,13 +108,14 @@ class CheckJob:
                  policy: RepairPolicy = RepairPolicy(), cycle: float = WEEK,
                  interval: Optional[float] = None, rng: random.Random = None,
                  on_progress=None, timeout: float = REQUEST_TIMEOUT,
-                 store_timeout: float = STORE_TIMEOUT):
+                 store_timeout: float = STORE_TIMEOUT, stream_chunk: int = STREAM_CHUNK):
         self.reactor, self.network, self.state = reactor, network, state
         self.challenge_of, self.run_cpu = challenge_of, run_cpu
         self.policy, self.cycle, self.interval = policy, cycle, interval
         self.rng = rng or random.Random()
         self.on_progress = on_progress or (lambda state: None)
         self.timeout, self.store_timeout = timeout, store_timeout
+        self.stream_chunk = stream_chunk
         self._coders = {}
         self._slots = defer.DeferredSemaphore(IN_FLIGHT)
         self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
@@ -152,9 +128,19 @@ class CheckJob:
             self._coders[k, n] = SegmentCoder(k, n)
         return self._coders[k, n]
 
-    def _call(self, node_hex: str, timeout: float, method: str, *args):
-        d = defer.maybeDeferred(self.network.call, bytes.fromhex(node_hex), method, *args)
+    def call(self, node_hex: str, method: str, *args):
+        return defer.maybeDeferred(self.network.call, bytes.fromhex(node_hex), method, *args)
+
+    def open_store(self, node_hex: str, size: int):
+        d = defer.maybeDeferred(self.network.open_store, bytes.fromhex(node_hex), size)
+        return self.timed(d, self.store_timeout)
+
+    def timed(self, d, timeout: float):
+        """d, failed with TimeoutError (counted unreachable) after `timeout`."""
         return d.addTimeout(timeout, self.reactor)
+
+    def _call(self, node_hex: str, timeout: float, method: str, *args):
+        return self.timed(self.call(node_hex, method, *args), timeout)
 
     # --- checking -----------------------------------------------------------
 
@@ -262,22 +248,35 @@ class CheckJob:
         batches += [[item] for item in todo if item[0].kind != BUNDLE]
         limit = defer.DeferredSemaphore(REPAIR_IN_FLIGHT)
         for batch in batches:
-            made = {}
-            outcomes = yield gather([limit.run(self._recode, obj, h) for obj, h in batch])
-            for (obj, health), (ok, value) in zip(batch, outcomes):
+            made, wanted, landed = {}, {}, {}
+            objects_by_id = {obj.object_id: obj for obj, _ in batch}
+            for obj, health in batch:
+                wanted[obj.object_id] = set(health.to_recreate())
+                if obj.kind != BUNDLE and obj.share_length:
+                    # a range at a time; what that could not land goes whole
+                    done, left = yield repair_streamed(self, obj, wanted[obj.object_id],
+                                                       candidates, load, self.stream_chunk)
+                    landed[obj.object_id], wanted[obj.object_id] = done, left
+            todo_now = [obj for obj, _ in batch if wanted[obj.object_id]]
+            outcomes = yield gather([limit.run(self._recode, obj, wanted[obj.object_id])
+                                     for obj in todo_now])
+            for obj, (ok, value) in zip(todo_now, outcomes):
                 if ok and isinstance(value, dict):
-                    made[obj.object_id] = (obj, value)
+                    made[obj.object_id] = (obj, value, landed.pop(obj.object_id, {}))
                 else:
                     error = value if ok else value.getErrorMessage()
                     results[obj.object_id] = results[obj.object_id]._replace(error=error)
+            for object_id, done in landed.items():   # all streamed, or the rest failed
+                self._record(objects_by_id[object_id], done, set(), results)
             if made:
                 yield self._store(made, candidates, load, results)
 
     @defer.inlineCallbacks
-    def _recode(self, obj, health):
-        """{index: bytes} of the shares to re-create, or why not (a str)."""
+    def _recode(self, obj, wanted):
+        """{index: bytes} of the shares to re-create (indexes `wanted`, and
+        any source found bad on the way), or why not (a str)."""
         book, now = self.state.book, self._now()
-        wanted = set(health.to_recreate())
+        wanted = set(wanted)
         sources = [s for s in sorted(obj.shares)
                    if s.index not in wanted
                    and book.share_state(s, now, self.policy.grace) == OK]
@@ -303,8 +302,8 @@ class CheckJob:
     def _store(self, made, candidates, load, results):
         """Place and store every re-created share of `made` ({object id:
         (object, {index: bytes})}); record what landed."""
-        pending = {oid: set(shares) for oid, (obj, shares) in made.items()}
-        landed = {oid: {} for oid in made}
+        pending = {oid: set(shares) for oid, (obj, shares, _) in made.items()}
+        landed = {oid: dict(before) for oid, (_, _, before) in made.items()}
         avoid = {oid: set() for oid in made}
         for _ in range(STORE_ATTEMPTS):
             wanted = [(made[oid][0], sorted(idx)) for oid, idx in pending.items() if idx]
@@ -336,7 +335,7 @@ class CheckJob:
                     size = len(made[p.object_id][1][p.index])
                     self.counters["recreated_shares"] += 1
                     self.counters["recreated_bytes"] += size
-        for oid, (obj, shares) in made.items():
+        for oid, (obj, _, _) in made.items():
             self._record(obj, landed[oid], pending[oid], results)
 
     def _send_tar(self, node: str, group, made):

@@ -4,7 +4,7 @@ same bytes under the same key) answers its old challenges unchanged."""
 from typing import Optional
 
 from flud.client.records import Challenge, ShareHolder
-from flud.client.repair.job import Probe
+from flud.client.repair.answers import Probe
 from flud.client.segments import challenge_nonce
 from flud.client.verify import challenge_index
 

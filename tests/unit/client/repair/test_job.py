@@ -115,18 +115,56 @@ def test_a_source_that_fails_its_key_while_fetching_is_recreated_too():
     assert report.fetched_bytes == 5 * obj.share_length   # 4 asked, 1 more after the bad one
 
 
-def test_extent_streams_are_stored_one_store_each():
-    world = World(nodes=12)
+def _gone_extent(world, share_length=True, lost=(0, 1)):
     obj = world.add(kind="extent", size=60_000)
-    for s in obj.shares[:2]:
-        world.node(s.node).up = False
+    if not share_length:
+        obj = obj._replace(share_length=None)
+    for i in lost:
+        world.node(obj.shares[i].node).up = False
     world.check([obj])
     world.clock.advance(4 * DAY)
+    return obj
+
+
+def test_extent_streams_are_repaired_a_range_at_a_time_into_streamed_stores():
+    world = World(nodes=12)
+    obj = _gone_extent(world)
+    before = world.network.calls.get("retrieve", 0)
+    report = world.check([obj], repair=True, stream_chunk=4096)
+    assert report.objects[0].repaired == (0, 1) and report.objects[0].error is None
+    assert world.network.calls["open_store"] == 2 and world.network.stores == []
+    chunks = -(-obj.share_length // 4096)
+    assert world.network.calls["retrieve"] - before == 4 * chunks   # k ranges a step
+    assert report.fetched_bytes == 4 * obj.share_length
+    assert report.recreated_bytes == 2 * obj.share_length
+    for index, key, node in report.moved[obj.object_id]:
+        assert world.holds(node, key)
+
+
+def test_a_wrong_source_fails_the_streamed_repair_and_the_whole_path_finds_it():
+    world = World(nodes=14)
+    obj = _gone_extent(world, lost=(6, 7))
+    source = obj.shares[0]
+    source_node = world.node(source.node)
+    original = source_node.retrieve
+
+    def wrong_ranges(owner, key, offset=0, length=None, **kw):
+        data = original(owner, key) if length is None else original(owner, key, offset, length)
+        return bytes([data[0] ^ 1]) + bytes(data[1:]) if key.hex() == source.key else data
+    source_node.retrieve = wrong_ranges
+    report = world.check([obj], repair=True, stream_chunk=4096)
+    assert report.objects[0].repaired == (0, 6, 7) and report.objects[0].error is None
+    for index, key, node in report.moved[obj.object_id]:
+        assert world.holds(node, key)
+
+
+def test_an_extent_of_unknown_length_is_fetched_and_stored_whole():
+    world = World(nodes=12)
+    obj = _gone_extent(world, share_length=False)
     report = world.check([obj], repair=True)
     assert report.objects[0].repaired == (0, 1)
     assert [k for _, k in world.network.stores].count(KIND_SHARE) == 2
-    for index, key, node in report.moved[obj.object_id]:
-        assert world.holds(node, key)
+    assert "open_store" not in world.network.calls
 
 
 def test_data_subset_downloads_and_hash_checks_whole_shares():
