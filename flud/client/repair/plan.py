@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from flud.client.holders import HolderMap, MapPage
 from flud.client.placement import rank
-from flud.client.records import ShareHolder
+from flud.client.records import Extent, ShareHolder
 from flud.client.repair.health import StoredObject
 
 BUNDLE, EXTENT = "bundle", "extent"
@@ -61,10 +61,13 @@ def by_node(placements) -> dict:
     return out
 
 
-def objects_from_map(holder_map: HolderMap, extent_k: int) -> list:
+def objects_from_map(holder_map: HolderMap, extent_k: int, stream_lengths=None) -> list:
     """Every bundle and extent of a holder map as a StoredObject. An extent
     does not record its k (every extent of a repository has the client's
-    k); its n is its number of share streams."""
+    k); its n is its number of share streams. stream_lengths: {extent id:
+    its streams' length} where known (stream_length() of its record): those
+    are repaired a range at a time (streams.py)."""
+    stream_lengths = stream_lengths or {}
     objects = []
     for page in holder_map.pages():
         for bundle_id, bundle in page.bundles:
@@ -72,8 +75,14 @@ def objects_from_map(holder_map: HolderMap, extent_k: int) -> list:
                                         tuple(bundle.holders), bundle.block_length))
         for extent_id, holders in page.extents:
             objects.append(StoredObject(extent_id, EXTENT, extent_k, len(holders),
-                                        tuple(holders)))
+                                        tuple(holders), stream_lengths.get(extent_id)))
     return objects
+
+
+def stream_length(extent: Extent) -> int:
+    """The length of each of an extent's share streams: block i of every
+    segment, back to back."""
+    return sum(segment.block_length for segment in extent.segments)
 
 
 def moved_rows(placements) -> dict:

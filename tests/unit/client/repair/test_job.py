@@ -226,3 +226,25 @@ def test_the_summary_is_plain_json_naming_what_is_not_healthy():
     assert row["id"] == objects[1].object_id and row["lost"] == [4] and row["repaired"] == [4]
     assert summary["recreated"]["shares"] == 1
     assert {n["node"]: n["corrupt"] for n in summary["nodes"]}[bad.node] == 1
+
+
+def test_daily_runs_challenge_a_seventh_each_and_every_share_within_the_week():
+    world = World(nodes=12)
+    objects = [world.add(first_node=i) for i in range(30)]
+    asked, verifies = set(), []
+    original = world.network.call
+
+    def counting(node_id, method, *args, **kwargs):
+        if method == "verify":
+            asked.add((args[0].hex(), node_id.hex()))
+            verifies.append(1)
+        return original(node_id, method, *args, **kwargs)
+    world.network.call = counting
+    per_run = []
+    for day in range(7):
+        before = len(verifies)
+        world.check(objects, interval=DAY)
+        per_run.append(len(verifies) - before)
+        world.clock.advance(DAY)
+    assert {(s.key, s.node) for o in objects for s in o.shares} <= asked
+    assert all(p < 240 / 3 for p in per_run) and sum(per_run) < 240 + 7 * 12

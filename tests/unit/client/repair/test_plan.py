@@ -76,3 +76,15 @@ def test_holder_map_in_and_repair_page_out():
                                                                               hexid(51)}
     with pytest.raises(KeyError):
         map_page(hmap, {hexid(9): [(0, hexid(1), hexid(2))]})
+
+
+def test_an_extents_stream_length_is_the_sum_of_its_segments_block_lengths():
+    from flud.client.records import Extent, ExtentSegment
+    from flud.client.repair.plan import stream_length
+    holders = tuple(ShareHolder(i, hexid(200 + i), hexid(1 + i)) for i in range(8))
+    extent = Extent(holders, (ExtentSegment(hexid(1), 2 << 20, 512 << 10, ""),
+                              ExtentSegment(hexid(2), 1000, 250, "")))
+    assert stream_length(extent) == (512 << 10) + 250
+    hmap = HolderMap([MapPage.of({}, {hexid(2): holders})])
+    [obj] = objects_from_map(hmap, 4, {hexid(2): stream_length(extent)})
+    assert obj.share_length == (512 << 10) + 250
