@@ -38,7 +38,8 @@ from flud.client.repair.streams import CHUNK as STREAM_CHUNK, repair_streamed
 from flud.coding import SegmentCoder
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
 
-IN_FLIGHT = 64            # challenges and downloads at once
+IN_FLIGHT = 64            # challenges at once (small answers: a digest)
+DOWNLOADS_IN_FLIGHT = 4   # whole shares being downloaded to check (an extent's is 8 MiB)
 REPAIR_IN_FLIGHT = 4      # objects being fetched and re-coded at once
 REPAIR_BATCH = 16         # objects re-coded before their shares are sent together
 REQUEST_TIMEOUT = 60.0    # a node silent this long on a challenge or fetch: unreachable
@@ -99,8 +100,9 @@ class CheckReport(NamedTuple):
 
 
 class CheckJob:
-    """One run. challenge_of(share) -> Probe or None (None: the share is
-    downloaded and hash-checked instead); run_cpu(fn, *args) -> Deferred
+    """One run. challenge_of(share) -> Probe or None, asked by the share's
+    key (a surplus copy comes with index -1; None: the share is downloaded
+    and hash-checked instead); run_cpu(fn, *args) -> Deferred
     (the job's CPU pool); on_progress(state) is called whenever the state
     changed in a way worth saving (after each repaired object)."""
 
@@ -118,6 +120,7 @@ class CheckJob:
         self.stream_chunk = stream_chunk
         self._coders = {}
         self._slots = defer.DeferredSemaphore(IN_FLIGHT)
+        self._downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
         self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
 
     def _now(self) -> float:
@@ -171,7 +174,7 @@ class CheckJob:
                 reached.add(node)
                 asked.append(ShareHolder(-1, key, node))
         runs = [self._slots.run(self._challenge, s) for s in asked]
-        runs += [self._slots.run(self._download, s) for s in fetched]
+        runs += [self._downloads.run(self._download, s) for s in fetched]
         for ok, observation in (yield gather(runs)):
             if ok:
                 book.observe(observation)
@@ -198,8 +201,8 @@ class CheckJob:
     @defer.inlineCallbacks
     def _challenge(self, share):
         probe = self.challenge_of(share)
-        if probe is None:
-            return (yield self._download(share))
+        if probe is None:   # nothing recorded to ask: download it and check its key
+            return (yield self._downloads.run(self._download, share))
         try:
             digest = yield self._call(share.node, self.timeout, "verify",
                                       bytes.fromhex(share.key), probe.nonce, probe.offset,
@@ -211,12 +214,13 @@ class CheckJob:
 
     @defer.inlineCallbacks
     def _download(self, share):
-        data, outcome = yield self._fetch(share)
+        _, outcome = yield self._fetch(share, keep=False)
         return Observation(share.key, share.node, outcome, self._now())
 
     @defer.inlineCallbacks
-    def _fetch(self, share):
-        """(bytes or None, outcome): the whole share, checked against its key."""
+    def _fetch(self, share, keep: bool = True):
+        """(bytes or None, outcome): the whole share, checked against its key
+        (and let go at once unless `keep`)."""
         try:
             data = yield self._call(share.node, self.timeout, "retrieve",
                                     bytes.fromhex(share.key))
@@ -225,7 +229,7 @@ class CheckJob:
         self.counters["fetched_bytes"] += len(data)
         if share_key(data) != share.key:
             return None, CORRUPT
-        return bytes(data), OK
+        return (data if keep else None), OK
 
     # --- repair ---------------------------------------------------------------
 
