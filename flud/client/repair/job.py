@@ -255,7 +255,9 @@ class CheckJob:
             made, wanted, landed = {}, {}, {}
             objects_by_id = {obj.object_id: obj for obj, _ in batch}
             for obj, health in batch:
-                wanted[obj.object_id] = set(health.to_recreate())
+                # An index the map names no holder for has no known key to
+                # re-create it under: it counts as lost, but is not made here.
+                wanted[obj.object_id] = set(health.to_recreate()) & {s.index for s in obj.shares}
                 if obj.kind != BUNDLE and obj.share_length:
                     # a range at a time; what that could not land goes whole
                     done, left = yield repair_streamed(self, obj, wanted[obj.object_id],

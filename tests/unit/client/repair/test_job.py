@@ -248,3 +248,15 @@ def test_daily_runs_challenge_a_seventh_each_and_every_share_within_the_week():
         world.clock.advance(DAY)
     assert {(s.key, s.node) for o in objects for s in o.shares} <= asked
     assert all(p < 240 / 3 for p in per_run) and sum(per_run) < 240 + 7 * 12
+
+
+def test_an_index_the_map_names_no_holder_for_counts_lost_but_is_not_made():
+    world = World(nodes=12)
+    obj = world.add(kind="extent", size=40_000)
+    obj = obj._replace(shares=obj.shares[:7])            # index 7 never stored
+    world.node(obj.shares[0].node).up = False
+    world.check([obj])
+    world.clock.advance(4 * DAY)
+    report = world.check([obj], repair=True)
+    health = report.objects[0].health
+    assert health.lost == (0, 7) and report.objects[0].repaired == (0,)
