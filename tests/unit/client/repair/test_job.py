@@ -260,3 +260,17 @@ def test_an_index_the_map_names_no_holder_for_counts_lost_but_is_not_made():
     report = world.check([obj], repair=True)
     health = report.objects[0].health
     assert health.lost == (0, 7) and report.objects[0].repaired == (0,)
+
+
+def test_a_node_away_for_less_than_grace_is_not_repaired_for():
+    world = World(nodes=12)
+    obj = world.add()
+    away = obj.shares[6]
+    world.node(away.node).up = False
+    first = world.check([obj], repair=True)
+    assert first.objects[0].health.unreachable == 1 and not first.moved
+    world.clock.advance(2 * DAY)
+    world.node(away.node).up = True
+    report = world.check([obj], repair=True)
+    assert report.objects[0].health.state == HEALTHY
+    assert report.moved == {} and report.surplus == [] and report.recreated_shares == 0
