@@ -30,6 +30,7 @@ from flud.client.records import ShareHolder
 OK, CORRUPT, MISSING, UNREACHABLE = "ok", "corrupt", "missing", "unreachable"
 OUTCOMES = (OK, CORRUPT, MISSING, UNREACHABLE)
 HEALTHY, DEGRADED, LOST = "healthy", "degraded", "lost"
+GONE = "gone"   # a share's state: its node unreachable for grace or more
 
 DAY = 86400.0
 # A node unreachable this long counts as gone and its shares are re-created.
@@ -162,19 +163,21 @@ class HealthBook:
         old = (share.key, share.node)
         self.superseded[old] = object_id
         self.bad.pop(old, None)
+        # The new holder may be a node that kept a surplus copy of it.
+        self.superseded.pop((share.key, new_node), None)
         self.bad.pop((share.key, new_node), None)
 
     # --- classification ------------------------------------------------------
 
     def share_state(self, share: ShareHolder, now: float, grace: float) -> str:
-        """OK (healthy), UNREACHABLE (within grace) or CORRUPT/MISSING/"gone"."""
+        """OK (healthy), UNREACHABLE (within grace), or CORRUPT, MISSING, GONE."""
         bad = self.bad.get((share.key, share.node))
         if bad is not None:
             return bad
         since = self.unreachable_since.get(share.node)
         if since is None:
             return OK
-        return "gone" if now - since >= grace else UNREACHABLE
+        return GONE if now - since >= grace else UNREACHABLE
 
     def classify(self, obj: StoredObject, now: float, policy: RepairPolicy) -> ObjectHealth:
         newest = {}
@@ -183,7 +186,7 @@ class HealthBook:
         healthy, lost, at_risk = 0, [], []
         for index in range(obj.n):
             share = newest.get(index)
-            state = "gone" if share is None else self.share_state(share, now, policy.grace)
+            state = GONE if share is None else self.share_state(share, now, policy.grace)
             if state == OK:
                 healthy += 1
             elif state == UNREACHABLE:
