@@ -29,7 +29,7 @@ from flud.client.gather import gather
 from flud.client.records import ShareHolder
 from flud.client.repair.answers import Probe, outcome_of  # noqa: F401 (Probe: callers' type)
 from flud.client.repair.health import (
-    CORRUPT, DEGRADED, HEALTHY, LOST, OK, Observation, RepairPolicy)
+    CORRUPT, DEGRADED, HEALTHY, LOST, OK, UNREACHABLE, Observation, RepairPolicy)
 from flud.client.repair.plan import BUNDLE, by_node, place
 from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
@@ -175,9 +175,11 @@ class CheckJob:
                 asked.append(ShareHolder(-1, key, node))
         runs = [self._slots.run(self._challenge, s) for s in asked]
         runs += [self._downloads.run(self._download, s) for s in fetched]
-        for ok, observation in (yield gather(runs)):
-            if ok:
-                book.observe(observation)
+        seen = [observation for ok, observation in (yield gather(runs)) if ok]
+        # A node that answered anything this run is reachable, whatever
+        # else timed out on it: the unanswered ones are recorded first.
+        for observation in sorted(seen, key=lambda o: o.outcome != UNREACHABLE):
+            book.observe(observation)
         state.rotation = rotation
         self.on_progress(state)
         now = self._now()

@@ -274,3 +274,21 @@ def test_a_node_away_for_less_than_grace_is_not_repaired_for():
     report = world.check([obj], repair=True)
     assert report.objects[0].health.state == HEALTHY
     assert report.moved == {} and report.surplus == [] and report.recreated_shares == 0
+
+
+def test_a_node_that_answered_anything_this_run_is_reachable():
+    from twisted.internet import defer
+    world = World(nodes=8)
+    objects = [world.add(), world.add()]           # both on the same 8 nodes
+    slow_key = objects[0].shares[3].key
+    original = world.network.call
+
+    def one_request_hangs(node_id, method, *args, **kwargs):
+        if method == "verify" and args[0].hex() == slow_key:
+            return defer.Deferred()
+        return original(node_id, method, *args, **kwargs)
+    world.network.call = one_request_hangs
+    report = world.check(objects, timeout=5.0)
+    node = objects[0].shares[3].node
+    assert {r.node: r.reachable for r in report.nodes}[node]
+    assert [r.health.state for r in report.objects] == [HEALTHY, HEALTHY]
