@@ -247,11 +247,16 @@ class CheckJob:
                 load[share.node] = load.get(share.node, 0) + 1
         todo = [(obj, h) for obj, h in zip(objects, healths) if h.to_recreate()]
         # Bundles (shares of a MiB or less) in batches, so one tar per node
-        # carries many; an extent's streams (up to 8 MiB each) one object at
-        # a time, so memory holds at most k fetched and n - k made streams.
+        # carries many; extents a range at a time, REPAIR_IN_FLIGHT at once;
+        # an extent fetched whole (its length unknown) alone, so memory holds
+        # at most k fetched and n - k made streams.
         bundles = [item for item in todo if item[0].kind == BUNDLE]
+        ranged = [item for item in todo if item[0].kind != BUNDLE and item[0].share_length]
         batches = [bundles[i:i + REPAIR_BATCH] for i in range(0, len(bundles), REPAIR_BATCH)]
-        batches += [[item] for item in todo if item[0].kind != BUNDLE]
+        batches += [ranged[i:i + REPAIR_IN_FLIGHT]
+                    for i in range(0, len(ranged), REPAIR_IN_FLIGHT)]
+        batches += [[item] for item in todo
+                    if item[0].kind != BUNDLE and not item[0].share_length]
         limit = defer.DeferredSemaphore(REPAIR_IN_FLIGHT)
         for batch in batches:
             made, wanted, landed = {}, {}, {}
@@ -260,11 +265,16 @@ class CheckJob:
                 # An index the map names no holder for has no known key to
                 # re-create it under: it counts as lost, but is not made here.
                 wanted[obj.object_id] = set(health.to_recreate()) & {s.index for s in obj.shares}
-                if obj.kind != BUNDLE and obj.share_length:
-                    # a range at a time; what that could not land goes whole
-                    done, left = yield repair_streamed(self, obj, wanted[obj.object_id],
-                                                       candidates, load, self.stream_chunk)
-                    landed[obj.object_id], wanted[obj.object_id] = done, left
+            # Extents of known length a range at a time, several at once;
+            # what that could not land goes the whole-share way below.
+            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length]
+            outcomes = yield gather([repair_streamed(self, obj, wanted[obj.object_id],
+                                                     candidates, load, self.stream_chunk)
+                                     for obj in streams])
+            for obj, (ok, value) in zip(streams, outcomes):
+                if not ok:
+                    value.raiseException()
+                landed[obj.object_id], wanted[obj.object_id] = value
             todo_now = [obj for obj, _ in batch if wanted[obj.object_id]]
             outcomes = yield gather([limit.run(self._recode, obj, wanted[obj.object_id])
                                      for obj in todo_now])
