@@ -5,7 +5,8 @@ whole, a repair holds k of them and the n - k it makes. zfec works byte by
 byte, so the same range of any k streams gives that range of the lost ones:
 here each step fetches CHUNK bytes of k streams (ranged RETRIEVE), re-codes
 them in the pool and feeds the pieces into streamed STOREs opened on the new
-holders, so memory holds k + (n - k) chunks whatever the stream's length.
+holders, so memory holds 2k + (n - k) chunks whatever the stream's length (the
+next range is fetched while one is coded and fed).
 The stream's length must be known (StoredObject.share_length): a ranged
 RETRIEVE past the end is refused.
 
@@ -46,28 +47,24 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
         else:
             load[p.node] -= 1
             job.network.blame(bytes.fromhex(p.node), value.value)
-    chosen, spare = sources[:obj.k], sources[obj.k:]
+    pick = _Sources(job, sources[:obj.k], sources[obj.k:])
     coder = job._coder(obj.k, obj.n)
-    offset = 0
+    offset, ahead = 0, None
     try:
         while stores and offset < length:
             size = min(chunk, length - offset)
-            pieces, asking = {}, list(chosen)
-            while asking:
-                answers = yield gather([_range(job, share, offset, size) for share in asking])
-                failed = [share for share, (_, data) in zip(asking, answers) if data is None]
-                pieces.update((share.index, data) for share, (_, data) in zip(asking, answers)
-                              if data is not None)
-                if len(failed) > len(spare):
-                    raise _Abandon()
-                asking = [spare.pop(0) for _ in failed]
-                chosen = [share for share in chosen if share not in failed] + asking
+            pieces = yield (ahead or pick.fetch(offset, size))
+            ahead = None
+            if offset + size < length:   # the next range travels while this one is coded
+                ahead = pick.fetch(offset + size, min(chunk, length - offset - size))
             made = yield job.run_cpu(coder.recreate, pieces, sorted(stores))
+            del pieces
             feeds, indexes = [], []
             for index, (p, store, hasher) in stores.items():
                 hasher.update(made[index])
                 feeds.append(job.timed(store.feed(bytes(made[index])), job.store_timeout))
                 indexes.append(index)
+            del made
             for index, (ok, value) in zip(indexes, (yield gather(feeds))):
                 if not ok:
                     _drop(job, stores, index, value, load)
@@ -75,6 +72,8 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
     except _Abandon:
         for index in list(stores):
             _drop(job, stores, index, None, load)
+    if ahead is not None:   # stopped early: what is still on its way is not wanted
+        ahead.addErrback(lambda _: None)
     landed = {}
     finishing = [(index, p, store) for index, (p, store, hasher) in stores.items()
                  if hasher.hexdigest() == p.key]
@@ -91,6 +90,29 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
             load[p.node] -= 1
             job.network.blame(bytes.fromhex(p.node), value.value)
     return landed, wanted - set(landed)
+
+
+class _Sources:
+    """The k sources ranges are fetched from, and spares to swap in for
+    one that fails (one range is fetched at a time, so nothing races)."""
+
+    def __init__(self, job, chosen, spare):
+        self.job, self.chosen, self.spare = job, list(chosen), list(spare)
+
+    @defer.inlineCallbacks
+    def fetch(self, offset: int, size: int):
+        """{index: bytes} of range [offset, offset+size) of k streams."""
+        pieces, asking = {}, list(self.chosen)
+        while asking:
+            answers = yield gather([_range(self.job, share, offset, size) for share in asking])
+            failed = [share for share, (_, data) in zip(asking, answers) if data is None]
+            pieces.update((share.index, data) for share, (_, data) in zip(asking, answers)
+                          if data is not None)
+            if len(failed) > len(self.spare):
+                raise _Abandon()
+            asking = [self.spare.pop(0) for _ in failed]
+            self.chosen = [share for share in self.chosen if share not in failed] + asking
+        return pieces
 
 
 class _Abandon(Exception):
