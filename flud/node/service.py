@@ -21,12 +21,24 @@ from flud.protocol import messages
 from flud.protocol.party import load_party
 from flud.protocol.pool import ConnectionPool
 from flud.protocol.server import NodeHandler
+from storage.archives import STEP_COPYING
 from storage.leases import LeaseTerms
 
 STORE_WORKERS = 4
 # Developer switch: a file holding seconds added to the node's lease clock
 # (docs/DESIGN.md, "Developer switches").
 CLOCK_FILE_ENV = "FLUD_NODE_CLOCK_FILE"
+# Developer switch: seconds a compaction sleeps after each run of members it
+# copied, so a test can act (read, SIGKILL) in the middle of one.
+COMPACTION_PAUSE_ENV = "FLUD_COMPACTION_PAUSE"
+
+
+def compaction_pause_hook(seconds: float):
+    """A store fault hook that sleeps `seconds` after each copied run."""
+    def hook(step: str) -> None:
+        if step == STEP_COPYING:
+            time.sleep(seconds)
+    return hook
 
 
 
@@ -114,8 +126,10 @@ class NodeService(Service):
         self.monitor.mark_static()
         self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
         self.node_id = self.local.identity.node_id
+        pause = os.environ.get(COMPACTION_PAUSE_ENV)
         self.store = ShareStore(os.path.join(self.home, "store"), self.capacity,
-                                fsync=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1")
+                                fsync=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1",
+                                fault_hook=compaction_pause_hook(float(pause)) if pause else None)
         self.roots = RootStore(os.path.join(self.home, "roots"))
         self.workers = CPUPool(self.reactor, size=STORE_WORKERS)
         clock_file = os.environ.get(CLOCK_FILE_ENV)
