@@ -278,10 +278,10 @@ class Index:
         return cursor.rowcount == 1
 
     def renew_lease(self, owner: bytes, now: float) -> None:
-        """The owner was seen at `now`: its lease starts again, out of the trash."""
-        self._db.execute(
-            "INSERT INTO leases VALUES (?, ?, NULL) ON CONFLICT(owner) DO UPDATE "
-            "SET last_seen = excluded.last_seen, trashed_at = NULL", (owner, now))
+        """The owner was seen at `now`: its lease starts again, out of the trash.
+        A party that holds nothing has no row and gets none (its first upload
+        makes one: ensure_lease)."""
+        self._db.execute("UPDATE leases SET last_seen = ?, trashed_at = NULL WHERE owner = ?", (now, owner))
 
     def ensure_lease(self, owner: bytes) -> None:
         """An owner that stores something has a lease row (its time set by the next sweep)."""

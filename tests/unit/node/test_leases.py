@@ -41,6 +41,8 @@ def clock_at(t):
 
 
 def test_a_renewal_is_written_at_most_once_per_interval(store, monkeypatch):
+    data = random.Random(0).randbytes(100)
+    store.put(key_of(data), ALICE, data)
     clock = clock_at(T0)
     keeper = keeper_on(store, clock)
     writes = []
@@ -146,6 +148,8 @@ def test_an_owners_request_over_the_wire_renews_and_restores(tmp_path, store):
     data = random.Random(4).randbytes(4000)
     ok(alice, alice.peer.store(key_of(data), data))
     owner = alice.identity.node_id
+    assert store.leases.lease(owner) == (None, None)  # dated by the next sweep
+    store.leases.sweep(T0, TERMS)
     assert store.leases.lease(owner) == (T0, None)
     store.leases.sweep(T0 + 91 * DAY, TERMS)
     assert store.leases.is_trashed(owner)

@@ -53,6 +53,14 @@ def test_every_owner_that_stores_has_a_lease_dated_by_the_next_sweep(store):
     assert store.leases.lease(ALICE) == (T0, None) and store.leases.lease(BOB) == (T0, None)
 
 
+def test_a_party_that_holds_nothing_gets_no_lease(store):
+    store.leases.renew(ALICE, T0)
+    assert store.leases.lease(ALICE) is None and store.stats()["leases"] == 0
+    store.put(key_of(b"x"), ALICE, b"x")
+    store.leases.renew(ALICE, T0 + 5)
+    assert store.leases.lease(ALICE) == (T0 + 5, None) and store.stats()["leases"] == 1
+
+
 def test_an_owner_not_seen_for_the_lease_goes_to_the_trash_and_nobody_else(store):
     blobs = fill(store)
     store.leases.sweep(T0, TERMS)
