@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import NodeProcess, tool, tool_popen, wait_until
+from tests.integration.helpers import NodeProcess, flud, output, tool, tool_popen, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -245,3 +245,36 @@ def test_an_owner_that_stops_is_trashed_then_restored_or_deleted(owners, a_retur
         assert all_ok(owners.check(owners.b, node))
         answers = owners.check(owners.a, node)
         assert set(answers.values()) == {"NOT_FOUND"}, answers
+
+
+# ---- flud testnet status ------------------------------------------------------------
+
+def status_space(net) -> dict:
+    """node 0's stored, free, garbage and trash columns (MB) of `flud testnet status`."""
+    proc = flud("testnet", "status", "--dir", net.dir, timeout=60)
+    assert proc.returncode == 0, output(proc)
+    header = next(line for line in proc.stdout.splitlines() if "stored" in line)
+    assert header.split()[8:12] == ["stored", "free", "garbage", "trash"], header
+    row = next(line for line in proc.stdout.splitlines() if line.split()[:1] == ["0"])
+    values = row.split()[8:16:2]  # numbers; every other token is "MB"
+    return dict(zip(("stored", "free", "garbage", "trash"), map(float, values)))
+
+
+def test_testnet_status_shows_the_space_a_compaction_frees(testnet_factory, tmp_path):
+    net = testnet_factory(1)
+    alice = str(tmp_path / "alice")
+    members = tool("put-archive", net.addr(0), alice, 4, MEMBERS, MEMBER)["members"]
+    before = status_space(net)
+    assert before["stored"] == pytest.approx(MEMBERS * SPAN / 1e6, abs=0.1)
+    dead = members[:int(RATIO * MEMBERS)]  # up to the threshold: garbage, not compacted
+    assert all_ok(tool("delete", net.addr(0), alice, keyfile(tmp_path, "dead", dead)))
+    middle = status_space(net)
+    assert middle["stored"] == before["stored"]
+    assert middle["garbage"] == pytest.approx(len(dead) * SPAN / 1e6, abs=0.1)
+    more = members[len(dead)]
+    assert all_ok(tool("delete", net.addr(0), alice, keyfile(tmp_path, "more", [more])))
+    after = status_space(net)
+    freed = (len(dead) + 1) * SPAN / 1e6
+    assert after["garbage"] == 0
+    assert after["stored"] == pytest.approx(before["stored"] - freed, abs=0.1)
+    assert after["free"] == pytest.approx(before["free"] + freed, abs=0.1)

@@ -213,3 +213,20 @@ def test_time_the_node_did_not_run_is_not_held_against_a_lease(store):
     assert store.leases.lease(ALICE)[0] == pytest.approx(T0 + 210 * DAY - 3600)
     # A restart soon after its last sweep credits nothing.
     assert store.leases.credit_downtime(T0 + 210 * DAY + 60, allowance=3600) == 0
+
+
+def test_a_store_made_before_leases_gives_its_owners_a_lease_at_open(tmp_path):
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    fill(store)
+    db = store._index._db
+    db.execute("DROP TABLE leases")
+    db.execute("DROP TABLE lease_clock")
+    db.execute("UPDATE schema_version SET version = 1")
+    store.close()
+    store = ShareStore(tmp_path / "store", CAPACITY, fsync=False)
+    try:
+        assert store.leases.lease(ALICE) == (None, None) and store.leases.lease(BOB) == (None, None)
+        store.leases.sweep(T0, TERMS)
+        assert store.leases.lease(ALICE) == (T0, None)
+    finally:
+        store.close()
