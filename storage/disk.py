@@ -263,7 +263,7 @@ class ShareStore:
 
     # --- delete and compaction -----------------------------------------------
 
-    def delete(self, key: bytes, owner: bytes) -> None:
+    def delete(self, key: bytes, owner: bytes, compact: bool = True) -> None:
         key, owner = check_key(key), check_owner(owner)
         with self._locked():
             holding = self._find(key, owner)
@@ -273,11 +273,16 @@ class ShareStore:
             with self._index.transaction():
                 self._index.remove_holding(key, owner)
                 row = self._index.add_garbage(holding.archive_id, member_span(holding.length))
-        if needs_compaction(row.committed_length, row.garbage_bytes):
+        if compact and needs_compaction(row.committed_length, row.garbage_bytes):
             try:
                 self.compact(owner)
             except (StorageError, OSError) as exc:  # the delete itself succeeded
                 log.warning("compaction of %s's archive failed, will retry on a later delete: %s", owner.hex(), exc)
+
+    def compactions_due(self) -> list[bytes]:
+        with self._locked():
+            return [row.owner for row in self._index.all_archives()
+                    if needs_compaction(row.committed_length, row.garbage_bytes)]
 
     def _delete_shares_locked(self, owner: bytes, shares: list[tuple[bytes, int]]) -> int:
         """Drop owner from each (key, length); free the shares it was the last

@@ -13,6 +13,7 @@ import time
 
 from flud import procfs
 from flud.node.config import NodeConfig
+from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.peers import Membership
@@ -138,9 +139,11 @@ class NodeService(Service):
             LeaseTerms(self.config.lease_seconds, self.config.trash_seconds),
             self.config.lease_sweep_interval,
             read_offset=offset_file_reader(clock_file) if clock_file else None)
+        self.compactions = CompactionScheduler(self.store, self.reactor, self.workers.run)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
                                    stats=self.stats, monitor=self.monitor, inline_commits=True,
-                                   on_request=self.leases.seen)
+                                   on_request=self.leases.seen,
+                                   on_delete=self.compactions.deleted)
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
         self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
@@ -155,6 +158,7 @@ class NodeService(Service):
         self.monitor.start_sampling(self.reactor)
         self.membership.start()
         self.leases.start()
+        self.compactions.start()
         if self.join_address:
             host, port = self.join_address
             d = self.membership.join(host, port)
@@ -174,6 +178,7 @@ class NodeService(Service):
         super().stopService()
         self.membership.stop()
         self.leases.stop()
+        self.compactions.stop()
         self.monitor.stop_sampling()
         self.monitor.close_log()
         self.pool.close_all()
@@ -205,6 +210,7 @@ class NodeService(Service):
             "refused_before_hello": self.door.refused,
             "store": store,
             "leases": self.leases.stats(),
+            "compaction": self.compactions.stats(),
             "roots": self.roots.count(),
             "cpu_seconds": round(times.user + times.system, 3),
             "memory": {k: v for k, v in snap.items() if k != "transfers"},

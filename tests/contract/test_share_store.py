@@ -531,6 +531,21 @@ def test_delete_compacts_an_archive_once_its_garbage_passes_the_ratio(store):
         assert read_all(store, key_of(data), ALICE) == data
 
 
+def test_delete_without_compaction_leaves_it_to_the_caller(store):
+    big = [random_bytes(COMPACT_MIN_BYTES // 4) for _ in range(10)]
+    put_tar(store, ALICE, make_tar(big))
+    put_tar(store, BOB, make_tar(big[:1]))
+    assert store.compactions_due() == []
+    for data in big[:5]:
+        store.delete(key_of(data), ALICE, compact=False)
+    assert store.stats()["garbage_bytes"] == 5 * member_span(len(big[0]))
+    assert store.compactions_due() == [ALICE]
+    assert store.compact(ALICE) == 5 * member_span(len(big[0]))
+    assert store.compactions_due() == []
+    for data in big[5:]:
+        assert read_all(store, key_of(data), ALICE) == data
+
+
 def test_empty_tar_stores_nothing(store):
     assert put_tar(store, ALICE, make_tar([])) == []
     assert store.stats()["archives"] == 0 and store.stats()["free"] == CAPACITY
