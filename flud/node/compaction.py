@@ -4,7 +4,7 @@ A prune sends its DELETEs in a burst. Compacting inside the DELETE that
 takes an archive past the threshold (as the store does on its own) would,
 in a prune that kills most of an archive, rewrite it again and again: each
 compaction leaves a smaller archive that the next deletes take past the
-threshold once more. Killing 90% of an archive that way copies ~4x its
+threshold once more. Killing 90% of an archive that way copies ~3.5x its
 size at a threshold of 0.2; one compaction at the end copies the 10% left.
 So the node deletes without compacting and compacts an owner's archive
 QUIET seconds after that owner's last DELETE, or MAX_WAIT after its first
