@@ -15,7 +15,6 @@ Owners are client identities (a home directory each) acting through
 tests/integration/peer_tool.py; a third identity only asks for STATS.
 """
 import hashlib
-import json
 import os
 import signal
 import time

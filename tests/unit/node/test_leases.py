@@ -10,6 +10,7 @@ from flud.node import leases as node_leases
 from flud.node.leases import RENEW_EVERY, LeaseKeeper, offset_file_reader
 from flud.protocol.errors import ErrorCode
 from storage.disk import ShareStore
+from storage.errors import NotFound
 from storage.leases import LeaseTerms
 from tests.unit.protocol.test_server import Node, error_code, ok
 from tests.unit.storage.helpers import ALICE, BOB, key_of
@@ -156,7 +157,7 @@ def test_an_owners_request_over_the_wire_renews_and_restores(tmp_path, store):
     bob = node.connect()
     ok(bob, bob.peer.ping())  # somebody else's request changes nothing for alice
     assert store.leases.is_trashed(owner)
-    with pytest.raises(Exception):
+    with pytest.raises(NotFound):
         store.size(key_of(data), owner)
     lease_clock.advance(91 * DAY)
     assert ok(alice, alice.peer.retrieve(key_of(data))) == data  # served: it brought alice back
