@@ -47,9 +47,13 @@ def offset_file_reader(path: str):
 
 class LeaseKeeper:
     def __init__(self, leases, clock, run_blocking, terms: LeaseTerms,
-                 sweep_interval: float = DEFAULT_SWEEP_INTERVAL, read_offset=None):
+                 sweep_interval: float = DEFAULT_SWEEP_INTERVAL, read_offset=None,
+                 on_purged=None):
         """leases: a storage.leases.StoreLeases; clock: IReactorTime;
-        run_blocking(fn, *args) -> Deferred; read_offset() -> seconds or None."""
+        run_blocking(fn, *args) -> Deferred; read_offset() -> seconds or None;
+        on_purged(owner): told of each owner whose data a sweep deleted (the
+        node forgets its root record too)."""
+        self._on_purged = on_purged
         self._leases = leases
         self._clock = clock
         self._run_blocking = run_blocking
@@ -126,6 +130,8 @@ class LeaseKeeper:
         self.counters["freed_bytes"] += report.freed
         for owner in report.purged:
             self._renewed.pop(owner, None)
+            if self._on_purged is not None:
+                self._on_purged(owner)
         return report
 
     def _sweep(self):

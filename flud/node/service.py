@@ -138,7 +138,8 @@ class NodeService(Service):
             self.store.leases, self.reactor, self.workers.run,
             LeaseTerms(self.config.lease_seconds, self.config.trash_seconds),
             self.config.lease_sweep_interval,
-            read_offset=offset_file_reader(clock_file) if clock_file else None)
+            read_offset=offset_file_reader(clock_file) if clock_file else None,
+            on_purged=self.roots.remove)
         self.compactions = CompactionScheduler(self.store, self.reactor, self.workers.run)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
                                    stats=self.stats, monitor=self.monitor, inline_commits=True,

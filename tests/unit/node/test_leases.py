@@ -73,7 +73,8 @@ def test_sweeps_run_on_the_clock_and_trash_then_purge(store):
     data = random.Random(1).randbytes(5000)
     store.put(key_of(data), ALICE, data)
     clock = clock_at(T0)
-    keeper = keeper_on(store, clock, interval=DAY)
+    purged = []
+    keeper = LeaseKeeper(store.leases, clock, run_inline, TERMS, DAY, on_purged=purged.append)
     keeper.start()
     clock.advance(0)
     assert keeper.counters["sweeps"] == 1 and store.leases.lease(ALICE) == (T0, None)
@@ -87,6 +88,7 @@ def test_sweeps_run_on_the_clock_and_trash_then_purge(store):
     assert keeper.counters["purged"] == 0  # exactly 7 days in the trash: not yet
     clock.advance(DAY)
     assert keeper.counters["purged"] == 1 and keeper.counters["freed_bytes"] == 5000
+    assert purged == [ALICE]
     assert store.stats()["bytes_stored"] == 0
     keeper.stop()
     sweeps = keeper.counters["sweeps"]
