@@ -181,6 +181,10 @@ def test_a_compressed_segment_whose_record_lies_fails_its_file_clearly(world, tm
     why = dict(job.failed)["src/text.log"]
     assert "compressed segment of the file is damaged" in why, why
     assert sorted(os.listdir(out)) == ["other.log", "small.txt"]
+    # one that claims more plaintext than a segment holds
+    manifest["contents"][cid]["ext"][0]["segs"][1][1] = 10 * SEGMENT
+    restored, job, out = _restore(world, tmp_path, manifest, out="out2")
+    assert "more than a segment" in dict(job.failed)["src/text.log"]
 
 
 def test_a_method_this_flud_does_not_know_fails_its_file_alone(world, tmp_path):
