@@ -86,6 +86,12 @@ class Reach:
         for old in self.repo.index.v1:
             yield self._version1(old)
         self._flush()
+        # A file unchanged across snapshots is named by every version of its
+        # directory: its bytes count once per bundle.
+        for bundle_id, live in self._db.execute(
+                "SELECT bundle, sum(length) FROM (SELECT DISTINCT bundle, key, offset, length "
+                "FROM live_members) GROUP BY bundle"):
+            self.bundles[bundle_id] = live
         return Reached(self.bundles, self.extents, len(self._seen))
 
     @defer.inlineCallbacks

@@ -106,6 +106,12 @@ class Prune:
         for oid in plan.delete:
             self.say(f"  delete {oid[:2]}{oid[2:18]}  {self._size(objects.get(oid))} bytes")
         dead_share = self._mostly_dead(repo, reached)
+        bundle_bytes = sum(b.length for bid in reached.bundles
+                           if (b := repo.cache.bundle(bid)) is not None)
+        s["live_bytes"] = sum(reached.bundles.values())
+        s["reached_bundle_bytes"] = bundle_bytes
+        self.say(f"prune: the reached bundles hold {s['live_bytes']} live bytes in "
+                 f"{bundle_bytes} ({len(dead_share)} more than {self.max_unused}% dead)")
         if self.dry_run:
             for bundle_id, live in dead_share:
                 self.say(f"  would repack bundle {bundle_id[:16]} ({live} bytes live)")
