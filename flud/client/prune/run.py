@@ -110,8 +110,10 @@ class Prune:
                            if (b := repo.cache.bundle(bid)) is not None)
         s["live_bytes"] = sum(reached.bundles.values())
         s["reached_bundle_bytes"] = bundle_bytes
-        self.say(f"prune: the reached bundles hold {s['live_bytes']} live bytes in "
-                 f"{bundle_bytes} ({len(dead_share)} more than {self.max_unused}% dead)")
+        s["live_extent_bytes"] = reached.extent_bytes
+        self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
+                 f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
+                 f"dead) and {reached.extent_bytes} bytes in extents, before n/k")
         if self.dry_run:
             for bundle_id, live in dead_share:
                 self.say(f"  would repack bundle {bundle_id[:16]} ({live} bytes live)")
