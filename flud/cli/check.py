@@ -6,6 +6,7 @@ import json
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
+from flud.client.context import wall_clock
 from flud.client.progress import human_bytes
 from flud.client.repair.rotation import BadDataSubset, parse_subset
 from flud.client.repair.run import Check
@@ -22,7 +23,8 @@ def check(ctx, args):
     except (BadDataSubset, RetentionError) as err:
         raise UserError(str(err))
     try:
-        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace).run()
+        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace,
+                             clock=wall_clock).run()
     except FludError as err:
         raise UserError(str(err))
     summary = report.summary()
