@@ -22,8 +22,12 @@ def check(ctx, args):
                  if args.unreachable_grace != "0" else 0.0)
     except (BadDataSubset, RetentionError) as err:
         raise UserError(str(err))
+    m = getattr(args, "repair_below", None)
+    k, n = ctx.coder.k, ctx.coder.n
+    if m is not None and not k < m <= n:
+        raise UserError(f"--repair-below {m}: give a threshold above k={k} and at most n={n}")
     try:
-        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace,
+        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m,
                              clock=wall_clock).run()
     except FludError as err:
         raise UserError(str(err))
