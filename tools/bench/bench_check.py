@@ -15,9 +15,10 @@
 - Per run and for the 7 runs: requests the client sent (by operation) and
   transport bytes it sent and received, TLS included (tools/bench/count_client.py
   wraps the client's connections), client CPU (wait4), wall time and peak RSS;
-  all divided by the GB backed up. The nodes' own STATS counters (requests,
-  transport bytes, CPU) over the cycle are shown beside it, with the nodes'
-  idle traffic (membership gossip, measured before the cycle) taken out.
+  all divided by the GB backed up. Beside it, the nodes' STATS over the cycle: their
+  CPU (less their idle CPU, measured before the cycle) and their VERIFY and RETRIEVE
+  counters, a cross-check of the client's counts (the nodes' request and transport
+  totals also hold their membership gossip, so the client's counts are the figures).
 Table: out/bench_check.txt (and out/bench_check.json).
 """
 from __future__ import annotations
@@ -92,12 +93,14 @@ def _data(nbytes: int) -> tuple:
 
 
 def _node_totals(tn) -> dict:
-    out = {"requests": 0, "bytes_in": 0, "bytes_out": 0, "cpu": 0.0}
+    """The nodes' counters a check moves (gossip between nodes moves none of
+    them but the CPU), summed over the nodes."""
+    out = {"verifies": 0, "retrieves": 0, "bytes_retrieved_out": 0, "cpu": 0.0}
     for s in tn.stats():
         if s:
-            out["requests"] += s.get("server", {}).get("requests", 0)
-            out["bytes_in"] += s.get("net", {}).get("bytes_in", 0)
-            out["bytes_out"] += s.get("net", {}).get("bytes_out", 0)
+            server = s.get("server", {})
+            for key in ("verifies", "retrieves", "bytes_retrieved_out"):
+                out[key] += server.get(key, 0)
             out["cpu"] += s.get("cpu_seconds", 0.0)
     return out
 
@@ -131,18 +134,17 @@ def _check(home: str, base: str, now: float, label: str) -> dict:
 
 
 def _cycle(tn, base, home, total, idle: float) -> list:
-    # The nodes' own traffic while idle (gossip), to take out of their counters.
+    # The nodes' CPU while idle (gossip, sampling), to take out of theirs.
     t0, before = time.monotonic(), _node_totals(tn)
     time.sleep(idle)
-    idle_rate = {k: v / (time.monotonic() - t0) for k, v in _delta(_node_totals(tn),
-                                                                     before).items()}
+    idle_cpu = _delta(_node_totals(tn), before)["cpu"] / (time.monotonic() - t0)
     start = float(int(time.time()))
     first = _check(home, base, start, "first run (no state: the whole cycle)")
     t0, before = time.monotonic(), _node_totals(tn)
     days = [_check(home, base, start + d * DAY, f"day {d}/{DAYS}") for d in range(1, DAYS + 1)]
     elapsed = time.monotonic() - t0
     nodes = _delta(_node_totals(tn), before)
-    nodes = {k: v - idle_rate[k] * elapsed for k, v in nodes.items()}
+    node_cpu = nodes["cpu"] - idle_cpu * elapsed
     gb = total / GB
     window = sum(d["summary"]["window"] for d in days)
     requests = sum(d["requests"] for d in days)
@@ -172,11 +174,13 @@ def _cycle(tn, base, home, total, idle: float) -> list:
             "-", f"{cpu:.2f} s of CPU (wait4, whole commands incl. start-up) in {wall:.1f} s "
                  f"wall; first run {first['cpu']:.2f} s; peak RSS "
                  f"{max(d['rss'] for d in days) / MB:.0f} MB"),
-        Row("weekly check cycle: nodes' side (STATS deltas, gossip taken out)",
-            [nodes["requests"] / gb], "req/GB", None, None, "-",
-            f"{nodes['requests']:,.0f} requests, {nodes['bytes_in'] / 1e3:,.0f} kB in, "
-            f"{nodes['bytes_out'] / 1e3:,.0f} kB out, {nodes['cpu']:.2f} s CPU over all "
-            f"nodes (includes the bench's STATS reads; idle rate measured over {idle:.0f} s)"),
+        Row("weekly check cycle: nodes' CPU per GB backed up (STATS deltas)",
+            [node_cpu / gb], "s/GB", None, None, "-",
+            f"{node_cpu:.2f} s over all nodes, their idle CPU ({idle_cpu:.2f} cores, measured "
+            f"over {idle:.0f} s) taken out; the nodes counted {nodes['verifies']:,} VERIFY and "
+            f"{nodes['retrieves']:,} RETRIEVE (the client sent {by_op.get('VERIFY', 0):,} and "
+            f"{by_op.get('RETRIEVE', 0):,}), {nodes['bytes_retrieved_out'] / 1e3:,.0f} kB "
+            f"retrieved"),
     ]
 
 
