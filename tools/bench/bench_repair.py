@@ -10,7 +10,9 @@
   n/k times, spread over the testnet's nodes, so a node holds on average
   data x (n/k) / nodes; 1 GB a node on 50 nodes at 4-of-8 is 1 GB x 50 x 4/8 = 25 GB
   of data (the busiest node holds more than the average, ~1.1-1.2x). --quick: 160 MB
-  on 12 nodes (~27 MB a node). --data-bytes and --nodes scale it.
+  on 12 nodes (~27 MB a node). --data-bytes and --nodes scale it. Disk: the data, n/k
+  times it on the nodes and a restore of it (the bench refuses when short): ~100 GB
+  for the 50-node default; --nodes 20 (10 GB of data, still ~1 GB a node) ~42 GB.
 - Back it up from a fresh home, read every node's STATS (one user stores here: a
   node's bytes_stored is this user's bytes) and SIGKILL, for good, the node that
   holds the most (never node 0: clients ask it for the member list).
@@ -40,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import MB, MiB, Row, Testnet, log  # noqa: E402
 
+from flud.client.home import DEFAULTS as HOME_DEFAULTS  # noqa: E402
 from flud.testnet import launch  # noqa: E402
 
 NAME = "bench_repair"
@@ -72,19 +75,18 @@ def run(args) -> list:
     base = os.path.join(common.RUN_DIR, "repair")
     tn = Testnet(os.path.join(base, "tn"), args.nodes, noise=getattr(args, "noise", None))
     rows, title = [], f"{NAME}: not run"
+    k, n = HOME_DEFAULTS["k"], HOME_DEFAULTS["n"]   # what `flud init` gives the home
     try:
-        tn.up()
-        home = common.new_home(os.path.join(base, "home"), tn.dir)
-        cfg = common.home_config(home)
-        k, n = cfg["k"], cfg["n"]
         nbytes = int(args.repair_data_bytes or
                      (QUICK_DATA if args.quick else default_data_bytes(args.nodes, k, n)))
         file_bytes = int(args.repair_file_bytes or (32 * MiB if args.quick else 256 * MiB))
-        data = _data(nbytes, file_bytes, n / k)
         title = (f"{NAME}: {nbytes / MB:,.0f} MB in {file_bytes / MiB:,.0f} MiB files, "
                  f"{k}-of-{n}, {args.nodes}-node testnet (a node holds ~"
                  f"{nbytes * n / k / args.nodes / MB:,.0f} MB on average)")
         log(title)
+        data = _data(nbytes, file_bytes, n / k)
+        tn.up()
+        home = common.new_home(os.path.join(base, "home"), tn.dir)
         rows = _measure(tn, base, home, data, nbytes, n)
     except common.BenchError as err:
         log(f"{NAME}: {err}")
@@ -110,7 +112,8 @@ def _data(nbytes: int, file_bytes: int, expansion: float) -> str:
     if need > free:
         raise common.BenchError(
             f"{nbytes / 1e9:.1f} GB of data needs ~{need / 1e9:.0f} GB free (data, x{expansion:g} "
-            f"on the nodes, a restore), {free / 1e9:.0f} GB is: give a smaller --data-bytes")
+            f"on the nodes, a restore), {free / 1e9:.0f} GB is: give a smaller --data-bytes "
+            f"or fewer --nodes (the default data follows the node count)")
     left, i = nbytes, 0
     while left > 0:
         size = min(file_bytes, left)
