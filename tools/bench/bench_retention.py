@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import MB, Row, Testnet, log  # noqa: E402
+from common import MB, MiB, Row, Testnet, log  # noqa: E402
 from gen_tree import mutate, parse_bytes  # noqa: E402
 import simdays  # noqa: E402
 
@@ -38,6 +38,8 @@ NAME = "bench_retention"
 POLICY = ("--keep-daily", "7", "--keep-weekly", "4")
 TARGET_RATIO = 1.25  # issue 19: bytes on the nodes <= 1.25 x n/k x unique bytes reached
 QUICK_NODES = 10
+BUDGET = 64 * MiB  # flud's default --memory-budget
+RSS_SLACK = 16 * MB  # issue 19: prune's peak RSS within static + budget + 16 MB
 
 
 def add_arguments(parser) -> None:
@@ -110,9 +112,9 @@ def _days(args, base, source, nodes, days, seed, forget) -> dict:
                 out["freed"].append(p.get("freed"))
                 out["rss"].append(r.maxrss)
                 out["static"].append(p.get("static_rss"))
-            stats = [s for s in tn.stats() if s]
-            out["stored"].append(sum(s["store"]["bytes_stored"] for s in stats))
-            out["garbage"].append(sum(s["store"].get("garbage_bytes", 0) for s in stats))
+            stored, garbage = simdays.node_bytes(tn)
+            out["stored"].append(stored)
+            out["garbage"].append(garbage)
             log(f"{NAME} ({label}) day {day}/{days}: {out['stored'][-1] / MB:,.1f} MB on the "
                 f"nodes; backup {out['backup_s'][-1]:.1f} s"
                 + (f", forget --prune {out['forget_s'][-1]:.1f} s" if forget else ""))
@@ -134,6 +136,7 @@ def _rows(runs, summary, days, forget) -> list:
     bound = n / k * unique
     static = common.median(kept_run["static"])
     garbage = kept_run["garbage"][-1]
+    rss_bound = (static + BUDGET + RSS_SLACK) / MB if static else None
     return [
         Row(f"bytes on the nodes at day {days}, with the policy", [final / MB], "MB", None, None,
             "-", f"{len(kept_run['kept'])} snapshots kept {kept_run['kept']}"),
@@ -152,14 +155,17 @@ def _rows(runs, summary, days, forget) -> list:
             None, "-", f"median of {days}; without the policy "
                        f"{common.fmt(common.median(all_run['backup_s']))} s"),
         Row(f"daily `{' '.join(forget)}` (whole command)", kept_run["forget_s"], "s", None,
-            None, "-", f"median of {days}; peak RSS max "
-                       f"{max(kept_run['rss']) / MB:,.0f} MB (static "
-                       f"{common.fmt(static and static / MB)} MB); freed "
+            None, "-", f"median of {days}; prune said it freed "
                        f"{sum(f or 0 for f in kept_run['freed']) / MB:,.1f} MB in all"),
+        Row(f"peak RSS, daily forget --prune (highest of {days})", [max(kept_run["rss"]) / MB],
+            "MB", rss_bound, "<=" if rss_bound else None, "-",
+            f"wait4 ru_maxrss; target: static {common.fmt(static and static / MB)} MB (prune's "
+            f"memory line) + budget {BUDGET // MiB} MiB + 16 MB"),
         Row(f"generated tree: {summary['files']:,} files, {summary['bytes'] / MB:,.0f} MB",
             [summary["elapsed_s"]], "s", None, None, "-",
             f"seed {summary['seed']}; ~{summary['ratio'] or 0:.2f}x with "
-            f"{summary['compressor']}; the figure is the time it took to generate (kept from an earlier run if it exists)"),
+            f"{summary['compressor']}; the figure is the time it took to generate (kept "
+            f"from an earlier run if it exists)"),
     ]
 
 

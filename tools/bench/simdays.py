@@ -58,6 +58,14 @@ def env_at(day: int, hour: int = 1) -> dict:
     return dict(os.environ, FLUD_NOW=str(START + (day - 1) * DAY + hour * 3600), TZ="UTC")
 
 
+def node_bytes(tn) -> tuple:
+    """(bytes stored, of which archive garbage) summed over a testnet's nodes' STATS:
+    a member deleted from an archive keeps its bytes until the archive is compacted."""
+    stores = [s["store"] for s in tn.stats() if s]
+    return (sum(s["bytes_stored"] for s in stores),
+            sum(s.get("garbage_bytes", 0) for s in stores))
+
+
 def remote_snapshots(home: str, env: dict | None = None) -> list:
     """The snapshot ids the nodes hold (`flud ls --remote`), oldest first."""
     r = common.flud("ls", "--home", home, "--remote", timeout=600, env=env)
