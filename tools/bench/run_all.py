@@ -3,8 +3,8 @@
 
     .venv/bin/python tools/bench/run_all.py [--quick] [--repeat N] [--only NAME[,NAME]]
 
-NAME: node, backup, small, memory, checkload, faults, hostile, tree, retention
-(bench_*.py in this directory; each also runs on its own). --quick:
+NAME: node, backup, small, memory, checkload, faults, hostile, tree, retention,
+prune (bench_*.py in this directory; each also runs on its own). --quick:
 small sizes and 1 repetition, a smoke test only. Prints ONE table: figure |
 measured (median of N) | target | anchor | ok, with notes, and how much CPU
 other people's processes took while each part ran (the machine is shared: a
@@ -29,7 +29,7 @@ from common import Row, log  # noqa: E402
 BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_small"),
            ("memory", "bench_memory"), ("checkload", "bench_checkload"),
            ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
-           ("retention", "bench_retention")]
+           ("retention", "bench_retention"), ("prune", "bench_prune")]
 
 
 def main() -> int:
