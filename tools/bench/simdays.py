@@ -7,8 +7,9 @@
   forget's and prune's present, so thirty days pass without sleeping; TZ=UTC makes
   forget's calendar days the same on every machine.
 - What the client prints that these benches read: `flud ls --remote`'s snapshot ids,
-  prune's summary line, and the unique stored bytes a set of snapshots reaches
-  (tools/snapshot_json.py per snapshot, each content's stored length counted once).
+  prune's lines (what the kept snapshots reach, what it deleted, its memory line), and
+  the unique stored bytes of a set of snapshots' files (tools/snapshot_json.py per
+  snapshot, each content's stored length counted once).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import common
 from common import BenchError, log
@@ -66,6 +68,18 @@ def node_bytes(tn) -> tuple:
             sum(s.get("garbage_bytes", 0) for s in stores))
 
 
+def settled_bytes(tn, ratio: float = 0.25, timeout: float = 70) -> tuple:
+    """node_bytes once the nodes had their time to compact: a node compacts an owner's
+    archive a few seconds after its last DELETE (at most a minute after the first), so
+    wait while the garbage is above `ratio` of the live bytes, at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    stored, garbage = node_bytes(tn)
+    while garbage > ratio * (stored - garbage) and time.monotonic() < deadline:
+        time.sleep(1)
+        stored, garbage = node_bytes(tn)
+    return stored, garbage
+
+
 def remote_snapshots(home: str, env: dict | None = None) -> list:
     """The snapshot ids the nodes hold (`flud ls --remote`), oldest first."""
     r = common.flud("ls", "--home", home, "--remote", timeout=600, env=env)
@@ -76,11 +90,19 @@ def remote_snapshots(home: str, env: dict | None = None) -> list:
 
 _PRUNE = re.compile(r"prune done: (\d+) objects deleted, (\d+) shares, ([\d.]+) (B|kB|MB|GB|TB) "
                     r"freed on the nodes; (\d+) pending; (\d+) members of (\d+) bundles repacked")
+_REACH = re.compile(r"reach (\d+) bytes in bundles \(of (\d+); (\d+) bundles more than "
+                    r"(\d+)% dead\) and (\d+) bytes in extents")
 
 
 def parse_prune(text: str) -> dict:
-    """Prune's summary line and the memory line (peak and static RSS)."""
+    """Prune's summary line, what it says the kept snapshots reach (bytes in bundles and in
+    extents, each once, before n/k) and the memory line (peak and static RSS)."""
     out: dict = {}
+    m = _REACH.search(text)
+    if m:
+        out.update(reach_bundles=int(m.group(1)), reached_bundle_bytes=int(m.group(2)),
+                   mostly_dead_bundles=int(m.group(3)), reach_extents=int(m.group(5)))
+        out["reached"] = out["reach_bundles"] + out["reach_extents"]
     m = _PRUNE.search(text)
     if m:
         out.update(deleted=int(m.group(1)), shares_deleted=int(m.group(2)),
