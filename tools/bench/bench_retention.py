@@ -242,6 +242,12 @@ def _plot(runs, path, title) -> bool:
             stored = runs.get(policy, {}).get("stored", [])
             ax.plot(range(1, len(stored) + 1), [b / MB for b in stored], style, label=label,
                     markersize=3)
+        policy = runs.get(True, {})
+        share = policy.get("n", 1) / policy.get("k", 1)
+        reached = [(i + 1, r * share / MB) for i, r in enumerate(policy.get("reached", [])) if r]
+        if reached:
+            ax.plot(*zip(*reached), ":", color="grey",
+                    label="n/k x what the kept snapshots reach (prune's count)")
         ax.set_xlabel("simulated day")
         ax.set_ylabel("bytes on the nodes (MB)")
         ax.set_title(title, fontsize=8)
