@@ -147,6 +147,8 @@ def _retain(reactor, home, network, pool, monitor, progress, args):
 
     ctx = _context(reactor, home, network, pool, monitor, progress)
     code = yield getattr(retain, args.job)(ctx, args)
+    if args.job == "prune" or (args.job == "forget" and args.prune and not args.dry_run):
+        print(_memory_line(monitor))  # prune's peak RSS is held to static + budget
     return code
 
 

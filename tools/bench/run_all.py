@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""flud's benchmark suite: every figure of issues 2-6, 16, 18 and 20 in one table (`make bench`).
+"""flud's benchmark suite: every figure of issues 2-6, 16 and 18-20 in one table (`make bench`).
 
     .venv/bin/python tools/bench/run_all.py [--quick] [--repeat N] [--only NAME[,NAME]]
 
-NAME: node, backup, small, memory, checkload, faults, hostile, tree, repair, check (bench_*.py
-in this directory;
-each also runs on its own). --quick: small sizes and 1 repetition, a smoke
-test only. Prints ONE table: figure | measured (median of N) | target |
-anchor | ok, with notes, and how much CPU other people's processes took while
-each part ran (the machine is shared: a busy machine lowers every rate).
+NAME: node, backup, small, memory, checkload, faults, hostile, tree, repair,
+check, retention, prune (bench_*.py in this directory; each also runs on its
+own). --quick: small sizes and 1 repetition, a smoke test only. Prints ONE
+table: figure | measured (median of N) | target | anchor | ok, with notes,
+and how much CPU other people's processes took while each part ran (the
+machine is shared: a busy machine lowers every rate).
 Results: tools/bench/out/results.json (plus the plots and side tables that
 the parts write to tools/bench/out/).
 """
@@ -29,7 +29,8 @@ from common import Row, log  # noqa: E402
 BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_small"),
            ("memory", "bench_memory"), ("checkload", "bench_checkload"),
            ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
-           ("repair", "bench_repair"), ("check", "bench_check")]
+           ("repair", "bench_repair"), ("check", "bench_check"),
+           ("retention", "bench_retention"), ("prune", "bench_prune")]
 
 
 def main() -> int:
