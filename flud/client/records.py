@@ -211,6 +211,22 @@ class Extent(NamedTuple):
                             seg.stored)
 
 
+def stored_bytes(content_wire) -> int:
+    """What a content record (as written) stores before n/k: a small file's
+    stored length, a large file's segments' stored lengths (compressed or not)."""
+    if content_wire["t"] == SMALL:
+        return content_wire["l"]
+    if content_wire["t"] != LARGE:
+        return 0
+    return sum(extent_stored_bytes(extent) for extent in content_wire.get("ext", ()))
+
+
+def extent_stored_bytes(extent_wire) -> int:
+    """What an extent's segments store (each stream holds a k-th of it)."""
+    return sum(seg.stored if seg.method is not None else seg.length
+               for seg in map(ExtentSegment.from_wire, extent_wire["segs"]))
+
+
 def extent_id(extent_wire) -> str:
     """An extent's name in the holder map: the key of its first stream
     (share 0: the BLAKE3 of a stream that holds every segment's block 0, so

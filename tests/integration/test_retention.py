@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from flud.client.records import stored_bytes
+
 from tests.integration.helpers import (ROOT, compare_trees, flud, flud_popen, init_client,
                                        manifest_of, output, write_random)
 
@@ -53,11 +55,7 @@ def _unique_stored_bytes(home, snapshots) -> int:
             if content_id in seen:
                 continue
             seen.add(content_id)
-            if record["t"] == "S":
-                total += record["l"]
-            elif record["t"] == "L":
-                total += sum(seg[5] if len(seg) > 4 else seg[1]
-                             for extent in record.get("ext", ()) for seg in extent["segs"])
+            total += stored_bytes(record)
     return total
 
 

@@ -69,9 +69,7 @@ def run(args) -> list:
         tn.down()
         tn.remove()
         shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(common.OUT_DIR, exist_ok=True)
-    with open(os.path.join(common.OUT_DIR, f"{NAME}.txt"), "w") as f:
-        common.print_table(rows, title=title, out=f)
+    common.save_table(NAME, rows, title)
     return rows
 
 

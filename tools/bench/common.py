@@ -126,6 +126,13 @@ def ok_str(ok) -> str:
     return {True: "ok", False: "MISS", None: "-"}[ok]
 
 
+def save_table(name: str, rows, title: str) -> None:
+    """The table of a bench run in out/NAME.txt."""
+    os.makedirs(OUT_DIR, exist_ok=True)
+    with open(os.path.join(OUT_DIR, f"{name}.txt"), "w") as f:
+        print_table(rows, title=title, out=f)
+
+
 def print_table(rows: list, title: str = "", out=None, notes: bool = True,
                 heading_rows: bool = False) -> str:
     """One aligned table: figure | measured | target | anchor | ok, then notes.

@@ -21,6 +21,7 @@ import time
 
 import common
 from common import BenchError, log
+from flud.client.records import stored_bytes
 from gen_tree import VERSION as TREE_VERSION
 from gen_tree import generate
 
@@ -131,9 +132,5 @@ def unique_stored_bytes(home: str, snapshots) -> int:
             if content_id in seen:
                 continue
             seen.add(content_id)
-            if record["t"] == "S":
-                total += record["l"]
-            elif record["t"] == "L":
-                total += sum(seg[5] if len(seg) > 4 else seg[1]
-                             for extent in record.get("ext", ()) for seg in extent["segs"])
+            total += stored_bytes(record)
     return total

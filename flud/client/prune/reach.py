@@ -19,7 +19,7 @@ from typing import NamedTuple
 from twisted.internet import defer
 
 from flud.client.manifest import fetch_manifest
-from flud.client.records import Bundle, extent_id
+from flud.client.records import Bundle, extent_id, extent_stored_bytes
 from flud.client.tree import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
 
 BUNDLE, EXTENT = "b", "x"
@@ -152,8 +152,7 @@ class Reach:
             name = extent_id(extent)
             if name not in self.extents:
                 self.extents.add(name)
-                self.extent_bytes += sum(seg[5] if len(seg) > 4 else seg[1]
-                                         for seg in extent["segs"])
+                self.extent_bytes += extent_stored_bytes(extent)
 
     @defer.inlineCallbacks
     def _version1(self, old):
