@@ -75,7 +75,6 @@ class Backup:
         self.skipped = []
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
-        self._run_blobs = []     # BlobRef of every record this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
         self._run_extents = {}    # extent id -> share holders, of the extents this run stored
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
@@ -104,6 +103,7 @@ class Backup:
         known = index.content_lookup()
         self.contents.begin(known)
         index.begin_pending()
+        index.begin_run_blobs()
         self._find_changes(roots, excludes)
         count, size = index.pending_totals()
         ctx.progress.start(count, size)
@@ -124,7 +124,7 @@ class Backup:
                 self._save_contents()
                 self._landed(content_of)
                 writer = TreeWriter(index, BlobSealer(ctx.secret), self.small,
-                                    {path for path, _ in self.skipped})
+                                    {path for path, _ in self.skipped}, self._save_contents)
                 tree = yield writer.build(roots, excludes)
                 yield self.small.finish()
                 self._save_contents()
@@ -134,7 +134,7 @@ class Backup:
                          "new": self.summary["new"], "changed": self.summary["changed"],
                          "records": writer.builder.records, "stored": writer.builder.stored}
                 snapshot_id, created, record_id = yield publish_tree(
-                    ctx, self.small, self._run_bundles, self._run_blobs, tree, roots, tags,
+                    ctx, self.small, self._run_bundles, tree, roots, tags,
                     stats, self._run_shares, self._run_extents)
             finally:
                 self.small.close()
@@ -236,7 +236,6 @@ class Backup:
     def _save_contents(self):
         bundles, challenges = self.small.records()
         self._run_bundles.update(bundles)
-        self._run_blobs.extend(self.small.blob_refs)
         for bundle in bundles.values():
             self._run_shares.update(h.key for h in bundle.holders)
         for record in self.contents.new.values():
@@ -246,7 +245,7 @@ class Backup:
                 holders = tuple(ShareHolder.from_wire(h) for h in extent["shares"])
                 self._run_extents[extent_id(extent)] = holders
         index = self.ctx.index
-        index.add_blobs(self.small.blob_refs)
+        index.add_blobs(self.small.blob_refs, this_run=True)
         self.small.blob_refs = []
         index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
         index.add_contents((cid, c.to_wire()) for cid, c in self.contents.new.items())

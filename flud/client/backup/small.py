@@ -243,6 +243,10 @@ class SmallFiles:
         self._account_small()
         self._send_sealed()
 
+    def holds_blob(self, blob_id: str) -> bool:
+        """A record handed over and not yet in a landed bundle's list."""
+        return blob_id in self._pending_blobs
+
     @defer.inlineCallbacks
     def add_blob(self, blob_id: str, sealed: bytes):
         """A version-2 record's sealed blob, bundled beside the small files

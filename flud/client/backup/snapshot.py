@@ -27,12 +27,15 @@ from flud.client.backup.tree import TreeBuilder
 from flud.client.blobs import BlobSealer
 from flud.client.context import wall_clock
 from flud.client.head import Head, store_blobs, write_head
-from flud.client.holders import MapIndex, MapPage
+from flud.client.holders import PAGE_ROWS, MapIndex, MapPage
 from flud.client.manifest import root_names
 from flud.client.records import EMPTY, LARGE, SMALL
 from flud.client.scan import entry_of, list_children
 from flud.client.tree import LargeRecord, LargeRef, SmallRef, SnapshotRecord
 from flud.client.walk import walk
+
+
+SAVE_EVERY = 1024   # records handed over between saves of what landed
 
 
 def _quiet(path, why):
@@ -44,12 +47,15 @@ class TreeWriter:
     run's SmallFiles (records go out with its bundles); skipped: paths the
     run could not read."""
 
-    def __init__(self, index, sealer: BlobSealer, small, skipped):
+    def __init__(self, index, sealer: BlobSealer, small, skipped, save=lambda: None):
+        """save(): what landed goes to the index (called every SAVE_EVERY
+        records, so what this run stored is not all held in memory)."""
         self.index = index
         self.sealer = sealer
         self.small = small
         self.skipped = skipped
-        self._new = set()       # blob ids stored by this run (not in the index yet)
+        self._save = save
+        self._unsaved = set()   # blob ids handed over since the last save
         self._outgoing = []     # (blob id, sealed) waiting to be handed to the small files
         self.builder = TreeBuilder(sealer, self._known, self._store)
         self.files = self.bytes = 0
@@ -58,10 +64,11 @@ class TreeWriter:
         self._counts = {}       # directory -> (files, bytes) below it, until its parent takes it
 
     def _known(self, blob_id: str) -> bool:
-        return blob_id in self._new or self.index.known_blob(blob_id)
+        return (blob_id in self._unsaved or self.small.holds_blob(blob_id)
+                or self.index.known_blob(blob_id))
 
     def _store(self, blob_id: str, sealed: bytes) -> None:
-        self._new.add(blob_id)
+        self._unsaved.add(blob_id)
         self._outgoing.append((blob_id, sealed))
 
     @defer.inlineCallbacks
@@ -69,6 +76,9 @@ class TreeWriter:
         outgoing, self._outgoing = self._outgoing, []
         for blob_id, sealed in outgoing:
             yield self.small.add_blob(blob_id, sealed)
+        if len(self._unsaved) >= SAVE_EVERY:
+            self._save()    # landed records to the index; the rest the small files hold
+            self._unsaved = set()
 
     def _reuse(self, path: str) -> bool:
         """A directory whose subtree is as the last backup recorded it keeps
@@ -159,7 +169,7 @@ class TreeWriter:
 
 
 @defer.inlineCallbacks
-def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, stats, shares,
+def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
                  extents=None):
     """Store this run's map page, its snapshot record and the new map index,
     and point the root record at them. run_bundles: {bundle id: Bundle} this
@@ -172,28 +182,42 @@ def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, sta
     head = Head.load(index)
     previous = index.snapshots()
     snapshot_id = (previous[-1]["id"] + 1) if previous else 1
-    blobs = list(run_blobs)
-    if head.snapshot:   # the last head's records become the map's to locate
-        blobs.append(head.snapshot)
     challenges = [(key, found) for key in sorted(shares)
                   if (found := index.challenges(key)) is not None]
-    page = MapPage.of(bundles={**head.final, **run_bundles}, extents=extents, blobs=blobs,
-                      challenges=challenges)
-    page_id, page_sealed = sealer.seal(page.encode())
-    refs, page_bundles, page_challenges = yield store_blobs(small,
-                                                            [(page_id.hex(), page_sealed)])
+    # This run's records, PAGE_ROWS to a page (read back from the index: a
+    # first backup makes one record per directory); the first page also
+    # has the bundles, extents and challenges, and the last head's records
+    # (which only the last root located).
+    first = MapPage.of(bundles={**head.final, **run_bundles}, extents=extents,
+                       blobs=[head.snapshot] if head.snapshot else [], challenges=challenges)
+    page_ids = []
+    for page in _pages(first, index.run_blob_pages(PAGE_ROWS)):
+        page_id, page_sealed = sealer.seal(page.encode())
+        page_ids.append(page_id.hex())
+        yield small.add_blob(page_id.hex(), page_sealed)
+    refs, page_bundles, page_challenges = yield store_blobs(small, [])
+    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in page_ids}
+    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in refs]
     index.add_bundles((bid, b.to_wire()) for bid, b in page_bundles.items())
     index.add_challenges(page_challenges.items())
-    page_ref = refs[page_id.hex()]
-    index.add_blobs([page_ref])
+    located = tuple((refs[pid], page_bundles[refs[pid].bundle]) for pid in page_ids)
+    index.add_blobs(refs.values())
     created = wall_clock()
     record = SnapshotRecord(snapshot_id, created, socket.gethostname(),
                             tuple(os.path.abspath(r) for r in roots), tuple(tags), False,
                             head.snapshot.blob_id if head.snapshot else None, tree, stats)
     snap_id, snap_sealed = sealer.seal(record.encode())
     old = head.index
-    new_index = MapIndex(old.pages + ((page_ref, page_bundles[page_ref.bundle]),),
-                         old.snapshots + (snap_id.hex(),), old.v1)
+    new_index = MapIndex(old.pages + located, old.snapshots + (snap_id.hex(),), old.v1)
     yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
                      records=[(snap_id.hex(), snap_sealed)])
     return snapshot_id, created, snap_id.hex()
+
+
+def _pages(first: MapPage, run_blobs):
+    """The first page, with the run's first records, then pages of records."""
+    blobs = next(run_blobs, [])
+    yield MapPage(first.bundles, first.extents, tuple(sorted(first.blobs + tuple(blobs))),
+                  first.challenges)
+    for blobs in run_blobs:
+        yield MapPage(blobs=tuple(blobs))
