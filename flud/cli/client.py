@@ -47,12 +47,14 @@ def add_client_commands(sub) -> None:
                         help="MiB of transfer buffers held at once (default 64)")
     backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
                         help="large files uploaded at once (default 3)")
+    _job_flags(backup)
     backup.set_defaults(handler=cmd_backup)
 
     ls = sub.add_parser("ls", help="list snapshots, or the files of one")
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
+    ls.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ls.set_defaults(handler=cmd_ls)
 
     restore = sub.add_parser("restore", help="restore a snapshot")
@@ -63,6 +65,7 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--memory-log", metavar="FILE")
     restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
                          help="MiB of transfer buffers held at once (default 64)")
+    _job_flags(restore)
     restore.set_defaults(handler=cmd_restore)
 
     verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
@@ -72,7 +75,28 @@ def add_client_commands(sub) -> None:
     verify.add_argument("--full", action="store_true",
                         help="challenge every byte of every share (runs otherwise alternate "
                              "between that and a spot check of one 64 KiB span)")
+    _job_flags(verify)
     verify.set_defaults(handler=cmd_verify)
+
+
+def _job_flags(parser) -> None:
+    """What every client job takes: its summary as JSON, and rate limits."""
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as one JSON object on stdout "
+                             "(progress and messages go to stderr)")
+    parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
+                        help="upload at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+    parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
+                        help="download at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+
+
+def _rate(text: str) -> int:
+    import argparse
+    from flud.agent.config import parse_rate
+    try:
+        return parse_rate(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err))
 
 
 def _positive(text: str) -> int:
@@ -130,8 +154,11 @@ def cmd_init(args) -> int:
     except (HomeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    from flud.agent.config import write_default
+    agent_config = write_default(home.path)
     print(f"client home {home.path} ready: client id {home.identity.node_id_hex[:16]}, "
           f"k={home.config['k']} n={home.config['n']}")
+    print(f"the agent's settings (paths, schedules, limits): {agent_config}")
     if not args.import_key:
         print(f"keep a copy of your key: flud key export --home {args.home} FILE")
     return EXIT_OK
@@ -182,6 +209,8 @@ def cmd_ls(args) -> int:
 
 def _list(home, args) -> int:
     snapshots = home.index.snapshots()
+    if getattr(args, "json", False):
+        return _list_json(home, args, snapshots)
     if args.snapshot is None and not args.path:
         if not snapshots:
             print("no snapshots in the local index (after a total loss, `flud restore` "
@@ -208,6 +237,31 @@ def _list(home, args) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
         extra = f" -> {last}" if kind == "symlink" else ""
         print(f"{kind[0]} {mode:04o} {size:>12} {when} {rel}{extra}")
+    return EXIT_OK
+
+
+def _list_json(home, args, snapshots) -> int:
+    """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
+    import json
+    if args.snapshot is None and not args.path:
+        print(json.dumps({"command": "ls", "snapshots": [
+            {"id": s["id"], "created": s["created"], "files": s["files"], "bytes": s["bytes"]}
+            for s in snapshots]}))
+        return EXIT_OK
+    sid = args.snapshot or (snapshots[-1]["id"] if snapshots else None)
+    manifest = home.index.manifest(sid) if sid is not None else None
+    if manifest is None:
+        print(json.dumps({"command": "ls", "error": {"code": "NO_SNAPSHOT",
+                                                     "message": f"no snapshot {sid}"}}))
+        return EXIT_ERROR
+    from flud.client.manifest import snapshot_paths
+    prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
+        if args.path else ""
+    entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,
+                **({"target": last} if kind == "symlink" else {})}
+               for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
+               if not prefix or rel == prefix or rel.startswith(prefix + "/")]
+    print(json.dumps({"command": "ls", "snapshot": sid, "entries": entries}))
     return EXIT_OK
 
 
