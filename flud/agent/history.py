@@ -45,7 +45,7 @@ class History:
         if len(line) >= MAX_LINE:
             keep = {k: record[k] for k in ("job", "start", "end", "exit", "error") if k in record}
             line = json.dumps({**keep, "summary": None, "truncated": True})
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             if os.fstat(fd).st_size:
                 # a torn line before ours (a crash mid-write) must not swallow ours

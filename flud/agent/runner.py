@@ -54,14 +54,17 @@ def summary_of(stdout: bytes):
 
 
 @defer.inlineCallbacks
-def run_job(reactor, argv: list, env: dict = None):
-    """Run argv; fires with {exit, signal, summary, stderr, pid}."""
+def run_job(reactor, argv: list, env: dict = None, started=None):
+    """Run argv; fires with {exit, signal, summary, stderr, pid}.
+    started(pid) is called once the child exists."""
     done = defer.Deferred()
     proto = _JobProtocol(done)
     child_env = dict(env if env is not None else os.environ)
     child_env.pop("FLUD_PASSPHRASE", None)
     child_env["PYTHONUNBUFFERED"] = "1"
-    reactor.spawnProcess(proto, argv[0], argv, env=child_env)
+    process = reactor.spawnProcess(proto, argv[0], argv, env=child_env)
+    if started is not None:
+        started(process.pid)
     code, signal = yield done
     return {"exit": code, "signal": signal, "summary": summary_of(proto.stdout),
             "stderr": bytes(proto.stderr[-STDERR_TAIL:]).decode("utf-8", "replace"),
