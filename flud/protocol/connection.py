@@ -115,7 +115,8 @@ class Connection(protocol.Protocol):
         self.bytes_in += len(data)
         self._last_activity = self.clock.seconds()
         limit = getattr(self.local, "download_limit", None)
-        if limit is not None and not self._throttled and limit.charge(len(data), self._unthrottle):
+        if limit is not None and limit.charge(len(data), self._unthrottle) \
+                and not self._throttled:
             self._throttled = True
             self.transport.pauseProducing()
         tls = self._tls

@@ -12,6 +12,9 @@ connection's.
 # One second's worth, at least what a connection writes or reads at once
 # (a TLS piece, a socket read): a burst that large cannot starve a write.
 MIN_BURST = 64 * 1024
+# A debt this short (seconds) counts as paid: the timer's float arithmetic
+# would otherwise re-arm it for a few nanoseconds, again and again.
+SLACK = 1e-3
 
 
 class TokenBucket:
@@ -73,7 +76,7 @@ class Throttle:
     def _release(self) -> None:
         self._timer = None
         delay = self.bucket.wait(self.clock.seconds())
-        if delay > 0:  # charged again meanwhile (another connection's piece)
+        if delay > SLACK:  # charged again meanwhile (another connection's piece)
             self._timer = self.clock.callLater(delay, self._release)
             return
         waiting, self._waiting = self._waiting, []

@@ -1,0 +1,56 @@
+"""The status data and page: pure functions of the agent's state."""
+import json
+
+from flud.agent.page import plot, render
+from flud.agent.status import build_status, health_of, series
+
+CHECK = {"command": "check", "exit": 0, "objects": {"healthy": 40, "degraded": 3, "lost": 1},
+         "repaired": 5, "nodes": {"ab" * 32: {"reachable": True, "bytes": 2048},
+                                  "cd" * 32: {"reachable": False, "bytes": 1024}}}
+
+
+def status(records, snapshots=()):
+    return build_status(1000.0, "/h", {"backup": (3600.0, None)},
+                        {"backup": None, "check": "`flud check` is not in this version yet"},
+                        {"backup": 4600.0}, records, list(snapshots), None)
+
+
+def test_no_check_yet_until_a_check_ran():
+    s = status([{"job": "backup", "start": 1, "end": 2, "exit": 0,
+                 "summary": {"snapshot": 1, "files": 3, "bytes_sent": 10}}])
+    assert s["health"] is None
+    page = render(s)
+    assert "no check yet" in page and "snapshot 1: 3 files" in page
+
+
+def test_health_and_nodes_from_the_last_check():
+    records = [{"job": "check", "start": 5, "end": 6, "exit": 0, "summary": CHECK}]
+    s = status(records)
+    assert s["health"]["objects"] == {"healthy": 40, "degraded": 3, "lost": 1}
+    assert s["repaired"] == 5
+    page = render(s)
+    assert "40 healthy" in page and "3 degraded" in page and "1 lost" in page
+    assert "repairs done: 5" in page and ">no<" in page   # one node unreachable
+    json.dumps(s)   # /api/status serves it as it is
+
+
+def test_names_from_files_are_escaped():
+    evil = '<script>alert(1)</script>'
+    s = status([{"job": "backup", "start": 1, "end": 2, "exit": 2,
+                 "summary": {"error": {"code": "X", "message": f"cannot read /d/{evil}"}}}],
+               [{"id": 1, "created": 1, "files": evil, "bytes": 1}])
+    page = render(s)
+    assert evil not in page and "&lt;script&gt;" in page
+
+
+def test_series_and_their_plot():
+    records = [{"job": "backup", "start": t, "end": t + 1, "exit": 0,
+                "summary": {"bytes_sent": 100}} for t in (10, 20, 30)]
+    records.append({"job": "check", "start": 40, "end": 41, "exit": 0, "summary": CHECK})
+    found = series(records)
+    assert found["stored_bytes"] == [[11, 100], [21, 200], [31, 300], [41, 3072]]
+    assert found["health"] == [[41, 40, 3, 1]]
+    svg = plot(found["stored_bytes"], ["bytes stored"], "bytes stored")
+    assert svg.startswith("<svg") and svg.count("<polyline") == 1
+    assert "no data yet" in plot([], ["x"], "x")
+    assert health_of({"no": "objects"}) is None
