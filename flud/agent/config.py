@@ -155,8 +155,13 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        # its message ends "(at line L, column C)"
-        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        # tomllib's message ends "(at line L, column C)": put the place first
+        found = re.fullmatch(r"(.*?)\s*\(at line (\d+), column (\d+)\)", str(err), re.S)
+        if found is None:
+            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        what, line, column = found.groups()
+        raise ConfigError(f"{path}: line {line}, column {column}: not valid TOML: "
+                          f"{what}") from None
     defaults = tomllib.loads(DEFAULT_TEXT)
     reader = _Reader(path, text)
     for section, values in data.items():

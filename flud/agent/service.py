@@ -97,14 +97,13 @@ class Agent:
         except Exception as err:  # could not even start it
             result = {"exit": None, "signal": None, "summary": None, "stderr": str(err)}
         end = self.reactor.seconds()
-        self.running = None
         summary = result.get("summary")
         error = (summary or {}).get("error") if isinstance(summary, dict) else None
         if error and error.get("code") == "HOME_BUSY":
             log.warning("%s postponed: %s", name, error.get("message"))
+            self.running = None
             self.scheduler.postpone(name, end + BUSY_RETRY)
         else:
-            self.scheduler.finished(name)
             record = {"job": name, "start": start, "end": end, "exit": result.get("exit"),
                       "summary": summary}
             if summary is None:
@@ -112,10 +111,12 @@ class Agent:
                 why = f"signal {result['signal']}" if result.get("signal") else \
                     f"exit {result.get('exit')}"
                 record["error"] = f"{why}, no summary" + (f": {tail[-1]}" if tail else "")
+            if name == "backup":  # the page shows the new snapshot with the run
+                yield self._refresh_snapshots()
             self.history.append(record)
             log.info("%s ended: exit %s", name, result.get("exit"))
-            if name == "backup":
-                yield self._refresh_snapshots()
+            self.running = None
+            self.scheduler.finished(name)
 
     def _started(self, pid) -> None:
         if self.running is not None:

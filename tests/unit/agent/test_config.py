@@ -37,7 +37,7 @@ def test_values_set_by_the_user():
 def test_broken_toml_is_named_with_its_line():
     with pytest.raises(ConfigError) as err:
         parse('[backup]\npaths = ["/a"\nevery = "6h"\n', "/h/agent.toml")
-    assert "/h/agent.toml" in str(err.value) and "line 3" in str(err.value)
+    assert str(err.value).startswith("/h/agent.toml: line 3, column ")
     assert err.value.code == "AGENT_CONFIG"
 
 
