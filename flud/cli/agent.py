@@ -98,8 +98,9 @@ def _serve(reactor, home, config):
             return
         agent.stop()
         if agent.running:
-            print(f"stopping; the {agent.running['job']} job (pid {agent.running['pid']}) "
-                  f"finishes on its own", file=sys.stderr, flush=True)
+            print(f"stopping without waiting for the {agent.running['job']} job "
+                  f"(pid {agent.running['pid']}): it holds the home's job lock until "
+                  f"it ends", file=sys.stderr, flush=True)
         listening.stopListening()
         done.callback(EXIT_OK)
 
