@@ -24,6 +24,7 @@ DEFAULT_TEXT = f"""\
 # ("02:30", local time) with `at`. Rates: KiB/s as a number, or "500K", "10M".
 
 [backup]
+enabled = true
 paths = []              # directories to back up, e.g. ["/home/me/docs", "/home/me/photos"]
 exclude = []            # glob patterns left out, e.g. ["*.tmp", "*/.cache/*"]
 every = "6h"            # or: at = "02:30"

@@ -155,7 +155,11 @@ def cmd_init(args) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     from flud.agent.config import write_default
-    agent_config = write_default(home.path)
+    from flud.agent.config import config_path
+    try:
+        agent_config = write_default(home.path)
+    except FileExistsError:  # the user's own, kept
+        agent_config = config_path(home.path)
     print(f"client home {home.path} ready: client id {home.identity.node_id_hex[:16]}, "
           f"k={home.config['k']} n={home.config['n']}")
     print(f"the agent's settings (paths, schedules, limits): {agent_config}")

@@ -54,3 +54,28 @@ def test_series_and_their_plot():
     assert svg.startswith("<svg") and svg.count("<polyline") == 1
     assert "no data yet" in plot([], ["x"], "x")
     assert health_of({"no": "objects"}) is None
+
+
+def test_the_web_resource_serves_the_page_and_the_json_to_loopback_names_only():
+    from twisted.web.test.requesthelper import DummyRequest
+
+    from flud.agent.web import StatusPage
+
+    data = status([])
+    page = StatusPage(lambda: data)
+
+    def get(path, host):
+        request = DummyRequest([])
+        request.path = path
+        if host is not None:
+            request.requestHeaders.setRawHeaders(b"host", [host])
+        body = page.render_GET(request)
+        return request.responseCode or 200, body
+
+    code, body = get(b"/api/status", b"127.0.0.1:8786")
+    assert code == 200 and json.loads(body)["home"] == "/h"
+    code, body = get(b"/", b"localhost:8786")
+    assert code == 200 and b"<h1>flud agent</h1>" in body
+    assert get(b"/", b"evil.example:8786")[0] == 403     # a rebound name
+    assert get(b"/", None)[0] == 403
+    assert get(b"/nothing", b"[::1]:8786")[0] == 404
