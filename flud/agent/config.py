@@ -54,6 +54,7 @@ download = 0            # KiB/s for every job's downloads; 0: no limit
 [agent]
 listen = "{DEFAULT_LISTEN}"   # the status page; loopback addresses only
 history = 100           # runs of each job kept in agent-history.jsonl
+job_timeout = "1d"      # a job still running after this long is stopped (SIGTERM)
 """
 
 
@@ -79,6 +80,7 @@ class AgentConfig:
     download: int
     listen: tuple           # (host, port)
     history: int
+    job_timeout: float = 86400.0   # seconds
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -183,7 +185,8 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
     if type(history) is not int or history < 1:
         raise reader.error("agent", "history", f"expected a whole number of at least 1, "
                            f"got {history!r}")
-    return AgentConfig(path, jobs, upload, download, listen, history)
+    timeout = reader.convert("agent", "job_timeout", agent["job_timeout"], parse_interval)
+    return AgentConfig(path, jobs, upload, download, listen, history, timeout)
 
 
 class _Reader:

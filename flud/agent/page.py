@@ -154,6 +154,15 @@ def _health(status) -> str:
                    f'<span class="ok">{e(t.get("confirmed", 0))} shares confirmed</span>, '
                    f'{e(t.get("missing", 0))} missing, {e(t.get("corrupt", 0))} corrupt, '
                    f'{e(t.get("unreachable", 0))} unreachable, on {len(verify["nodes"])} nodes</p>')
+        out.append('<table id="verify-nodes"><tr><th>node</th><th>confirmed</th><th>missing</th>'
+                   '<th>corrupt</th><th>unreachable</th></tr>')
+        for n in verify["nodes"]:
+            bad = n.get("missing", 0) or n.get("corrupt", 0) or n.get("unreachable", 0)
+            out.append(f'<tr{" class=bad" if bad else ""}><td><code>{e(n["node"][:16])}</code></td>'
+                       + "".join(f'<td class="n">{e(n.get(k, 0))}</td>'
+                                 for k in ("confirmed", "missing", "corrupt", "unreachable"))
+                       + "</tr>")
+        out.append("</table>")
     return "".join(out)
 
 

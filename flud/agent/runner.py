@@ -9,9 +9,11 @@ import json
 import os
 
 from twisted.internet import defer, protocol
+from twisted.internet.error import ProcessExitedAlready
 
 MAX_STDOUT = 1024 * 1024
 STDERR_TAIL = 8 * 1024
+KILL_AFTER = 30.0   # seconds between a timed-out job's SIGTERM and SIGKILL
 
 
 class _JobProtocol(protocol.ProcessProtocol):
@@ -54,9 +56,10 @@ def summary_of(stdout: bytes):
 
 
 @defer.inlineCallbacks
-def run_job(reactor, argv: list, env: dict = None, started=None):
-    """Run argv; fires with {exit, signal, summary, stderr, pid}.
-    started(pid) is called once the child exists."""
+def run_job(reactor, argv: list, env: dict = None, started=None, timeout: float = None):
+    """Run argv; fires with {exit, signal, summary, stderr, pid, timed_out}.
+    started(pid) is called once the child exists. A child still running
+    after `timeout` seconds gets SIGTERM, and SIGKILL KILL_AFTER later."""
     done = defer.Deferred()
     proto = _JobProtocol(done)
     child_env = dict(env if env is not None else os.environ)
@@ -65,7 +68,23 @@ def run_job(reactor, argv: list, env: dict = None, started=None):
     process = reactor.spawnProcess(proto, argv[0], argv, env=child_env)
     if started is not None:
         started(process.pid)
+    timers, timed_out = [], []
+
+    def stop(signal_name):
+        timed_out.append(signal_name)
+        try:
+            process.signalProcess(signal_name)
+        except ProcessExitedAlready:
+            return
+        if signal_name == "TERM":
+            timers.append(reactor.callLater(KILL_AFTER, stop, "KILL"))
+
+    if timeout:
+        timers.append(reactor.callLater(timeout, stop, "TERM"))
     code, signal = yield done
+    for timer in timers:
+        if timer.active():
+            timer.cancel()
     return {"exit": code, "signal": signal, "summary": summary_of(proto.stdout),
             "stderr": bytes(proto.stderr[-STDERR_TAIL:]).decode("utf-8", "replace"),
-            "pid": proto.pid}
+            "pid": proto.pid, "timed_out": bool(timed_out)}

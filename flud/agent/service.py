@@ -93,7 +93,8 @@ class Agent:
         self.running = {"job": name, "start": start, "pid": None}
         log.info("starting %s: %s", name, " ".join(argv[1:]))
         try:
-            result = yield self.spawn(self.reactor, argv, started=self._started)
+            result = yield self.spawn(self.reactor, argv, started=self._started,
+                                      timeout=self.config.job_timeout)
         except Exception as err:  # could not even start it
             result = {"exit": None, "signal": None, "summary": None, "stderr": str(err)}
         end = self.reactor.seconds()
@@ -111,6 +112,9 @@ class Agent:
                 why = f"signal {result['signal']}" if result.get("signal") else \
                     f"exit {result.get('exit')}"
                 record["error"] = f"{why}, no summary" + (f": {tail[-1]}" if tail else "")
+            if result.get("timed_out"):
+                record["error"] = (f"stopped after running longer than [agent] job_timeout "
+                                   f"({self.config.job_timeout:g} s)")
             if name == "backup":  # the page shows the new snapshot with the run
                 yield self._refresh_snapshots()
             self.history.append(record)

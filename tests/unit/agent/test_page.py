@@ -79,3 +79,14 @@ def test_the_web_resource_serves_the_page_and_the_json_to_loopback_names_only():
     assert get(b"/", b"evil.example:8786")[0] == 403     # a rebound name
     assert get(b"/", None)[0] == 403
     assert get(b"/nothing", b"[::1]:8786")[0] == 404
+
+
+def test_the_last_verify_is_shown_per_node():
+    summary = {"totals": {"confirmed": 3, "missing": 1, "corrupt": 0, "unreachable": 0},
+               "nodes": {"aa" * 32: {"confirmed": 3, "missing": 0, "corrupt": 0, "unreachable": 0},
+                         "bb" * 32: {"confirmed": 0, "missing": 1, "corrupt": 0, "unreachable": 0}}}
+    page = render(status([{"job": "verify", "start": 1, "end": 2, "exit": 1, "summary": summary}]))
+    table = page.split('<table id="verify-nodes">')[1].split("</table>")[0]
+    assert table.count("<tr") == 3 and "aaaaaaaaaaaaaaaa" in table
+    assert '<tr class=bad><td><code>bbbbbbbbbbbbbbbb' in table
+    assert "3 shares confirmed" in page and "1 missing" in page

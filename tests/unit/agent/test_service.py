@@ -15,7 +15,8 @@ class FakeSpawn:
     def __init__(self):
         self.calls = []     # [argv, Deferred]
 
-    def __call__(self, reactor, argv, started=None):
+    def __call__(self, reactor, argv, started=None, timeout=None):
+        self.timeout = timeout
         d = defer.Deferred()
         if argv[3] == "ls":   # the snapshot list: answered at once
             return defer.succeed({"exit": 0, "summary": {"snapshots": [{"id": 1}]}})
@@ -24,9 +25,10 @@ class FakeSpawn:
             started(4242)
         return d
 
-    def finish(self, summary, exit=0, stderr=""):
+    def finish(self, summary, exit=0, stderr="", timed_out=False):
         argv, d = self.calls[-1]
-        d.callback({"exit": exit, "signal": None, "summary": summary, "stderr": stderr})
+        d.callback({"exit": exit, "signal": None, "summary": summary, "stderr": stderr,
+                    "timed_out": timed_out})
 
 
 def make(tmp_path, text=CONFIG, clock=None):
@@ -97,3 +99,12 @@ def test_a_restarted_agent_remembers_the_last_runs(tmp_path):
     again.start()
     assert len(spawn.calls) == 2   # nothing due: the backup ran less than an hour ago
     again.stop()
+
+
+def test_a_job_past_its_timeout_is_recorded_as_stopped(tmp_path):
+    agent, clock, spawn = make(tmp_path, CONFIG + '[agent]\njob_timeout = "2h"\n')
+    agent.start()
+    assert spawn.timeout == 7200
+    spawn.finish(None, exit=None, timed_out=True)
+    (record,) = History(str(tmp_path)).read()
+    assert "job_timeout" in record["error"]
