@@ -282,7 +282,7 @@ class Aggregator:
         coded = code_bundle(data, self.k, self.n, self._encode, self._hash)
         nodes = checked_destinations(
             self._place(coded.bundle_id, self.n + self.spares),
-            coded.bundle_id, self.n + self.spares)
+            coded.bundle_id, self.n + self.spares, least=self.n)
         holders, spares = nodes[:self.n], nodes[self.n:]
         record = BundleRecord(
             bundle_id=coded.bundle_id, length=coded.length, k=self.k,

@@ -8,13 +8,16 @@ from aggregator.records import BundleRecord, PlacementExhausted, ShareRef
 
 
 def checked_destinations(nodes: list[str], bundle_id: bytes,
-                         count: int) -> list[str]:
-    """Validate what place() returned: `count` distinct node names."""
+                         count: int, least: int = None) -> list[str]:
+    """Validate what place() returned: from `least` (default: count) to
+    `count` distinct node names (a network with fewer nodes than n + spares
+    still takes bundles; they have fewer spares)."""
     nodes = list(nodes)
-    if len(nodes) != count:
+    least = count if least is None else least
+    if not least <= len(nodes) <= count:
         raise ValueError(f"place() returned {len(nodes)} nodes for bundle "
                          f"{bundle_id.hex()}, expected n + spares = {count}")
-    if len(set(nodes)) != count:
+    if len(set(nodes)) != len(nodes):
         raise ValueError(f"place() returned a node twice for bundle "
                          f"{bundle_id.hex()}: {nodes}; two shares of one "
                          f"bundle must never share a node")

@@ -186,6 +186,45 @@ class SegmentCoder:
             raise ValueError(f"{len(pieces)} pieces but {len(slices_per_piece)} sets of slices")
         return b"".join(self.decode_piece(piece, slices) for piece, slices in zip(pieces, slices_per_piece))
 
+    # --- re-coding (repair) --------------------------------------------------
+
+    def recreate(self, shares: Mapping[int, Buffer], indexes: Sequence[int]) -> dict[int, Buffer]:
+        """Shares `indexes` of an object, made again from any k of its shares.
+
+        The code is deterministic, so each is byte for byte the share
+        encode() made (the same BLAKE3 key): repair re-creates exactly what
+        was lost and nothing that names a share changes. Only the asked
+        indexes are coded: a lost primary comes out of the decode, a lost
+        parity share from its own row of the parity kernel (zfec's encoder
+        asked for that share alone where the kernel was not built). Works
+        byte by byte like every other call here, so the same range of k
+        shares gives that range of the lost ones (a long stream can be
+        re-created a piece at a time).
+        """
+        self._check_shares(shares)
+        wanted = sorted(set(indexes))
+        outside = [i for i in wanted if not (isinstance(i, int) and 0 <= i < self.n)]
+        if outside:
+            raise BadShares(f"share numbers {outside} are outside 0..{self.n - 1}")
+        made = {i: shares[i] for i in wanted if i in shares}
+        to_code = [i for i in wanted if i not in shares]
+        if not to_code:
+            return made
+        blocks = self.decode_blocks_range(shares)
+        parity = []
+        for i in to_code:
+            if i < self.k:
+                made[i] = blocks[i]
+            else:
+                parity.append(i)
+        if parity:
+            if gf256.available():
+                coded = self._get_parity_coder().encode_rows(blocks, [i - self.k for i in parity])
+            else:
+                coded = self._get_encoder().encode(list(blocks), parity)
+            made.update(zip(parity, coded))
+        return made
+
     # --- helpers ------------------------------------------------------------
 
     def _check_shares(self, shares: Mapping[int, Buffer]) -> int:

@@ -13,8 +13,12 @@ What a caller relies on:
   again by its plaintext digest, never by its compressed bytes.
 - Data that does not compress is stored as it is (method None): a file is
   compressed and the result kept only if it saves enough (worth_keeping);
-  a large segment can ask looks_incompressible() of a sample first, at a
-  fraction of the cost.
+  a large segment asks looks_incompressible() of a sample first, at a
+  fraction of the cost (plan_segment).
+- A large segment is compressed in place (compress_in_place), in its own
+  buffer, a piece at a time: no second segment-sized buffer. Its compressed
+  length is learnt first without writing (plan_segment: an extent's
+  streams declare their sizes before its first segment is sent).
 - decompress() refuses an unknown method, and bytes that do not give exactly
   the recorded size, with a typed error: it never makes more than that size.
 
@@ -119,12 +123,108 @@ def looks_incompressible(data) -> bool:
     return not worth_keeping(len(sample), len(compress(sample)))
 
 
+# A segment is compressed SEGMENT_PIECE bytes at a time (zstd's own block
+# size): each piece's output is written over input already consumed. The
+# output equals compress()'s for the same bytes (zstd emits whole blocks).
+SEGMENT_PIECE = 128 * 1024
+_CONTINUE = zstd.ZstdCompressor.CONTINUE
+
+
+def _segment_compressor():
+    compressor = getattr(_local, "segments", None)
+    if compressor is None:
+        compressor = _local.segments = zstd.ZstdCompressor(options=_OPTIONS)
+    return compressor
+
+
+def _frame_pieces(view, length: int):
+    """(end of the input consumed so far, output piece) for one zstd frame
+    of view[:length], fed SEGMENT_PIECE bytes at a time. A caller that stops
+    early leaves the thread's compressor mid-frame: _abandon() it."""
+    compressor = _segment_compressor()
+    compressor.set_pledged_input_size(length)  # the frame's header says it, as compress()'s
+    for start in range(0, length, SEGMENT_PIECE):
+        end = min(start + SEGMENT_PIECE, length)
+        mode = _FLUSH_FRAME if end == length else _CONTINUE
+        yield end, compressor.compress(view[start:end], mode)
+    if not length:
+        yield 0, compressor.compress(b"", _FLUSH_FRAME)
+
+
+def _abandon() -> None:
+    _local.segments = None
+
+
+def _in_place_length(view, length: int, write: bool):
+    """The frame's length if every piece of output fits below the input
+    consumed so far (so writing it there never overwrites unread bytes),
+    else None. write: the pieces go to view[0:], over the plaintext."""
+    written = 0
+    for consumed, piece in _frame_pieces(view, length):
+        if written + len(piece) > consumed:
+            _abandon()
+            return None
+        if write:
+            view[written:written + len(piece)] = piece
+        written += len(piece)
+    return written
+
+
+def plan_segment(data):
+    """(method, stored length) for a large file's segment, nothing written:
+    (ZSTD, the frame's length) when compress_in_place will fit and the frame
+    saves enough, else (None, its length). A sample is tried first, so data
+    that does not compress costs ~0.1 ms, not a compression."""
+    view = memoryview(data).cast("B")
+    if looks_incompressible(view):
+        return None, len(view)
+    stored = _in_place_length(view, len(view), write=False)
+    if stored is None or not worth_keeping(len(view), stored):
+        return None, len(view)
+    return ZSTD, stored
+
+
+def compress_in_place(buffer, length: int):
+    """buffer[:length] (a writable buffer) becomes its zstd frame, written
+    over it piece by piece; returns the frame's length, or None if a piece
+    did not fit below the input consumed (buffer[:length] is then spoilt).
+    The same bytes as compress(buffer[:length])."""
+    return _in_place_length(memoryview(buffer).cast("B"), length, write=True)
+
+
 def check_method(method) -> None:
     """UnknownCompression unless `method` is None or one this flud knows."""
     if method is not None and method not in METHODS:
         raise UnknownCompression(
             f"compressed with {method!r}, which this version of flud cannot decompress "
             f"(it knows {', '.join(METHODS)}): restore it with the newer flud that wrote it")
+
+
+def decompress_pieces(method, pieces, expected_size: int):
+    """The plaintext of one frame stored in `pieces` (buffers, in order) with
+    `method`, as output chunks in order: the stored bytes are never joined.
+    The same checks as decompress(), made once the last piece is in: a
+    caller uses the chunks only once this generator ran to its end."""
+    check_method(method)
+    decompressor = zstd.ZstdDecompressor()
+    made = 0
+    try:
+        for piece in pieces:
+            if not len(piece):
+                continue
+            if decompressor.eof:
+                raise BadCompressedData("bytes follow the zstd frame")
+            # Room for one byte more than recorded: that byte says "too long".
+            chunk = decompressor.decompress(piece, max_length=expected_size - made + 1)
+            made += len(chunk)
+            if made > expected_size:
+                break
+            yield chunk
+    except zstd.ZstdError as err:
+        raise BadCompressedData(f"zstd data does not decompress: {err}") from None
+    if made != expected_size or not decompressor.eof or decompressor.unused_data:
+        raise BadCompressedData(f"zstd data does not decompress to the {expected_size} bytes "
+                                f"recorded")
 
 
 def decompress(method, data, expected_size: int):

@@ -97,7 +97,13 @@ def segment_convergence(secret: bytes, data) -> tuple[bytes, bytes]:
     format: segments stored with SHA-256 digests restore as before, and only
     dedup between a segment stored before and the same bytes now is lost."""
     digest = blake3.blake3(data).digest()
-    return digest, hmac.new(secret, SEGMENT_CONVERGENT_LABEL + digest, hashlib.sha256).digest()
+    return digest, segment_key(secret, digest)
+
+
+def segment_key(secret: bytes, digest: bytes) -> bytes:
+    """A large file's segment key from its plaintext's BLAKE3 digest (made
+    piece by piece where the plaintext is not in one buffer)."""
+    return hmac.new(secret, SEGMENT_CONVERGENT_LABEL + digest, hashlib.sha256).digest()
 
 
 def _check_key(key: bytes) -> None:

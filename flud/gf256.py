@@ -44,6 +44,15 @@ class ParityCoder:
         self.encode_into(blocks, outputs)
         return outputs
 
+    def encode_rows(self, blocks, rows) -> list:
+        """Only the parity blocks `rows` (0 is the first parity block), as
+        repair needs: each row's coefficients are a slice of the tables."""
+        per_row = self.k * 32
+        tables = b"".join(self.tables[r * per_row:(r + 1) * per_row] for r in rows)
+        outputs = [bytearray(len(blocks[0])) for _ in rows]
+        _gf256.addmul(tables, blocks, outputs, self.vector)
+        return outputs
+
 
 def _coefficient_products(k: int, n: int) -> list:
     """products[r][c][x] = coefficient (r, c) times byte x, from zfec: block c

@@ -39,7 +39,7 @@ every = "1d"
 repair = true           # re-create missing shares (`flud check --repair`)
 
 [forget]
-enabled = false         # runs `flud forget` once this version of flud has it
+enabled = false         # `flud forget` by the policy below (then `--prune`)
 every = "1d"
 prune = true            # delete what no kept snapshot reaches (`--prune`)
 keep_last = 0

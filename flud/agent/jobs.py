@@ -45,7 +45,7 @@ JOBS = (
     JobRow("backup", _backup, True, _no_paths),
     JobRow("verify", lambda job: ["verify"], True),
     JobRow("check", _check, False),
-    JobRow("forget", _forget, False),
+    JobRow("forget", _forget, True),
 )
 ROWS = {row.name: row for row in JOBS}
 

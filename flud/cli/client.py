@@ -4,7 +4,6 @@ process does, a node too) loads none of them."""
 import getpass
 import os
 import sys
-import time
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
@@ -47,6 +46,8 @@ def add_client_commands(sub) -> None:
                         help="MiB of transfer buffers held at once (default 64)")
     backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
                         help="large files uploaded at once (default 3)")
+    backup.add_argument("--tag", action="append", default=[], metavar="TAG",
+                        help="a tag for the snapshot (repeatable)")
     _job_flags(backup)
     backup.set_defaults(handler=cmd_backup)
 
@@ -54,8 +55,63 @@ def add_client_commands(sub) -> None:
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
-    ls.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ls.add_argument("--remote", action="store_true",
+                    help="list the snapshots the nodes hold, not the local index's")
+    _job_flags(ls)
     ls.set_defaults(handler=cmd_ls)
+
+    find = sub.add_parser("find", help="search snapshots for paths (a glob)")
+    find.add_argument("pattern", help="a glob on names, or on whole paths if it holds '/'")
+    find.add_argument("--home", required=True)
+    find.add_argument("--snapshot", type=int, help="only this snapshot (default: all)")
+    _job_flags(find)
+    find.set_defaults(handler=lambda args: _network_job(args, "find"))
+
+    forget = sub.add_parser("forget", help="remove snapshots from the list, by policy or id")
+    forget.add_argument("snapshots", nargs="*", type=int, metavar="SNAPSHOT")
+    forget.add_argument("--home", required=True)
+    forget.add_argument("--keep-last", type=int, default=0, metavar="N",
+                        help="keep the N newest snapshots")
+    for period, unit in (("hourly", "hours"), ("daily", "days"), ("weekly", "weeks"),
+                         ("monthly", "months"), ("yearly", "years")):
+        forget.add_argument(f"--keep-{period}", type=int, default=0, metavar="N",
+                            help=f"keep the newest snapshot of each of the last N {unit} "
+                                 f"that have one (-1: all)")
+    forget.add_argument("--keep-within", metavar="DURATION",
+                        help="keep every snapshot within DURATION (7d, 2w, 1y2m) of the newest")
+    forget.add_argument("--keep-tag", action="append", default=[], metavar="T",
+                        help="keep snapshots tagged T (a,b: both); repeatable")
+    forget.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    forget.add_argument("--prune", action="store_true", help="prune afterwards")
+    _prune_options(forget)
+    _job_flags(forget)
+    forget.set_defaults(handler=lambda args: _network_job(args, "forget"))
+
+    prune = sub.add_parser("prune", help="delete from the nodes what no kept snapshot needs")
+    prune.add_argument("--home", required=True)
+    prune.add_argument("--dry-run", action="store_true", help="say what would be deleted")
+    _prune_options(prune)
+    _job_flags(prune)
+    prune.set_defaults(handler=lambda args: _network_job(args, "prune"))
+
+    tag = sub.add_parser("tag", help="change the tags or protection of snapshots")
+    tag.add_argument("snapshots", nargs="+", type=int, metavar="SNAPSHOT")
+    tag.add_argument("--home", required=True)
+    tag.add_argument("--add", action="append", default=[], metavar="T")
+    tag.add_argument("--remove", action="append", default=[], metavar="T")
+    protection = tag.add_mutually_exclusive_group()
+    protection.add_argument("--protect", action="store_true",
+                            help="no policy removes it (forget refuses to name it)")
+    protection.add_argument("--unprotect", action="store_true")
+    _job_flags(tag)
+    tag.set_defaults(handler=lambda args: _network_job(args, "tag"))
+
+    diff = sub.add_parser("diff", help="paths added, removed and changed between snapshots")
+    diff.add_argument("old", type=int)
+    diff.add_argument("new", type=int)
+    diff.add_argument("--home", required=True)
+    _job_flags(diff)
+    diff.set_defaults(handler=lambda args: _network_job(args, "diff"))
 
     restore = sub.add_parser("restore", help="restore a snapshot")
     restore.add_argument("paths", nargs="*", help="parts of the snapshot (default: all)")
@@ -77,6 +133,14 @@ def add_client_commands(sub) -> None:
                              "between that and a spot check of one 64 KiB span)")
     _job_flags(verify)
     verify.set_defaults(handler=cmd_verify)
+
+
+def _prune_options(parser) -> None:
+    parser.add_argument("--grace", default="24h", metavar="DURATION",
+                        help="delete only what was found unreferenced this long ago, in two "
+                             "runs in a row (default 24h; 0: at once)")
+    parser.add_argument("--max-unused", type=int, default=50, metavar="PERCENT",
+                        help="repack a bundle more than this dead (default 50)")
 
 
 def _job_flags(parser) -> None:
@@ -212,25 +276,26 @@ def cmd_ls(args) -> int:
 
 
 def _list(home, args) -> int:
+    """Snapshots from the local index; the files of one (or the snapshots
+    after a total loss, or with --remote) from the nodes."""
+    from flud.cli.browse import list_local
+
     snapshots = home.index.snapshots()
-    if getattr(args, "json", False):
+    if getattr(args, "json", False) and not args.remote:
         return _list_json(home, args, snapshots)
-    if args.snapshot is None and not args.path:
+    if args.snapshot is None and not args.path and not args.remote:
         if not snapshots:
-            print("no snapshots in the local index (after a total loss, `flud restore` "
-                  "fetches the manifest from the network)")
-        for s in snapshots:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["created"]))
-            print(f"snapshot {s['id']:>4}  {when}  {s['files']:>7} files  {s['bytes']:>14} bytes")
-        return EXIT_OK
-    if not snapshots:
-        print("no snapshots yet", file=sys.stderr)
-        return EXIT_ERROR
-    sid = args.snapshot or snapshots[-1]["id"]
-    manifest = home.index.manifest(sid)
+            print("no snapshots in the local index (after a total loss, `flud ls --remote` "
+                  "lists those the nodes hold, and `flud restore` fetches them)")
+        return list_local(home.index)
+    manifest = None
+    if snapshots and any("manifest_ref" in s for s in snapshots):
+        sid = args.snapshot or snapshots[-1]["id"]
+        manifest = home.index.manifest(sid)
     if manifest is None:
-        print(f"error: no snapshot {sid}", file=sys.stderr)
-        return EXIT_ERROR
+        home.close()
+        return _network_job(args, "ls")
+    from flud.cli.browse import entry_line
     from flud.client.manifest import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
@@ -238,9 +303,7 @@ def _list(home, args) -> int:
     for rel, kind, mode, mtime_ns, size, last in manifest["entries"]:
         if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
             continue
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
-        extra = f" -> {last}" if kind == "symlink" else ""
-        print(f"{kind[0]} {mode:04o} {size:>12} {when} {rel}{extra}")
+        print(entry_line(rel, kind, mode, mtime_ns, size, last if kind == "symlink" else ""))
     return EXIT_OK
 
 
@@ -248,16 +311,16 @@ def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
     import json
     if args.snapshot is None and not args.path:
-        print(json.dumps({"command": "ls", "snapshots": [
-            {"id": s["id"], "created": s["created"], "files": s["files"], "bytes": s["bytes"]}
-            for s in snapshots]}))
+        print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
+            {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
+             "bytes": s.get("bytes", 0), "host": s.get("host", ""),
+             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots]}))
         return EXIT_OK
     sid = args.snapshot or (snapshots[-1]["id"] if snapshots else None)
     manifest = home.index.manifest(sid) if sid is not None else None
-    if manifest is None:
-        print(json.dumps({"command": "ls", "error": {"code": "NO_SNAPSHOT",
-                                                     "message": f"no snapshot {sid}"}}))
-        return EXIT_ERROR
+    if manifest is None:   # a version-2 snapshot: its trees are on the nodes
+        home.close()
+        return _network_job(args, "ls")
     from flud.client.manifest import snapshot_paths
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
@@ -265,8 +328,13 @@ def _list_json(home, args, snapshots) -> int:
                 **({"target": last} if kind == "symlink" else {})}
                for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
                if not prefix or rel == prefix or rel.startswith(prefix + "/")]
-    print(json.dumps({"command": "ls", "snapshot": sid, "entries": entries}))
+    print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshot": sid, "entries": entries}))
     return EXIT_OK
+
+
+def _network_job(args, job: str) -> int:
+    from flud.cli.jobs import run_client
+    return run_client(args, job)
 
 
 def cmd_backup(args) -> int:

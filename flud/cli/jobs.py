@@ -8,7 +8,7 @@ import sys
 
 from twisted.internet import defer
 
-from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
+from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.home import open_home
 from flud.cli.runner import run_reactor
 from flud.agent.lock import HomeBusy, HomeLock
@@ -17,14 +17,14 @@ from flud.client.progress import human_bytes
 log = logging.getLogger("flud.client")
 
 
-class UserError(Exception):
-    """Ends the run with a message that says what to do."""
+# Jobs that change nothing on the nodes or in the index run beside any other.
+READ_ONLY_JOBS = {"ls", "find", "diff"}
 
 
 def run_client(args, job: str) -> int:
-    """Run the job under the home's job lock. With --json, what it prints
-    goes to stderr and its summary (args.summary, filled by the job) is one
-    JSON object on stdout."""
+    """Run the job under the home's job lock (READ_ONLY_JOBS aside). With
+    --json, what it prints goes to stderr and its summary (args.summary,
+    filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
     args.summary = {}
@@ -33,7 +33,8 @@ def run_client(args, job: str) -> int:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        lock.acquire()
+        if job not in READ_ONLY_JOBS:
+            lock.acquire()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
     except (UserError, HomeBusy) as err:
@@ -90,10 +91,13 @@ def _job(reactor, home, args, job):
             count = yield network.discover()
         except NotEnoughNodes as err:
             raise UserError(str(err))
+        args.job = job
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
-        runner = {"backup": _backup, "restore": _restore, "verify": _verify}[job]
+        runner = {"backup": _backup, "restore": _restore, "verify": _verify,
+                  "ls": _browse, "find": _browse, "diff": _browse,
+                  "forget": _retain, "prune": _retain, "tag": _retain}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -108,10 +112,18 @@ def _job(reactor, home, args, job):
 # native libraries they load (zfec, BLAKE3, the AES modes) are a fixed cost of
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
+_READ = ("flud.client.snapshots", "flud.client.repo", "flud.client.restore.tree",
+         "flud.client.manifest", *_AES_MODES)
 JOB_MODULES = {
-    "backup": ("flud.client.backup.run", "flud.client.manifest", *_AES_MODES),
-    "restore": ("flud.client.restore.run", "flud.client.manifest", *_AES_MODES),
-    "verify": ("flud.client.verify", "flud.client.manifest", *_AES_MODES),
+    "backup": ("flud.client.backup.run", *_READ),
+    "restore": ("flud.client.restore.run", *_READ),
+    "verify": ("flud.client.verify", *_READ),
+    "ls": ("flud.cli.browse", *_READ),
+    "find": ("flud.cli.browse", *_READ),
+    "diff": ("flud.cli.browse", *_READ),
+    "forget": ("flud.cli.retain", "flud.client.backup.small", *_READ),
+    "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
+    "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
 }
 
 
@@ -136,7 +148,7 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     job = Backup(reactor, home, network, pool, monitor, progress,
                  parallel_files=args.parallel_files)
     try:
-        result = yield job.run(args.paths, args.exclude)
+        result = yield job.run(args.paths, args.exclude, tags=args.tag)
     except StoreFailed as err:
         raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                         f"run the backup again.")
@@ -156,50 +168,109 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
 
 
 @defer.inlineCallbacks
-def _manifest_for(home, network, pool, snapshot):
-    from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
+def _browse(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli import browse
+
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    code = yield getattr(browse, args.job)(ctx, args)
+    return code
+
+
+@defer.inlineCallbacks
+def _retain(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli import retain
+
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    code = yield getattr(retain, args.job)(ctx, args)
+    return code
+
+
+def _context(reactor, home, network, pool, monitor, progress):
+    from flud.client.context import JobContext
     from flud.coding import SegmentCoder
 
-    if snapshot is None:
-        snaps = home.index.snapshots()
-        if snaps:
-            return home.index.manifest(snaps[-1]["id"])
-    elif home.index.manifest(snapshot) is not None:
-        return home.index.manifest(snapshot)
+    return JobContext(reactor, home, network, pool, monitor, progress,
+                      SegmentCoder(home.config["k"], home.config["n"]))
+
+
+@defer.inlineCallbacks
+def _find(ctx, snapshot, **callbacks):
+    """The snapshot asked for (or the newest), as a snapshots.Found."""
+    from flud.client.manifest import ManifestMissing
+    from flud.client.snapshots import NoSuchSnapshot, find_snapshot
+    from flud.errors import FludError
+
     try:
-        root = yield find_root(network, home.secret)
-    except ManifestMissing as err:
+        found = yield find_snapshot(ctx, snapshot, **callbacks)
+    except (ManifestMissing, NoSuchSnapshot) as err:
         raise UserError(str(err))
-    coder = SegmentCoder(home.config["k"], home.config["n"])
-    manifest = yield fetch_manifest(network, pool, coder, home.secret, root["manifest"])
-    if snapshot is not None and snapshot != manifest["snapshot"]:
-        older = {h["id"]: h["manifest"] for h in manifest["history"]}
-        if not older.get(snapshot):
-            raise UserError(f"no snapshot {snapshot}; the newest is {manifest['snapshot']}")
-        manifest = yield fetch_manifest(network, pool, coder, home.secret, older[snapshot])
+    except FludError as err:
+        raise UserError(f"the snapshot cannot be read: {err}")
+    return found
+
+
+@defer.inlineCallbacks
+def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, progress=None):
+    """A snapshot as a version-1 manifest (a version-2 one flattened: for
+    verify, which reads every share of the snapshot anyway)."""
+    from flud.client.restore.tree import flatten
+    from flud.client.verify import IndexChallenges
+
+    found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
+    try:
+        if found.manifest is not None:
+            return found.manifest
+        manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+        # read now: the map's cache goes with the repository
+        manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
+                                           manifest)
+    finally:
+        found.close()
     return manifest
+
+
+class _Resolved(dict):
+    """The challenges of every share a flattened snapshot uses, looked up once."""
+
+    def __init__(self, challenges, manifest):
+        from flud.client.verify import share_locations
+        super().__init__((key, challenges.get(key)) for key, _ in share_locations(manifest))
 
 
 @defer.inlineCallbacks
 def _restore(reactor, home, network, pool, monitor, progress, args):
     from flud.client.restore.run import Restore, RestoreError
+    from flud.client.restore.tree import TreeRestore
 
-    manifest = yield _manifest_for(home, network, pool, args.snapshot)
-    if manifest is None:
-        raise UserError("no snapshot to restore: back something up first")
-    job = Restore(reactor, home, network, pool, monitor, progress, manifest)
+    ctx = _context(reactor, home, network, pool, monitor, progress)
     start = reactor.seconds()
+    record_retrieves = [0]   # of the snapshot's records (root, map, tree), by the repository
+
+    def count(n):
+        record_retrieves[0] += n
+    found = yield _find(ctx, args.snapshot, count_retrieves=count)
     try:
-        s = yield job.run(args.to, args.paths)
+        if found.manifest is not None:
+            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest)
+            s = yield job.run(args.to, args.paths)
+        else:
+            job = Restore(reactor, home, network, pool, monitor, progress,
+                          {"k": home.config["k"], "n": home.config["n"],
+                           "bundles": found.repo.bundles})
+            s = yield TreeRestore(job, found.repo, found.record).run(args.to, args.paths)
     except RestoreError as err:
         raise UserError(str(err))
+    finally:
+        found.close()
     elapsed = reactor.seconds() - start
-    _summary(args).update(s, snapshot=manifest["snapshot"], elapsed=elapsed,
-                        bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
-    print(f"restored snapshot {manifest['snapshot']} to {args.to}: {s['files']} files, "
+    _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
+                          record_retrieves=record_retrieves[0],
+                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
+    print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
-          f"{s['retrieves']} RETRIEVEs")
+          f"{s['retrieves'] + record_retrieves[0]} RETRIEVEs "
+          f"({record_retrieves[0]} of them for the snapshot's records)")
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
     if s["refused"]:
@@ -231,9 +302,8 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.segments import CHALLENGES_PER_SHARE
     from flud.client.verify import challenge_index, describe_round, summary_line, verify
 
-    manifest = yield _manifest_for(home, network, pool, args.snapshot)
-    if manifest is None:
-        raise UserError("no snapshot to verify: back something up first")
+    manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
+                                   progress)
     full = getattr(args, "full", False)
     round_number = home.index.get_meta("verify_round", 0)
     kind = challenge_index(round_number, CHALLENGES_PER_SHARE, full)

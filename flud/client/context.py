@@ -4,6 +4,7 @@ A job (a backup, a restore) is made of small parts: each takes the
 JobContext and the few things of its own it needs, instead of reaching
 into the job that made it.
 """
+import os
 import time
 
 
@@ -34,3 +35,11 @@ class JobContext:
     @property
     def index(self):
         return self.home.index
+
+
+def wall_clock() -> float:
+    """Unix seconds: the time a snapshot is made at, and prune's and forget's
+    present. FLUD_NOW=SECONDS (a developer switch, DESIGN.md) fixes it, so
+    tests simulate days of backups without sleeping."""
+    fixed = os.environ.get("FLUD_NOW")
+    return float(fixed) if fixed else time.time()

@@ -14,7 +14,7 @@ from typing import NamedTuple, Tuple
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import FORMAT_VERSION, BadRecord, BlobRef, is_hex, record_head
 
-MAX_PAGES = 32
+MAX_PAGES = 4096   # the index stays one blob of at most ~5 MB; prune merges pages
 PAGE_ROWS = 4096   # objects per page when pages are merged
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
@@ -51,14 +51,32 @@ class MapPage(NamedTuple):
     bundles: tuple = ()
     extents: tuple = ()
     blobs: tuple = ()
+    challenges: tuple = ()   # ((share key, [challenge as written]), ...): VERIFY from the key alone
 
     @classmethod
-    def of(cls, bundles=None, extents=None, blobs=()) -> "MapPage":
+    def of(cls, bundles=None, extents=None, blobs=(), challenges=()) -> "MapPage":
         return cls(tuple(sorted((bundles or {}).items())), tuple(sorted((extents or {}).items())),
-                   tuple(sorted(blobs)))
+                   tuple(sorted(blobs)), tuple(sorted(challenges)))
 
     def __len__(self) -> int:
         return len(self.bundles) + len(self.extents) + len(self.blobs)
+
+    def split(self, rows: int = PAGE_ROWS) -> list:
+        """The same rows as pages of at most `rows` objects each (a share's
+        challenges go with whatever page has room)."""
+        items = ([("b", row) for row in self.bundles] + [("x", row) for row in self.extents]
+                 + [("r", row) for row in self.blobs])
+        pages = []
+        for start in range(0, max(len(items), 1), rows):
+            chunk = items[start:start + rows]
+            pages.append(MapPage(tuple(r for kind, r in chunk if kind == "b"),
+                                 tuple(r for kind, r in chunk if kind == "x"),
+                                 tuple(r for kind, r in chunk if kind == "r")))
+        per_page = -(-len(self.challenges) // len(pages))
+        # (not _replace: it checks len(), which counts objects here)
+        return [MapPage(page.bundles, page.extents, page.blobs,
+                        self.challenges[i * per_page:(i + 1) * per_page])
+                for i, page in enumerate(pages)]
 
     def encode(self) -> bytes:
         return _encode({
@@ -66,6 +84,7 @@ class MapPage(NamedTuple):
             "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
             "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
             "r": [ref.to_wire() for ref in self.blobs],
+            "c": [[key, list(items)] for key, items in self.challenges],
         }).encode("ascii")
 
     @classmethod
@@ -89,7 +108,12 @@ class MapPage(NamedTuple):
         ids = [ref.blob_id for ref in refs]
         if ids != sorted(set(ids)):
             raise BadRecord("a holder page whose blob ids are not sorted, or repeat")
-        return cls(*pairs, refs)
+        challenges = value.get("c", [])
+        if type(challenges) is not list or not all(
+                type(row) is list and len(row) == 2 and is_hex(row[0]) and type(row[1]) is list
+                for row in challenges):
+            raise BadRecord("a holder page with bad challenges")
+        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges))
 
 
 class HolderMap:
@@ -139,20 +163,37 @@ def merge(pages, rows: int = PAGE_ROWS) -> list:
 
 
 class MapIndex(NamedTuple):
-    """The map's pages, oldest first (each a blob)."""
-    pages: Tuple[BlobRef, ...]
+    """The repository's head: the map's pages (each a blob, with the record
+    of the bundle that holds it, so any page is found from the index alone),
+    the snapshots kept (their records' blob ids, oldest first: forget drops
+    one by writing an index without it), and the version-1 snapshots made
+    before (id, created, manifest ref: listed and restored as before)."""
+    pages: Tuple[Tuple[BlobRef, Bundle], ...] = ()
+    snapshots: Tuple[str, ...] = ()
+    v1: tuple = ()
 
     def encode(self) -> bytes:
         return _encode({"v": FORMAT_VERSION, "t": "map",
-                        "pages": [p.to_wire() for p in self.pages]}).encode("ascii")
+                        "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
+                        "snapshots": list(self.snapshots), "v1": list(self.v1)}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "MapIndex":
         value = record_head(data, "map")
-        pages = value.get("pages")
+        pages, snapshots, v1 = value.get("pages"), value.get("snapshots"), value.get("v1", [])
         if type(pages) is not list or len(pages) > MAX_PAGES:
             raise BadRecord(f"a map index that is not a list of at most {MAX_PAGES} pages")
-        return cls(tuple(BlobRef.from_wire(p) for p in pages))
+        if type(snapshots) is not list or not all(is_hex(s) for s in snapshots):
+            raise BadRecord("a map index with a bad snapshot list")
+        if type(v1) is not list or not all(type(s) is dict for s in v1):
+            raise BadRecord("a map index with a bad version-1 history")
+        located = []
+        for row in pages:
+            if not (type(row) is list and len(row) == 2):
+                raise BadRecord("a map index page of the wrong shape")
+            ref = BlobRef.from_wire(row[0])
+            located.append((ref, _bundle(row[1])))
+        return cls(tuple(located), tuple(snapshots), tuple(v1))
 
 
 class RootRecord(NamedTuple):
@@ -162,12 +203,13 @@ class RootRecord(NamedTuple):
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
+    generation: int = 0   # one more each time the repository's head changes: the newest wins
 
     def encode(self) -> bytes:
         return _encode({"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
                         "map": self.map_index.to_wire(),
-                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles]}
-                       ).encode("ascii")
+                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles],
+                        "gen": self.generation}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "RootRecord":
@@ -187,7 +229,10 @@ class RootRecord(NamedTuple):
         map_index = BlobRef.from_wire(value.get("map"))
         if snapshot.bundle not in located or map_index.bundle not in located:
             raise BadRecord("a root record that does not say where its own bundles are")
-        return cls(snapshot, map_index, tuple(sorted(bundles)))
+        generation = value.get("gen", 0)
+        if type(generation) is not int or generation < 0:
+            raise BadRecord("a root record with a bad generation")
+        return cls(snapshot, map_index, tuple(sorted(bundles)), generation)
 
 
 def is_root_v1(value) -> bool:

@@ -8,6 +8,7 @@ is a cache of what the manifest says plus change-detection state.
 import json
 import os
 import sqlite3
+import threading
 import zlib
 from typing import NamedTuple
 
@@ -77,8 +78,29 @@ def _unpack(blob):
     return None if blob is None else json.loads(blob)
 
 
+class ContentLookup:
+    """Which contents the index holds, asked one id at a time from the
+    small-file workers: a read-only connection of its own behind a lock
+    (WAL lets it read while the run's connection writes)."""
+
+    def __init__(self, path: str):
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._db.execute("PRAGMA cache_size=-256")
+        self._lock = threading.Lock()
+
+    def __contains__(self, content_id) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM contents WHERE content_id=?",
+                                    (content_id,)).fetchone() is not None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
 class ClientIndex:
     def __init__(self, path: str):
+        self.path = path
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -141,6 +163,61 @@ class ClientIndex:
     def record_files(self, rows) -> None:
         """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
         self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))
+
+    def states_known(self, directory: str) -> dict:
+        """path -> FileState of the files directly in one directory whose
+        content the index knows (a state without its content is sent again)."""
+        make = FileState._make
+        return {row[0]: make(row[1:]) for row in self.db.execute(
+            "SELECT f.path, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.content_id FROM files f "
+            "JOIN contents c ON c.content_id = f.content_id WHERE f.parent=?", (directory,))}
+
+    # ---- a run's files to send: a temporary table, so the run holds one
+    # directory's listing at a time, never the tree's ---------------------------
+
+    def begin_pending(self) -> None:
+        self.db.execute("PRAGMA temp_store=FILE")
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS pending (n INTEGER PRIMARY KEY, "
+                        "path TEXT UNIQUE, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, "
+                        "inode INTEGER, mode INTEGER)")
+        self.db.execute("DELETE FROM pending")
+
+    def add_pending(self, entries) -> None:
+        """entries: scan.Entry of files to send."""
+        self._replace_rows("pending (path, size, mtime_ns, ctime_ns, inode, mode)", 6,
+                           ((e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, e.mode)
+                            for e in entries))
+
+    def pending_totals(self) -> tuple:
+        count, size = self.db.execute("SELECT count(*), coalesce(sum(size), 0) "
+                                      "FROM pending").fetchone()
+        return count, size
+
+    def pending_rows(self, least: int, below: int, page: int = 1024):
+        """(path, size, mtime_ns, ctime_ns, inode, mode) of the files to send
+        with least <= size < below, in the order found, a page at a time."""
+        after = 0
+        while True:
+            rows = self.db.execute(
+                "SELECT n, path, size, mtime_ns, ctime_ns, inode, mode FROM pending "
+                "WHERE n > ? AND size >= ? AND size < ? ORDER BY n LIMIT ?",
+                (after, least, below, page)).fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            for row in rows:
+                yield row[1:]
+
+    def record_landed(self, landed) -> None:
+        """landed: (path, content id) of files sent this run: their state
+        as scanned (the pending row) is what the index remembers."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, inode, "
+                "content_id, parent) SELECT path, size, mtime_ns, ctime_ns, inode, ?, ? "
+                "FROM pending WHERE path=?",
+                ((cid, os.path.dirname(path), path) for path, cid in landed))
 
     # ---- where version-2 records' blobs are ----------------------------------
 
@@ -205,6 +282,11 @@ class ClientIndex:
     def known_contents(self) -> set:
         return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}
 
+    def content_lookup(self) -> "ContentLookup":
+        """`content id in lookup`, from any thread, without the set of every
+        content id in memory (~100 bytes each)."""
+        return ContentLookup(self.path)
+
     def add_contents(self, items) -> None:
         self._replace_rows("contents", 2, ((cid, _pack(rec)) for cid, rec in items))
 
@@ -215,6 +297,43 @@ class ClientIndex:
 
     def add_segment(self, seg_key: str, record) -> None:
         self.db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)", (seg_key, _pack(record)))
+
+    def extent_rows(self):
+        """(row key, extent record as written) of every extent that landed
+        (large.py writes each as it lands, so a backup killed half way
+        leaves them here for prune to find)."""
+        return [(key, json.loads(record)) for key, record in self.db.execute(
+            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%'")]
+
+    def drop_stored(self, bundles, extents) -> int:
+        """Forget bundles and extents prune deleted, with every content
+        stored in them and every file state that names such a content: no
+        later backup may count on them (it reads those files again).
+        Returns how many contents were dropped."""
+        bundles, extents = set(bundles), set(extents)
+        dropped = []
+        for content_id, record in self._rows("SELECT content_id, record FROM contents"):
+            record = json.loads(record)
+            if record.get("b") in bundles or any(
+                    e["shares"] and e["shares"][0][1] in extents for e in record.get("ext", ())):
+                dropped.append(content_id)
+        extent_keys = [key for key, record in self.extent_rows()
+                       if record["shares"] and record["shares"][0][1] in extents]
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM bundles WHERE bundle_id=?", ((b,) for b in bundles))
+            self.db.executemany("DELETE FROM blobs WHERE bundle=?", ((b,) for b in bundles))
+            self.db.executemany("DELETE FROM contents WHERE content_id=?",
+                                ((c,) for c in dropped))
+            self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
+            self.db.executemany("DELETE FROM segments WHERE seg_key=?",
+                                ((k,) for k in extent_keys))
+        return len(dropped)
+
+    def remove_snapshots(self, snapshot_ids) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM snapshots WHERE id=?", ((i,) for i in snapshot_ids))
 
     def bundle(self, bundle_id: str):
         row = self.db.execute("SELECT record FROM bundles WHERE bundle_id=?",
@@ -240,9 +359,10 @@ class ClientIndex:
             "SELECT id, created, summary FROM snapshots ORDER BY id")]
 
     def manifest(self, snapshot_id: int):
+        """A version-1 snapshot's manifest (None for a version-2 snapshot)."""
         row = self.db.execute("SELECT manifest FROM snapshots WHERE id=?",
                               (snapshot_id,)).fetchone()
-        return json.loads(zlib.decompress(row[0])) if row else None
+        return json.loads(zlib.decompress(row[0])) if row and row[0] else None
 
     def get_meta(self, key: str, default=None):
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()

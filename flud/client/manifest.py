@@ -14,6 +14,7 @@ import zlib
 
 from twisted.internet import defer
 
+from flud.client.holders import RootRecord, is_root_v1
 from flud.client.records import (Entry, bundle_of, entries_to_wire, holder_keys_from_wire,
                                  manifest_ref_segments)
 from flud.client.segments import fetch_segment
@@ -209,9 +210,23 @@ def put_root(network, secret, n, root):
                               "but cannot be found from the key alone. Run the backup again.")
 
 
+def put_root_v2(network, secret, n, root: RootRecord):
+    """A version-2 root record, sealed and placed as version 1's is."""
+    return put_root(network, secret, n, json.loads(root.encode()))
+
+
+def _root_rank(root) -> tuple:
+    """Version 2 after version 1 (a repository moves forward only); within a
+    version, the newest generation or snapshot."""
+    if isinstance(root, RootRecord):
+        return (2, root.generation)
+    return (1, root["snapshot"])
+
+
 @defer.inlineCallbacks
 def find_root(network, secret):
-    """Ask every node for our root record; the newest one that opens wins."""
+    """Ask every node for our root record; the newest one that opens wins:
+    a version-1 root (a dict: snapshot, manifest, created) or a RootRecord."""
     ids = network.alive_ids()
     results = yield defer.DeferredList([network.call(t, "root_get") for t in ids],
                                        consumeErrors=True)
@@ -221,9 +236,11 @@ def find_root(network, secret):
             continue
         try:
             root = _open_json(secret, "root", blob)
+            if not is_root_v1(root):
+                root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
         except Exception:
-            continue  # not ours or damaged: the GCM tag says so
-        if best is None or root["snapshot"] > best["snapshot"]:
+            continue  # not ours or damaged: the GCM tag (or the record's checks) says so
+        if best is None or _root_rank(root) > _root_rank(best):
             best = root
     if best is None:
         raise ManifestMissing(

@@ -20,6 +20,11 @@ Shapes (all hex strings are lower case):
                      or, written before extents, {"t": "L", "size", "segs": [stored segment]}
     extent           {"shares": [share holder, ...], "segs": [extent segment, ...]}
     extent segment   [key, length, block length, BLAKE3 prefix of each block, joined, hex]
+                     or, compressed before it was encrypted,
+                     [key, length, block length, block hashes, method ("zstd"), stored length]
+                     ("length" is the plaintext's; the blocks hold the stored bytes;
+                     written with four fields before compression, and still with four
+                     for a segment stored as it is)
     stored segment   [key, length, block length, [share holder, ...]]
     manifest ref     {"size": sealed bytes, "segs": [stored segment, ...]}
     share holder     [share index, share key, node id]
@@ -33,6 +38,8 @@ it is made from an extent when a segment is fetched (SegmentFetch).
 from typing import NamedTuple, Optional, Tuple
 
 import blake3
+
+from flud.errors import FludError
 
 EMPTY, SMALL, LARGE = "E", "S", "L"
 FILE, DIR, SYMLINK = "file", "dir", "symlink"
@@ -144,20 +151,38 @@ def manifest_ref_segments(manifest_ref) -> list:
     return [StoredSegment.from_wire(s) for s in manifest_ref["segs"]]
 
 
+class BadSegmentRecord(FludError):
+    """An extent's segment written in a shape this flud does not know (by a
+    newer flud, or damaged)."""
+
+    code = "BAD_SEGMENT_RECORD"
+
+
 class ExtentSegment(NamedTuple):
     """A segment of an extent: its blocks are in the extent's streams, one
-    per share, and `block_hashes` holds each block's hash prefix in order."""
+    per share, and `block_hashes` holds each block's hash prefix in order.
+    `length` is the plaintext's; a segment compressed before it was
+    encrypted (`method`) stored `stored` bytes in its blocks instead."""
     key: str
     length: int
     block_length: int
     block_hashes: str
+    method: Optional[str] = None
+    stored: Optional[int] = None
 
     def to_wire(self) -> list:
-        return [self.key, self.length, self.block_length, self.block_hashes]
+        if self.method is None:  # as written before compression: the same bytes
+            return [self.key, self.length, self.block_length, self.block_hashes]
+        return [self.key, self.length, self.block_length, self.block_hashes, self.method,
+                self.stored]
 
     @classmethod
     def from_wire(cls, row) -> "ExtentSegment":
-        return cls._make(row)
+        if len(row) not in (4, 6):
+            raise BadSegmentRecord(
+                f"a large file's segment record has {len(row)} fields where this flud knows "
+                f"4 or 6: it was written by a newer flud (upgrade to restore it) or is damaged")
+        return cls(*row)
 
 
 class Extent(NamedTuple):
@@ -171,7 +196,7 @@ class Extent(NamedTuple):
 
     @classmethod
     def from_wire(cls, record) -> "Extent":
-        make = ExtentSegment._make
+        make = ExtentSegment.from_wire
         return cls(holders_from_wire(record["shares"]),
                    tuple(make(row) for row in record["segs"]))
 
@@ -182,17 +207,32 @@ class Extent(NamedTuple):
         holders = tuple(BlockHolder(h.index, h.key, h.node, offset,
                                     seg.block_hashes[h.index * width:(h.index + 1) * width])
                         for h in self.holders)
-        return SegmentFetch(seg.key, seg.length, seg.block_length, holders)
+        return SegmentFetch(seg.key, seg.length, seg.block_length, holders, seg.method,
+                            seg.stored)
+
+
+def extent_id(extent_wire) -> str:
+    """An extent's name in the holder map: the key of its first stream
+    (share 0: the BLAKE3 of a stream that holds every segment's block 0, so
+    no two different extents share it)."""
+    return extent_wire["shares"][0][1]
 
 
 class SegmentFetch(NamedTuple):
     """What fetching one segment needs: its key, lengths and holders (share
     holders, or block holders of an extent). Made from the records, never
-    written."""
+    written. `length`: the plaintext's; `method`, `stored`: as ExtentSegment's."""
     key: str
     length: int
     block_length: int
     holders: tuple
+    method: Optional[str] = None
+    stored: Optional[int] = None
+
+    @property
+    def stored_length(self) -> int:
+        """The bytes its blocks hold (the plaintext's length unless compressed)."""
+        return self.length if self.method is None else self.stored
 
 
 class EmptyContent(NamedTuple):

@@ -1,6 +1,7 @@
 """One segment's way to the nodes and back.
 
-prepare (CPU, in the pool): digest -> convergent key -> AES-CTR -> zfec into
+prepare (CPU, in the pool): digest -> convergent key -> (a large file's
+segment: compressed in place, if its plan says so) -> AES-CTR -> zfec into
 n shares -> BLAKE3 share keys -> VERIFY challenges.
 store: n STOREs to distinct nodes by rendezvous rank, with replacement and
 hedging (see SegmentUpload).
@@ -12,6 +13,7 @@ import hashlib
 import hmac
 import logging
 from dataclasses import dataclass
+from typing import Optional
 
 import blake3
 from twisted.internet import defer
@@ -76,6 +78,8 @@ class PreparedSegment:
     share_keys: list
     challenges: dict      # share key hex -> challenges
     coded: bool = True    # False until add_parity: only the primaries so far
+    method: Optional[str] = None  # compressed before it was encrypted (None: as it is)
+    stored: int = 0       # bytes its blocks hold: the compressed length, else `length`
 
     @property
     def buffered(self) -> int:
@@ -90,20 +94,26 @@ def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
 
 
 def prepare_primaries(secret: bytes, coder, data, challenges: bool = True,
-                      convergence=file_convergence) -> PreparedSegment:
+                      convergence=file_convergence, squeeze=None) -> PreparedSegment:
     """The first half of prepare_segment: encrypt and hash the k primary
     shares, so their STOREs can start while the parity is coded.
     challenges=False: a share of an extent stream (its stream has them).
     convergence: (digest, key) of the plaintext (crypto.segment_convergence
-    for a large file's segment)."""
+    for a large file's segment). squeeze(data): (method, the bytes to store)
+    once the key is known (a large file's segment compressed in place; the
+    key still comes from the plaintext)."""
     digest, key = convergence(secret, data)
+    length, method = len(data), None
+    if squeeze is not None:
+        method, data = squeeze(data)
     if isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly):
         crypt_ctr_in_place(key, data)
         ciphertext = data
     else:
         ciphertext = encrypt_ctr(key, data)
     block_length, primaries = coder.split(ciphertext)
-    prep = PreparedSegment(key, digest, len(data), block_length, [], [], {}, coded=False)
+    prep = PreparedSegment(key, digest, length, block_length, [], [], {}, coded=False,
+                           method=method, stored=len(data))
     _add_shares(secret, prep, primaries, challenges)
     return prep
 
@@ -274,15 +284,17 @@ def store_segment(network, prep: PreparedSegment, keep: int, counters=None, cloc
 
 @defer.inlineCallbacks
 def fetch_segment(network, pool, coder, secret, record: SegmentFetch, report=None):
-    """The segment's plaintext, from its holders (records.SegmentFetch: whole
-    shares, or an extent's blocks at their offsets in its streams)."""
+    """The segment's stored bytes, decrypted, from its holders
+    (records.SegmentFetch: whole shares, or an extent's blocks at their
+    offsets in its streams): its plaintext, unless it was compressed
+    (record.method; restore/blocks.py decompresses those)."""
     pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 @defer.inlineCallbacks
 def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
-    """Like fetch_segment, but the plaintext comes as a list of buffers in
+    """Like fetch_segment, but the bytes come as a list of buffers in
     order: when the k primary shares arrived, each is decrypted where it
     landed, so a segment costs its shares' memory and nothing more. (A large
     file's full segments are restored block by block instead: blocks.py.)"""
@@ -355,7 +367,8 @@ def _writable(share) -> bool:
 
 
 def _decode_and_decrypt(coder, got, record, key) -> list:
-    length, block_length = record.length, record.block_length
+    """The stored bytes, decrypted (still compressed if the record says so)."""
+    length, block_length = record.stored_length, record.block_length
     primaries = [got.get(i) for i in range(coder.k)]
     if all(_writable(p) and len(p) == block_length for p in primaries):
         # Systematic: the primaries are the ciphertext, block after block.

@@ -88,13 +88,19 @@ class BlobRef(NamedTuple):
 
 
 class SmallRef(NamedTuple):
-    """A small file's content: its convergent key (which the holder map
-    locates in a bundle) and how it was compressed."""
+    """A small file's content: its convergent key, how it was compressed,
+    and the bundle range it was first stored in (bundle id, offset, length:
+    immutable once written; which nodes hold the bundle is the holder map's,
+    and a map row for the key, written when prune repacks it, supersedes
+    this range)."""
     key: str
     method: str = ""
+    bundle: str = ""
+    offset: int = 0
+    length: int = 0
 
     def to_wire(self) -> list:
-        return [SMALL_REF, self.key, self.method]
+        return [SMALL_REF, self.key, self.method, self.bundle, self.offset, self.length]
 
 
 class LargeRef(NamedTuple):
@@ -110,7 +116,8 @@ def _file_ref_from_wire(ref):
         return None
     _need(type(ref) is list and ref, "a bad file reference")
     if ref[0] == SMALL_REF:
-        _need(len(ref) == 3 and is_hex(ref[1]) and ref[2] in COMPRESSION_METHODS,
+        _need(len(ref) == 6 and is_hex(ref[1]) and ref[2] in COMPRESSION_METHODS
+              and is_hex(ref[3]) and _is_int(ref[4]) and _is_int(ref[5]) and ref[5] > 0,
               "a bad small-file reference")
         return SmallRef(*ref[1:])
     _need(ref[0] == LARGE_REF and len(ref) == 2 and is_hex(ref[1]), "a bad file reference")
@@ -249,3 +256,22 @@ class SnapshotRecord(NamedTuple):
                        value["protected"], parent, tree, value["stats"])
         except KeyError as err:
             raise BadRecord(f"a snapshot record without {err.args[0]!r}") from None
+
+
+class LargeRecord(NamedTuple):
+    """A large file's content record: its extents and segments as version 1
+    writes them (records.LargeContent's wire form). The node ids in it say
+    where the shares were first stored; a holder-map row for an extent
+    (written by repair) supersedes them, so the record never changes."""
+    content: dict
+
+    def encode(self) -> bytes:
+        return _encode({"v": FORMAT_VERSION, "t": "large", "c": self.content}).encode("ascii")
+
+    @classmethod
+    def decode(cls, data: bytes) -> "LargeRecord":
+        value = record_head(data, "large")
+        content = value.get("c")
+        _need(type(content) is dict and content.get("t") == "L" and _is_int(content.get("size")),
+              "a large-content record with a bad content")
+        return cls(content)

@@ -49,6 +49,22 @@ def summary_line(index: int, confirmed: int, checked: int) -> str:
             f"each); run `flud verify --full` to read every byte")
 
 
+class IndexChallenges:
+    """The VERIFY challenges of a version-2 snapshot: the local index's, or
+    the holder map's (a total-loss home has none of its own); a version-1
+    manifest carried its own. sources: objects with challenges(share key)."""
+
+    def __init__(self, *sources):
+        self._sources = sources
+
+    def get(self, share_key, default=None):
+        for source in self._sources:
+            found = source.challenges(share_key)
+            if found is not None:
+                return found
+        return default
+
+
 def share_locations(manifest) -> list:
     """[(share key hex, node hex)] for every share the snapshot uses."""
     out = {}

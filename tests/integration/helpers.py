@@ -313,10 +313,14 @@ def init_client(home, testnet=None, join=None, *extra, env=None):
 
 
 def manifest_of(home, snapshot=None) -> dict:
-    from flud.client.home import ClientHome
-    client = ClientHome(str(home))
-    try:
-        snaps = client.index.snapshots()
-        return client.index.manifest(snapshot or snaps[-1]["id"])
-    finally:
-        client.close()
+    """The snapshot as the nodes hold it, read with the home's key
+    (tools/snapshot_json.py), in the version-1 manifest's shape."""
+    args = [PYTHON, os.path.join(ROOT, "tools", "snapshot_json.py"), "--home", str(home)]
+    if snapshot is not None:
+        args += ["--snapshot", str(snapshot)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise AssertionError(f"snapshot_json failed (exit {proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.splitlines()[-1])

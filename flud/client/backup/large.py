@@ -1,9 +1,17 @@
 """A backup's large files: each in extents (flud/client/extents.py), from
 one segment's footprint per file used in two halves (see _extent_once).
 
+Each segment is compressed in its own buffer before it is encrypted (its
+key still from the plaintext) unless a sample says it will not compress or
+it would save too little. An extent's streams declare their sizes before its
+first segment is sent, so an extent is planned first (_plan): its segments
+read and compressed without writing, for their stored lengths (zstd's output
+is deterministic): a compressible extent is read and compressed twice.
+
 LargeFiles is a part of the backup run (run.py): it is given the job's
 context, the run's content log and tallies, and nothing else of the run.
 """
+import functools
 import hashlib
 import logging
 import mmap
@@ -20,6 +28,7 @@ from flud.client.backup.files import FileChanged, read_into, why_skipped
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
                                  challenges_to_wire)
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
+from flud.compression import compress_in_place, plan_segment
 from flud.crypto import segment_convergence
 
 log = logging.getLogger("flud.client")
@@ -100,6 +109,14 @@ class _ResendExtent(Exception):
 def _hash_blocks(hashes, shares, indexes):
     for i in indexes:
         hashes[i].update(shares[i])
+
+
+def _squeeze(entry, plan, data):
+    """A segment compressed in place as planned: (method, its stored bytes)."""
+    method, stored = plan
+    if compress_in_place(data, len(data)) != stored:
+        raise FileChanged(f"{entry.path} changed while it was backed up")
+    return method, data[:stored]
 
 
 def segment_geometry(coder, segment_size: int):
@@ -242,8 +259,9 @@ class LargeFiles:
         most one segment's worth (ciphertext + parity)."""
         sizes = [min(self.segment_size, entry.size - j * self.segment_size)
                  for j in range(first, first + count)]
-        stream_size = sum(self.ctx.coder.block_length(length) for length in sizes)
         reading, coding = buffers.for_extent()  # the ciphertexts; the parity half's turn
+        plans = yield self._plan(entry, f, reading, first, sizes)
+        stream_size = sum(self.ctx.coder.block_length(stored) for _, stored in plans)
         segs, digests, sending = [None] * count, [], []
         upload = hashes = None
         try:
@@ -252,7 +270,7 @@ class LargeFiles:
                 if any(d.called and isinstance(d.result, Failure) for d in sending):
                     break  # a segment failed: stop reading, report below
                 prep = yield self.ctx.pool.run(self.read_segment, entry, f, buffer, length,
-                                               hashes)
+                                               hashes, plans[pos])
                 digests.append(prep.digest)
                 self.counters["bytes_read"] += length
                 if pos == 0:
@@ -321,16 +339,33 @@ class LargeFiles:
         self.ctx.progress.bytes_done(sum(sizes))
         return record
 
+    @defer.inlineCallbacks
+    def _plan(self, entry, f, reading, first, sizes):
+        """[(method, stored length)] of the extent's segments (see the
+        module's docstring), read into one of the file's buffers."""
+        buffer = yield reading.get()
+        try:
+            plans = yield self.ctx.pool.run(self._plan_segments, entry, f, buffer, sizes)
+        finally:
+            reading.put(buffer)
+        f.seek(first * self.segment_size)
+        return plans
+
+    def _plan_segments(self, entry, f, buffer, sizes):
+        return [plan_segment(read_into(entry, f, buffer, length)) for length in sizes]
+
     def _segment_key(self, entry, f, buffer, length):
         return segment_convergence(self.ctx.secret, read_into(entry, f, buffer, length))
 
-    def read_segment(self, entry, f, buffer, length, hashes):
+    def read_segment(self, entry, f, buffer, length, hashes, plan=(None, None)):
         """In the pool: the segment's next `length` bytes of `f` read into
-        the file's `buffer`, encrypted there (prepare_primaries) and its
-        primary shares hashed into the streams' `hashes` (if known yet)."""
+        the file's `buffer`, compressed there if `plan` says so (_plan),
+        encrypted there (prepare_primaries) and its primary shares hashed
+        into the streams' `hashes` (if known yet)."""
         data = read_into(entry, f, buffer, length)
+        squeeze = None if plan[0] is None else functools.partial(_squeeze, entry, plan)
         prep = prepare_primaries(self.ctx.secret, self.ctx.coder, data, challenges=False,
-                                 convergence=segment_convergence)
+                                 convergence=segment_convergence, squeeze=squeeze)
         if hashes is not None:
             _hash_blocks(hashes, prep.shares, range(self.k))
         return prep
@@ -367,7 +402,8 @@ class LargeFiles:
             self._slot_freed(None, reading, buffer)
         yield parity
         segs[pos] = ExtentSegment(prep.key.hex(), prep.length, prep.block_length,
-                                  b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex())
+                                  b"".join(key[:BLOCK_HASH] for key in prep.share_keys).hex(),
+                                  prep.method, prep.stored if prep.method else None)
 
     def _slot_freed(self, result, queue, buffer):
         # The buffer goes back (and the next segment is read into it) once

@@ -17,23 +17,33 @@ TLS send queues have their allowance (Network.count_sends).
 The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
+import os
+import socket
 import time
 
 from twisted.internet import defer
 
 from flud.client.backup.contents import ContentLog
 from flud.client.backup.large import LargeFiles
-from flud.client.backup.publish import publish
 from flud.client.backup.small import SmallFiles
+from flud.client.backup.snapshot import TreeWriter, publish_tree
+from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
 from flud.client.gather import settle_all
-from flud.client.manifest import entries_for
-from flud.client.records import EmptyContent
-from flud.client.scan import scan
+from flud.client.head import adopt_head
+from flud.client.records import EmptyContent, ShareHolder, extent_id, holder_keys_from_wire
+from flud.client.scan import Entry, entry_of, list_children
+from flud.client.walk import walk
 from flud.coding import SegmentCoder
 
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
+LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
+
+
+def _entry(row) -> Entry:
+    path, size, mtime_ns, ctime_ns, inode, mode = row
+    return Entry(path, "file", mode, mtime_ns, size, ctime_ns, inode)
 
 
 class Backup:
@@ -50,6 +60,10 @@ class Backup:
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
         self.skipped = []
         self.contents = ContentLog()
+        self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
+        self._run_blobs = []     # BlobRef of every record this run stored
+        self._run_shares = set()  # share keys this run stored (their challenges go in the map)
+        self._run_extents = {}    # extent id -> share holders, of the extents this run stored
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
@@ -66,60 +80,138 @@ class Backup:
         return self.large.segment_window
 
     @defer.inlineCallbacks
-    def run(self, paths, excludes=()):
+    def run(self, paths, excludes=(), tags=()):
+        """Back up `paths` (files or directories) as a new snapshot."""
         ctx = self.ctx
         index = ctx.index
         started = ctx.clock()
-        found = scan(paths, excludes)
-        for path, why in found.skipped:
-            self._skip(path, why)
-        states = index.file_states()
-        self.contents.begin(index.known_contents())
-        known = self.contents.known
-        files = []
+        roots = [os.path.abspath(p) for p in paths]
+        yield adopt_head(ctx)
+        known = index.content_lookup()
+        self.contents.begin(known)
+        index.begin_pending()
+        self._find_changes(roots, excludes)
+        count, size = index.pending_totals()
+        ctx.progress.start(count, size)
+        limit = self.small.policy.small_file_limit
         content_of = {}
-        for entry in found.files:
-            state = states.get(entry.path)
-            if state and state.unchanged(entry) and state.content_id in known:
-                content_of[entry.path] = state.content_id
-                self.summary["unchanged"] += 1
-            else:
-                files.append(entry)
-                self.summary["changed" if state else "new"] += 1
-        ctx.progress.start(len(files), sum(e.size for e in files))
-        small_file_limit = self.small.policy.small_file_limit
-        small = [e for e in files if 0 < e.size < small_file_limit]
-        large = [e for e in files if e.size >= small_file_limit]
-        for entry in files:
-            if entry.size == 0:
-                content_of[entry.path] = self.contents.remember("empty", EMPTY)
-                ctx.progress.file_done(0)
+        large = [_entry(row) for row in index.pending_rows(limit, 2 ** 62)]
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
         sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
         try:
-            self.small.open(with_files=bool(small))
+            self.small.open(with_files=count > len(large))
             try:
-                yield settle_all([self.small.send_all(small, content_of),
-                                  self.large.send_all(large, content_of, self._skip)])
+                self._empty_files(content_of)
+                yield settle_all([
+                    self.small.send_all(self._small_files(limit, content_of), content_of),
+                    self.large.send_all(large, content_of, self._skip)])
                 yield self.small.finish()
+                self._save_contents()
+                self._landed(content_of)
+                writer = TreeWriter(index, BlobSealer(ctx.secret), self.small,
+                                    {path for path, _ in self.skipped})
+                tree = yield writer.build(roots, excludes)
+                yield self.small.finish()
+                self._save_contents()
+                elapsed = ctx.clock() - started
+                stats = {"files": writer.files, "dirs": writer.dirs, "bytes": writer.bytes,
+                         "new": self.summary["new"], "changed": self.summary["changed"],
+                         "records": writer.builder.records, "stored": writer.builder.stored}
+                snapshot_id, created, record_id = yield publish_tree(
+                    ctx, self.small, self._run_bundles, self._run_blobs, tree, roots, tags,
+                    stats, self._run_shares, self._run_extents)
             finally:
                 self.small.close()
-            self._save_contents()
-            index.record_files(
-                (e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, content_of[e.path])
-                for e in found.files if e.path in content_of)
-            entries = entries_for(found, content_of, paths)
-            snapshot = yield publish(ctx, entries, paths, started, self.segment_size,
-                                     self.summary, self.counters)
+            summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
+                       "format": 2, "record": record_id, "roots": roots, "tags": list(tags),
+                       "host": socket.gethostname(),
+                       "tree_records": writer.builder.records,
+                       "tree_stored": writer.builder.stored, **self.summary, **self.counters}
+            index.add_snapshot(snapshot_id, created, summary, None)
         finally:
             sends.close()
+            known.close()
         ctx.progress.finish()
-        return snapshot
+        return {"snapshot": snapshot_id, **summary}
+
+    def _find_changes(self, roots, excludes) -> None:
+        """The first walk: every file whose size, times or inode differ from
+        what the index remembers (or whose content it does not know) goes to
+        the index's pending table, one directory at a time."""
+        index = self.ctx.index
+        for root in roots:
+            try:
+                st = os.lstat(root)
+            except OSError as err:
+                self._skip(root, f"cannot read: {err.strerror}")
+                continue
+            top = entry_of(root, st, self._skip)
+            if top is None:
+                continue
+            if top.kind == "file":
+                self._classify([top], index.states_known(os.path.dirname(root)))
+                continue
+            if top.kind != "dir":
+                continue
+            for listing in walk(root, excludes, self._skip, list_children):
+                self._classify([e for e in listing.entries if e.kind == "file"],
+                               index.states_known(listing.path))
+
+    def _classify(self, files, states) -> None:
+        changed = []
+        for entry in files:
+            state = states.get(entry.path)
+            if state and state.unchanged(entry):
+                self.summary["unchanged"] += 1
+            else:
+                changed.append(entry)
+                self.summary["changed" if state else "new"] += 1
+        self.ctx.index.add_pending(changed)
+
+    def _empty_files(self, content_of) -> None:
+        for row in self.ctx.index.pending_rows(0, 1):
+            content_of[row[0]] = self.contents.remember("empty", EMPTY)
+            self.ctx.progress.file_done(0)
+
+    def _small_files(self, limit, content_of):
+        """The small files to send, read from the pending table a page at a
+        time; what landed meanwhile goes to the index as it is pulled."""
+        for number, row in enumerate(self.ctx.index.pending_rows(1, limit)):
+            if number % LANDED_BATCH == 0:
+                # What landed leaves memory for the index: the run holds
+                # what is in flight, not every file it sent.
+                self._save_contents()
+                self._landed(content_of)
+            yield _entry(row)
+
+    def _landed(self, content_of) -> None:
+        """Files whose content is known, from the pipelines (a worker may be
+        adding to content_of: popitem is atomic) into the index."""
+        landed = []
+        while True:
+            try:
+                landed.append(content_of.popitem())
+            except KeyError:
+                break
+        if landed:
+            self.ctx.index.record_landed(landed)
 
     def _save_contents(self):
         bundles, challenges = self.small.records()
+        self._run_bundles.update(bundles)
+        self._run_blobs.extend(self.small.blob_refs)
+        for bundle in bundles.values():
+            self._run_shares.update(h.key for h in bundle.holders)
+        for record in self.contents.new.values():
+            wire = record.to_wire()
+            self._run_shares.update(holder_keys_from_wire(wire))
+            for extent in wire.get("ext", ()):
+                holders = tuple(ShareHolder.from_wire(h) for h in extent["shares"])
+                self._run_extents[extent_id(extent)] = holders
         index = self.ctx.index
+        index.add_blobs(self.small.blob_refs)
+        self.small.blob_refs = []
         index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
         index.add_contents((cid, c.to_wire()) for cid, c in self.contents.new.items())
         # one row a share, streamed in: the manifest reads them back the same way

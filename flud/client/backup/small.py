@@ -195,11 +195,11 @@ class SmallFiles:
 
         def place(bundle_id, count):
             nodes = self.ctx.network.place(bundle_id, count)
-            if len(nodes) < count:  # a bundle needs n holders and its spares
+            if len(nodes) < n:  # n holders; spares (for a tar that fails) if there are any
                 raise StoreFailed(
-                    f"only {len(nodes)} nodes are reachable; {count} are needed for a "
-                    f"bundle of small files (n={n} and {count - n} spares). Start more "
-                    f"nodes, or make a client home with a lower --n")
+                    f"only {len(nodes)} nodes are reachable; {n} are needed for a "
+                    f"bundle of small files (n={n}). Start more nodes, or make a client "
+                    f"home with a lower --n")
             return [nid.hex() for nid in nodes]
 
         return Aggregator(self.policy, k, n, encode=encode,

@@ -14,10 +14,20 @@ once its other blocks settle, the segment's way (fetch_segment_pieces: more
 holders, zfec decode) into fresh buffers reserved from the budget, one such
 repair at a time, and written again whole. So is a segment that is not a
 full one (the file's last) or not in an extent, in the window's room.
+
+A segment compressed before it was encrypted is restored whole in the
+window's room too: it decompresses only whole. It holds as many block
+buffers as its stored bytes take, in place of the pieces fetched, and then
+k more for its plaintext (decompressed into them in the pool, then written
+block by block as a full segment's are: aligned, O_DIRECT). Those are taken
+once its fetch has started, so the next segment is fetched while this one
+is decompressed and written. Its plaintext is checked against its key
+before any of it is written.
 """
 import functools
 import logging
 
+import blake3
 from twisted.internet import defer
 
 from flud.client.gather import gather
@@ -25,7 +35,9 @@ from flud.client.records import BlockHolder
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed, fetch_segment_pieces
-from flud.crypto import crypt_ctr_in_place
+from flud.compression import check_method, decompress_pieces
+from flud.crypto import crypt_ctr_in_place, segment_key
+from flud.errors import BadCompressedData
 
 log = logging.getLogger("flud.client")
 
@@ -38,6 +50,33 @@ def _open_block(data, holder, key, index, block_length):
     view = memoryview(data)
     crypt_ctr_in_place(key, view, index * block_length)
     return view
+
+
+def _decompress_into(secret, record, pieces, slots):
+    """The plaintext of a compressed segment's decrypted `pieces`, written
+    into the `slots` (block buffers, one block of plaintext each, in order)
+    and checked against the segment's key (pool). Returns the views of the
+    slots that hold it. FetchFailed if it does not decompress or match."""
+    size = len(slots[0])
+    digest = blake3.blake3()
+    filled = 0
+    try:
+        for chunk in decompress_pieces(record.method, pieces, record.length):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while len(view):
+                slot, at = divmod(filled, size)
+                take = min(len(view), size - at)
+                slots[slot][at:at + take] = view[:take]
+                view = view[take:]
+                filled += take
+    except BadCompressedData as err:
+        raise FetchFailed(f"a compressed segment of the file is damaged: {err}") from None
+    if segment_key(secret, digest.digest()).hex() != record.key:
+        raise FetchFailed("a compressed segment of the file does not match its key once "
+                          "decompressed")
+    return [memoryview(slots[i])[:min(size, record.length - i * size)]
+            for i in range(-(-record.length // size))]
 
 
 class _Segment:
@@ -82,9 +121,12 @@ class BlockRestore:
     @defer.inlineCallbacks
     def run(self):
         k = self.coder.k
+        for record in self.content.segment_fetches():
+            check_method(record.method)  # UnknownCompression before anything is fetched
         first = next(self.content.segment_fetches())
         window = max(2, self.window_bytes // max(1, first.length))
-        self.buffers = self._make_buffers(first.block_length, k * window)
+        # A plain full segment's block (a compressed first segment's are shorter).
+        self.buffers = self._make_buffers(self.coder.block_length(first.length), k * window)
         size = self.content.segments_length()
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
         self.writer = self._make_writer(self.ctx.reactor, self.out)
@@ -99,12 +141,19 @@ class BlockRestore:
                 self._count_retrieves(k)
                 if not self._by_blocks(record):
                     # Its memory comes out of the window too: k block slots,
-                    # held (not used) until its pieces are written.
-                    slots = []
-                    for _ in range(k):
-                        slots.append((yield self.buffers.get()))
-                        self._check()
-                    self._whole(segment, slots)
+                    # held (not used) until its pieces are written. A
+                    # compressed one: slots for its stored bytes now, and
+                    # k for its plaintext once its fetch is on its way.
+                    plain = None if record.method is None else defer.Deferred()
+                    slots = yield self._take_slots(self._slots_for(record))
+                    self._whole(segment, slots, plain)
+                    if plain is not None:
+                        try:
+                            more = yield self._take_slots(k)
+                        except BaseException as err:
+                            plain.errback(err)
+                            raise
+                        plain.callback(more)
                     continue
                 for index in range(k):
                     buffer = yield self.buffers.get()
@@ -123,9 +172,30 @@ class BlockRestore:
         if self.error is not None:
             raise self.error
 
+    @defer.inlineCallbacks
+    def _take_slots(self, count):
+        slots = []
+        try:
+            for _ in range(count):
+                slots.append((yield self.buffers.get()))
+                self._check()
+        except BaseException:
+            self.buffers.give_back(slots)
+            raise
+        return slots
+
+    def _slots_for(self, record) -> int:
+        """Block buffers a segment restored whole holds from the start: k,
+        or for a compressed one as many as its stored bytes (the pieces
+        fetched; k more come for its plaintext)."""
+        if record.method is None:
+            return self.coder.k
+        return -(-record.stored_length // self.buffers.size)
+
     def _by_blocks(self, record) -> bool:
-        """A full segment of an extent whose blocks fit the file's buffers."""
-        if not self._by_blocks_allowed:
+        """A full segment of an extent whose blocks fit the file's buffers,
+        stored as it is."""
+        if not self._by_blocks_allowed or record.method is not None:
             return False
         primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)}
         return (record.block_length == self.buffers.size
@@ -177,21 +247,27 @@ class BlockRestore:
             segment.done.callback(None)
 
     @defer.inlineCallbacks
-    def _whole(self, segment, slots=None):
+    def _whole(self, segment, slots=None, plain=None):
         """The segment's way: any k holders, decoded if need be, fresh buffers.
 
         slots: block buffers of the window it holds in their place (a segment
         that is not a full one of an extent); without them (a repair, while
-        the window is in use) it reserves its size from the budget."""
+        the window is in use) it reserves its size from the budget. plain: a
+        compressed segment's: fires with k more slots for its plaintext."""
         length = 0 if slots else segment.record.length
         # [pieces not yet written, bytes reserved, slots]: all go back at the last
         left = [0, length, slots or []]
         try:
             if length:
                 yield self.transfer.reserve(length, "segment")
+            record = segment.record
             pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool, self.coder,
-                                                self.ctx.secret, segment.record,
-                                                self._report_bad)
+                                                self.ctx.secret, record, self._report_bad)
+            if plain is not None:  # compressed: always with slots, never by blocks
+                more, plain = (yield plain), None
+                left[2] = left[2] + more
+                pieces = yield self.ctx.pool.run(_decompress_into, self.ctx.secret, record,
+                                                 pieces, more)
             left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:
@@ -200,6 +276,8 @@ class BlockRestore:
         except BaseException as err:
             self._fail(err)
             self._whole_done(left, None, b"")  # what it held goes back
+            if plain is not None:  # its plaintext's slots, when they come, go back too
+                plain.addCallbacks(self.buffers.give_back, lambda _: None)
         segment.done.callback(None)
 
     def _fail(self, failure_or_error):

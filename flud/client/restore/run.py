@@ -33,6 +33,7 @@ pass through one (or is not a plain relative path) is refused, reported
 and skipped; the rest is restored.
 """
 import functools
+import itertools
 import logging
 import os
 
@@ -42,8 +43,8 @@ from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
 from flud.client.manifest import snapshot_paths
-from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, content_from_wire,
-                                 content_kind, entries_from_wire)
+from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRecord,
+                                 content_from_wire, content_kind, entries_from_wire)
 from flud.client.restore.blocks import BlockRestore
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
@@ -55,6 +56,7 @@ from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
 from flud.client.segments import FetchFailed
 from flud.coding import SegmentCoder
+from flud.errors import CompressionError
 
 log = logging.getLogger("flud.client")
 
@@ -159,30 +161,48 @@ class Restore:
         entries = select(entries_from_wire(self.manifest["entries"]), paths)
         if not entries:
             raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
+        files = [e for e in entries if e.is_file]
+        self.open(dest, len(files), sum(e.size for e in files))
+        try:
+            yield self.restore_batch(entries, self.manifest["contents"])
+            yield self.finish()
+        finally:
+            self.close()
+        return self.summary
+
+    def open(self, dest, total_files, total_bytes) -> None:
+        """Restore under dest: open it (never through a symlink)."""
         try:
             self.dest = SafeDest(dest)
         except OSError as err:
             raise RestoreError(f"cannot restore into {dest}: {err.strerror or err}") from None
-        self._files = FileWriter(self.ctx.reactor, self.dest, self, sync=self._sync,
-                                 threads=self._file_threads)
-        try:
-            yield self._run(entries)
-        finally:
+        self._numbers = itertools.count(1)   # temp names, for every batch's writer
+        self._dirs = []   # (rel, mode, mtime_ns): their times are set once all is in
+        self.progress.start(total_files, total_bytes)
+
+    def close(self) -> None:
+        if self._files is not None:
             self._files.stop()
+            self._files = None
+        if self.dest is not None:
             self.dest.close()
-        return self.summary
 
     @defer.inlineCallbacks
-    def _run(self, entries):
+    def restore_batch(self, entries, contents):
+        """Restore these entries (a directory's before its files); contents:
+        content id -> content record as written, for their files."""
+        self._files = FileWriter(self.ctx.reactor, self.dest, self, sync=self._sync,
+                                 threads=self._file_threads)
+        self._files.numbers = self._numbers
+        self._contents = contents
         files = [e for e in entries if e.is_file]
-        self.progress.start(len(files), sum(e.size for e in files))
         for entry in entries:
             if entry.kind == DIR and self._safe(entry.rel, self.dest.make_dir, entry.rel):
                 self.summary["dirs"] += 1
+                self._dirs.append((entry.rel, entry.mode, entry.mtime_ns))
         # Refused before anything is fetched for them (a file is checked
         # again where it is written).
         files = [e for e in files if self._safe(e.rel, self.dest.check, e.rel)]
-        contents = self.manifest["contents"]
         small = [(e, content_from_wire(contents[e.last])) for e in files
                  if content_kind(contents[e.last]) == SMALL]
         transfer = self.ctx.monitor.transfer("small", "small files")
@@ -198,20 +218,24 @@ class Restore:
         finally:
             transfer.close()
         yield self._files.finish()  # every small file in place before its directory's times
+        self._files = None
         for entry in entries:
             if entry.kind == SYMLINK:
                 try:
                     self._safe(entry.rel, self._symlink, entry.rel, entry.last, entry.mtime_ns)
                 except (RestoreError, OSError) as err:
                     self._failed(entry.rel, err)
-        for entry in sorted(entries, reverse=True):
-            if entry.kind == DIR:  # after their contents: writing into them moved mtime
-                try:
-                    self._safe(entry.rel, self.dest.set_dir_meta, entry.rel, entry.mode,
-                               entry.mtime_ns)
-                except OSError as err:  # gone meanwhile, say: the rest still gets its times
-                    self._failed(entry.rel, err)
+
+    def finish(self):
+        """Directories get their modes and times, deepest first (writing
+        into them moved their mtime)."""
+        for rel, mode, mtime_ns in sorted(self._dirs, reverse=True):
+            try:
+                self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
+            except OSError as err:  # gone meanwhile, say: the rest still gets its times
+                self._failed(rel, err)
         self.progress.finish()
+        return defer.succeed(None)
 
     @defer.inlineCallbacks
     def _guarded(self, fn, entry):
@@ -219,19 +243,19 @@ class Restore:
             yield fn(entry)
         except UnsafePath as err:
             self.refuse(entry.rel, err.why)
-        except (FetchFailed, RestoreError, OSError) as err:
-            self._failed(entry.rel, err)
+        except (FetchFailed, RestoreError, OSError, CompressionError, BadSegmentRecord) as err:
+            self._failed(entry.rel, err)  # this file fails, alone
 
     @defer.inlineCallbacks
     def _large(self, entry):
         """Block by block into a temp file (flud/client/restore/blocks.py), a window
         of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
-        content = content_from_wire(self.manifest["contents"][entry.last])
+        content = content_from_wire(self._contents[entry.last])
         transfer = self.ctx.monitor.transfer("download", entry.rel)
         place = self.dest.place(entry.rel)
         try:
             final = self._final_name(place)
-            temp, out = new_temp(place, self._files.numbers, lambda name: PositionalWriter(
+            temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
                 name, dir_fd=place.dir_fd))
             try:
                 with out:

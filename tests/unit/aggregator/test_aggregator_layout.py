@@ -192,7 +192,7 @@ def test_a_wrong_coder_is_refused(encode, message):
 
 
 @pytest.mark.parametrize("place, message", [
-    (lambda bundle_id, count: NODES[:count - 1], "expected n \\+ spares"),
+    (lambda bundle_id, count: NODES[:count - 3], "expected n \\+ spares"),
     (lambda bundle_id, count: [NODES[0]] * count, "twice"),
     (lambda bundle_id, count: [""] + NODES[:count - 1], "non-empty"),
 ])

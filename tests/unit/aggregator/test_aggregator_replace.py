@@ -171,3 +171,20 @@ def test_shares_moved_under_pressure_are_sealed_so_the_caller_can_drain():
                     aggregator.confirm(tar)
         aggregator.add(f"f{i}", file_bytes(i, policy.bundle_target))
     assert aggregator.stats()["shares_moved"] == bundles_for_a
+
+
+def test_a_network_of_fewer_than_n_plus_spares_nodes_still_takes_bundles():
+    """Nine nodes for n=8 and 2 spares: bundles go to the eight holders with
+    the one spare there is; fewer than n nodes is refused."""
+    from tests.unit.aggregator.fakes import rendezvous_place
+    nine = [f"node-{i}" for i in range(9)]
+    aggregator, _ = make_aggregator(place=rendezvous_place(nine))
+    aggregator.add(b"f" * 32, b"x" * 9000)
+    aggregator.flush()
+    (record,) = [r for _, r in aggregator._records]
+    assert len(record.shares) == 8 and len(record.spares) == 1
+    seven = [f"node-{i}" for i in range(7)]
+    short, _ = make_aggregator(place=rendezvous_place(seven))
+    with pytest.raises(ValueError, match="expected n \\+ spares"):
+        short.add(b"g" * 32, b"y" * 9000)
+        short.flush()

@@ -188,3 +188,32 @@ def make_world(tmp_path, nodes: int):
     network = FakeNetwork(clock, nodes=nodes)
     network.client_id = home.identity.node_id
     return clock, home, network
+
+
+def snapshot_manifest(world, snapshot_id=None) -> dict:
+    """A snapshot read back from the fake network (the key alone: root record,
+    holder map, tree), as the version-1 manifest Restore also takes."""
+    from flud.client.context import JobContext
+    from flud.client.progress import Progress
+    from flud.client.restore.tree import flatten
+    from flud.client.snapshots import find_snapshot
+    from flud.coding import SegmentCoder
+    from flud.memory import MemoryMonitor
+    from flud.workers import CPUPool
+    clock, home, network = world
+    k, n = home.config["k"], home.config["n"]
+    ctx = JobContext(clock, home, network, CPUPool(clock, inline=True),
+                     MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
+                     Progress("read", quiet=True), SegmentCoder(k, n), clock.seconds)
+    found = run_until(clock, find_snapshot(ctx, snapshot_id))
+    try:
+        if found.manifest is not None:
+            return found.manifest
+        from flud.client.verify import IndexChallenges, share_locations
+        manifest = run_until(clock, flatten(found.repo, found.record, k, n))
+        challenges = IndexChallenges(home.index, found.repo.cache)
+        manifest["challenges"] = {key: challenges.get(key)
+                                  for key, _ in share_locations(manifest)}
+        return manifest
+    finally:
+        found.close()

@@ -16,7 +16,7 @@ from flud.client.restore.run import Restore
 from flud.client.restore.writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
+from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until, snapshot_manifest
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -85,7 +85,7 @@ def restore_matches(world, src, snapshot, dest):
     clock, home, network = world
     job = Restore(clock, home, network, CPUPool(clock, inline=True),
                   MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
-                  Progress("restore", quiet=True), home.index.manifest(snapshot),
+                  Progress("restore", quiet=True), snapshot_manifest(world, snapshot),
                   block_writer=InlineBlockWriter)
     run_until(clock, job.run(dest, ()))
     return compare_trees(src, os.path.join(dest, os.path.basename(src))) == []
@@ -171,13 +171,13 @@ def _watch_segment_reads(k):
     made, seen = [], []
 
     class WatchedLargeFiles(LargeFiles):
-        def read_segment(self, entry, f, buffer, length, hashes):
+        def read_segment(self, entry, f, buffer, length, hashes, *plan):
             gc.collect()
             alive = [ref() for ref in made if ref() is not None]
             seen.append((sum(1 for p in alive for s in p.shares[:k] if s is not None),
                          sum(1 for p in alive if any(s is not None for s in p.shares[k:])),
                          id(buffer)))
-            prep = super().read_segment(entry, f, buffer, length, hashes)
+            prep = super().read_segment(entry, f, buffer, length, hashes, *plan)
             made.append(weakref.ref(prep))
             return prep
 

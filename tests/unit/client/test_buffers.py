@@ -84,7 +84,7 @@ def test_a_restore_reuses_its_block_buffers_and_stays_byte_identical(world, tmp_
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
     src, _ = _large_tree(tmp_path, extents_count=2.5)
     summary, _, _ = run_backup(world, [src])
-    manifest, record = _large_record(home, summary)
+    manifest, record = _large_record(world, summary)
     segments = sum(len(e["segs"]) for e in record["ext"])
     assert _restores(world, tmp_path, src, manifest, block_buffers=CountedBuffers)
     k = home.config["k"]
@@ -98,7 +98,7 @@ def test_a_corrupt_block_received_into_a_reused_buffer_is_refetched(world, tmp_p
     clock, home, network = world
     src, _ = _large_tree(tmp_path, extents_count=1)
     summary, _, _ = run_backup(world, [src])
-    manifest, record = _large_record(home, summary)
+    manifest, record = _large_record(world, summary)
     _, key_hex, node_hex = record["ext"][0]["shares"][0]  # a primary's stream
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
     assert _restores(world, tmp_path, src, manifest, block_buffers=CountedBuffers)
@@ -137,7 +137,7 @@ def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
     src, _ = _large_tree(tmp_path, extents_count=1.5)
     summary, _, _ = run_backup(world, [src])
-    manifest, record = _large_record(home, summary)
+    manifest, record = _large_record(world, summary)
     fetches = _count_whole_fetches(monkeypatch)
     assert _restores(world, tmp_path, src, manifest, by_blocks=False)  # every segment whole
     assert 1 < fetches["most"] <= 2  # overlapping, within the window of two segments
@@ -158,7 +158,7 @@ def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, m
     with open(os.path.join(src, "large.bin"), "wb") as f:  # whole segments only
         f.write(random.Random(3).randbytes(2 * extents.EXTENT_BYTES))
     summary, _, _ = run_backup(world, [src])
-    manifest, record = _large_record(home, summary)
+    manifest, record = _large_record(world, summary)
     _, key_hex, node_hex = record["ext"][0]["shares"][1]  # a primary's stream
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
     fetches = _count_whole_fetches(monkeypatch)

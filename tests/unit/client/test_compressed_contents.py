@@ -13,7 +13,7 @@ from flud.compression import ZSTD
 from flud.crypto import content_digest, convergent_key
 from flud.errors import UnknownCompression
 from tests.unit.client import test_backup_memory
-from tests.unit.client.fakes import make_world
+from tests.unit.client.fakes import make_world, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.core.test_compression import text
 from tools.treecmp import compare_trees
@@ -101,7 +101,7 @@ def small_files(root, rng):
 
 def records_by_name(world, summary, root):
     """(the snapshot's manifest, {name under root: its content record})."""
-    manifest = world[1].index.manifest(summary["snapshot"])
+    manifest = snapshot_manifest(world, summary["snapshot"])
     base = os.path.basename(root)
     return manifest, {os.path.relpath(rel, base): manifest["contents"][last]
                       for rel, kind, _, _, _, last in manifest["entries"] if kind == "file"}

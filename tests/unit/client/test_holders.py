@@ -86,9 +86,13 @@ def test_a_malformed_page_is_refused(mutate):
 
 def test_a_map_index_round_trips_and_is_bounded():
     ref = BlobRef(hexid(1), hexid(2), 0, 10)
-    index = MapIndex((ref, ref._replace(offset=10)))
+    index = MapIndex(((ref, bundle(2)), (ref._replace(offset=10), bundle(2))),
+                     snapshots=(hexid(7), hexid(8)),
+                     v1=({"id": 1, "created": 5.0, "manifest": {"size": 1, "segs": []}},))
     assert MapIndex.decode(index.encode()) == index
-    too_many = MapIndex((ref,) * (MAX_PAGES + 1)).encode()
+    with pytest.raises(BadRecord):
+        MapIndex.decode(index.encode().replace(hexid(7).encode(), b"nothex"))
+    too_many = MapIndex(((ref, bundle(2)),) * (MAX_PAGES + 1)).encode()
     with pytest.raises(BadRecord):
         MapIndex.decode(too_many)
     with pytest.raises(NewerFormat):

@@ -12,7 +12,7 @@ from flud.client.restore.run import Restore
 from flud.client.restore.writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until
+from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until, snapshot_manifest
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -62,7 +62,7 @@ def test_round_trip_is_identical(world, tmp_path):
     make_tree(src, random.Random(1))
     summary, _, _ = run_backup(world, [src])
     assert summary["new"] == 43 and summary["skipped"] == 0
-    manifest = world[1].index.manifest(summary["snapshot"])
+    manifest = snapshot_manifest(world, summary["snapshot"])
     restored, _ = run_restore(world, str(tmp_path / "out"), manifest)
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
@@ -76,8 +76,9 @@ def test_unchanged_tree_sends_no_file_data(world, tmp_path):
     again, _, _ = run_backup(world, [src])
     assert again["unchanged"] == 43 and again["new"] == again["changed"] == 0
     assert again["bytes_read"] == 0
-    # only the new manifest's shares were stored, no file data
-    assert world[2].calls["store"] - stores_before == world[1].config["n"]
+    # no file data and no directory record: only the snapshot's map page
+    # (one tar per node) and its head (snapshot record and map index: one more)
+    assert world[2].calls["store"] - stores_before == 2 * world[1].config["n"]
 
 
 def test_budget_bounds_concurrent_uploads_and_all_complete(world, tmp_path, monkeypatch):
@@ -95,7 +96,7 @@ def test_budget_bounds_concurrent_uploads_and_all_complete(world, tmp_path, monk
     summary, monitor, _ = run_backup(world, [src], budget=2 * footprint)
     assert summary["new"] == 6
     assert 0 < monitor.peak_buffered_bytes <= 2 * footprint
-    restored, _ = run_restore(world, str(tmp_path / "out"), home.index.manifest(1))
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world, 1))
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
 
 
@@ -104,7 +105,7 @@ def test_restore_survives_n_minus_k_lost_nodes_and_a_corrupt_share(world, tmp_pa
     make_tree(src, random.Random(4))
     summary, _, _ = run_backup(world, [src])
     clock, home, network = world
-    manifest = home.index.manifest(summary["snapshot"])
+    manifest = snapshot_manifest(world, summary["snapshot"])
     big = next(r for r in manifest["contents"].values() if r["t"] == "L")
     holders = [bytes.fromhex(node) for _, _, node in big["ext"][0]["shares"]]
     for node_id in holders[:home.config["n"] - home.config["k"] - 1]:
@@ -127,7 +128,7 @@ def test_restore_never_overwrites(world, tmp_path):
     os.makedirs(out)
     (out / "empty-file").write_bytes(b"mine")
     restored, _ = run_restore(world, str(tmp_path / "out"),
-                              world[1].index.manifest(summary["snapshot"]))
+                              snapshot_manifest(world, summary["snapshot"]))
     assert (out / "empty-file").read_bytes() == b"mine"
     assert (out / "empty-file.flud-restored").read_bytes() == b""
     assert restored["beside"] == 1
@@ -137,7 +138,7 @@ def test_a_small_file_costs_one_ranged_retrieve(world, tmp_path):
     src = str(tmp_path / "src")
     make_tree(src, random.Random(6), large=(), small=30)
     summary, _, _ = run_backup(world, [src])
-    manifest = world[1].index.manifest(summary["snapshot"])
+    manifest = snapshot_manifest(world, summary["snapshot"])
     before = world[2].calls.get("retrieve", 0)
     restored, _ = run_restore(world, str(tmp_path / "out"), manifest, ["src/sub/small-3.txt"])
     assert restored["files"] == 1
@@ -188,7 +189,7 @@ def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
 
     monitor.transfer = transfer
     job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
-                  Progress("restore", quiet=True), home.index.manifest(summary["snapshot"]),
+                  Progress("restore", quiet=True), snapshot_manifest(world, summary["snapshot"]),
                   block_writer=InlineBlockWriter)
     restored = run_until(clock, job.run(str(tmp_path / "out")))
     assert restored["failed"] == 0
@@ -200,7 +201,7 @@ def test_a_part_is_restored_by_its_original_absolute_path(world, tmp_path):
     src = str(tmp_path / "src")
     make_tree(src, random.Random(7))
     summary, _, _ = run_backup(world, [src])
-    manifest = world[1].index.manifest(summary["snapshot"])
+    manifest = snapshot_manifest(world, summary["snapshot"])
     restored, _ = run_restore(world, str(tmp_path / "out"), manifest,
                               [os.path.join(src, "sub", "deeper")])
     assert restored["failed"] == 0

@@ -18,7 +18,7 @@ from flud.client.restore.writer import InlineBlockWriter
 from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import make_world, run_until
+from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tools.treecmp import compare_trees
 
 KIB = 1024
@@ -48,7 +48,7 @@ def backup(world, src):
     job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
                  Progress("backup", quiet=True), clock=clock.seconds)
     summary = run_until(clock, job.run([src]))
-    return home.index.manifest(summary["snapshot"])
+    return snapshot_manifest(world, summary["snapshot"])
 
 
 class Syncs:

@@ -14,7 +14,7 @@ from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.conftest import everything_under
-from tests.unit.client.fakes import make_world, run_until
+from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -31,7 +31,7 @@ def backup(world, paths):
     job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
                  Progress("backup", quiet=True), clock=clock.seconds)
     summary = run_until(clock, job.run(paths))
-    return home.index.manifest(summary["snapshot"])
+    return snapshot_manifest(world, summary["snapshot"])
 
 
 def restore(world, dest, manifest, paths=()):

@@ -27,7 +27,7 @@ def file_ref(entry):
     if entry.size == 0:
         return None
     with open(entry.path, "rb") as f:
-        return SmallRef(hashlib.sha256(f.read()).hexdigest())
+        return SmallRef(hashlib.sha256(f.read()).hexdigest(), "", "ab" * 32, 0, 1)
 
 
 class Store:
@@ -64,7 +64,7 @@ def test_the_records_read_back_as_the_tree_on_disk(tmp_path):
     assert sorted(found) == ["docs", "docs/a.txt", "docs/old", "docs/old/b.txt", "empty",
                              "link", "src", "src/pkg", "src/pkg/c.py", "src/z.bin", "top"]
     assert found["link"].ref == "docs/a.txt" and found["src/z.bin"].ref is None
-    assert found["docs/a.txt"].ref == SmallRef(hashlib.sha256(b"alpha").hexdigest())
+    assert found["docs/a.txt"].ref == SmallRef(hashlib.sha256(b"alpha").hexdigest(), "", "ab" * 32, 0, 1)
     assert found["docs/old/b.txt"].mode == os.stat(tmp_path / "docs/old/b.txt").st_mode & 0o7777
     assert builder.records == builder.stored == 6
 

@@ -16,10 +16,10 @@ def entries():
     return [
         DirEntry("src", "d", 0o40755, 1_700_000_000_000_000_000, 0, REF),
         DirEntry("empty", "f", 0o100644, 2, 0, None),
-        DirEntry("notes.txt", "f", 0o100644, 3, 5, SmallRef(H)),
+        DirEntry("notes.txt", "f", 0o100644, 3, 5, SmallRef(H, "", H, 0, 5)),
         DirEntry("film.mkv", "f", 0o100600, 4, 10 ** 9, LargeRef(REF)),
         DirEntry("link", "l", 0o120777, 5, 9, "notes.txt"),
-        DirEntry("caf\udce9", "f", 0o100644, 6, 7, SmallRef("ef" * 32, "zstd")),
+        DirEntry("caf\udce9", "f", 0o100644, 6, 7, SmallRef("ef" * 32, "zstd", H, 100, 7)),
     ]
 
 

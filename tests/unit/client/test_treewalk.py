@@ -39,7 +39,7 @@ class Blobs:
 
 
 def f(name, size=3):
-    return DirEntry(name, "f", 0o100644, 1, size, SmallRef(KEY) if size else None)
+    return DirEntry(name, "f", 0o100644, 1, size, SmallRef(KEY, "", KEY, 0, size) if size else None)
 
 
 def d(name, ref, mtime=1):

@@ -112,7 +112,7 @@ def test_a_restore_onto_a_full_disk_fails_the_file_and_leaves_nothing(world, tmp
     clock, home, network = world
     src, _ = _large_tree(tmp_path, extents_count=1.5)
     summary, _, _ = run_backup(world, [src])
-    manifest, _ = _large_record(home, summary)
+    manifest, _ = _large_record(world, summary)
 
     def full(self, offset, piece):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

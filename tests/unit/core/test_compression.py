@@ -150,3 +150,56 @@ print(sorted(m for m in sys.modules if "zstd" in m or m.startswith("compression"
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# --- a large file's segment: planned, then compressed in its own buffer
+
+
+def test_a_segment_is_compressed_in_place_to_exactly_what_its_plan_said():
+    data = text(700_000)  # several SEGMENT_PIECEs and a short last one
+    method, stored = compression.plan_segment(data)
+    assert method == ZSTD and stored < len(data) // 2
+    buffer = bytearray(data) + b"tail that is not the segment's"
+    assert compression.compress_in_place(buffer, len(data)) == stored
+    # the same bytes as compressing it whole: the output is deterministic
+    assert bytes(buffer[:stored]) == compress(data)
+    assert buffer[len(data):] == b"tail that is not the segment's"  # nothing past it touched
+    assert decompress(ZSTD, bytes(buffer[:stored]), len(data)) == data
+    # and again, after a frame abandoned half way on the same thread
+    assert compression.compress_in_place(bytearray(os.urandom(300_000)), 300_000) is None
+    again = bytearray(data)
+    assert compression.compress_in_place(again, len(data)) == stored
+    assert bytes(again[:stored]) == bytes(buffer[:stored])
+
+
+def test_a_segment_that_does_not_compress_is_planned_as_it_is():
+    noise = os.urandom(1 << 20)
+    assert compression.plan_segment(noise) == (None, len(noise))
+    assert compression.plan_segment(b"") == (None, 0)
+    # noise first: the frame would overwrite bytes not read yet, so it is not
+    # compressed in place even though its second half compresses
+    mixed = os.urandom(300_000) + text(700_000)
+    assert compression.plan_segment(mixed) == (None, len(mixed))
+    buffer = bytearray(mixed)
+    assert compression.compress_in_place(buffer, len(mixed)) is None
+
+
+def test_a_segment_that_saves_too_little_is_planned_as_it_is(monkeypatch):
+    data = text(200_000)
+    monkeypatch.setattr(compression, "looks_incompressible", lambda _: False)
+    monkeypatch.setattr(compression, "MIN_SAVED_FRACTION", 1)  # must save all of it
+    assert compression.plan_segment(data) == (None, len(data))
+
+
+def test_decompress_pieces_makes_the_recorded_size_from_pieces_or_refuses():
+    data = text(500_000)
+    frame = compress(data)
+    pieces = [frame[i:i + 1000] for i in range(0, len(frame), 1000)]
+    assert b"".join(compression.decompress_pieces(ZSTD, pieces, len(data))) == data
+    for bad_pieces, size in [(pieces, len(data) - 1), (pieces, len(data) + 1),
+                             (pieces + [b"x"], len(data)), (pieces[:-1], len(data)),
+                             ([bytes(len(frame))], len(data)), ([frame, frame], len(data))]:
+        with pytest.raises(BadCompressedData):
+            list(compression.decompress_pieces(ZSTD, bad_pieces, size))
+    with pytest.raises(UnknownCompression):
+        list(compression.decompress_pieces("brotli", pieces, len(data)))

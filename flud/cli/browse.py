@@ -1,0 +1,173 @@
+"""Looking into snapshots: `flud ls` (snapshots, or the files of one),
+`flud find PATTERN` and `flud diff S1 S2`. Each walks the trees directory by
+directory (client/treewalk.py), so memory follows one directory."""
+import fnmatch
+import time
+
+from twisted.internet import defer
+
+from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
+from flud.client.manifest import ManifestMissing, snapshot_paths
+from flud.client.progress import human_bytes
+from flud.client.restore.tree import wanted_by
+from flud.client.snapshots import open_repository
+from flud.client.treewalk import TreeReader
+
+_KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
+_KIND_NAME = {"d": "dir", "f": "file", "l": "symlink"}
+# `ls --json` holds its entries until it prints them as one object: at most this many.
+JSON_ENTRIES = 200_000
+
+
+def snapshot_line(snapshot_id, created, host, paths, tags, files, size) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+    tagged = f"  [{', '.join(tags)}]" if tags else ""
+    return (f"snapshot {snapshot_id:>4}  {when}  {host or '-':<12} {files:>7} files "
+            f"{human_bytes(size):>10}  {' '.join(paths)}{tagged}")
+
+
+def entry_line(path, kind, mode, mtime_ns, size, target="") -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
+    extra = f" -> {target}" if target else ""
+    return f"{_KIND_LETTER[kind]} {mode:04o} {size:>12} {when} {path}{extra}"
+
+
+def list_local(index) -> int:
+    """The snapshots the local index knows (no network)."""
+    for s in index.snapshots():
+        print(snapshot_line(s["id"], s["created"], s.get("host", ""), s.get("roots", ()),
+                            s.get("tags", ()), s.get("files", 0), s.get("bytes", 0)))
+    return EXIT_OK
+
+
+@defer.inlineCallbacks
+def _repository(ctx):
+    try:
+        root, repo = yield open_repository(ctx)
+    except ManifestMissing as err:
+        raise UserError(str(err))
+    if repo is None:
+        raise UserError("this repository has only version-1 snapshots: back up once with "
+                        "this flud to browse it (restore reads them as they are)")
+    return repo
+
+
+def _damaged_reporter(problems):
+    def damaged(d):
+        problems.append((d.path, d.why))
+        print(f"  damaged: {d.path}: {d.why}")
+    return damaged
+
+
+@defer.inlineCallbacks
+def _records(repo, problems):
+    found = yield repo.snapshots(lambda blob_id, why: problems.append((blob_id, why)))
+    return found
+
+
+def _pick(records, snapshot_id):
+    if not records:
+        raise UserError("no snapshot could be read")
+    if snapshot_id is None:
+        return records[-1]
+    for blob_id, record in records:
+        if record.snapshot_id == snapshot_id:
+            return blob_id, record
+    raise UserError(f"no snapshot {snapshot_id}")
+
+
+@defer.inlineCallbacks
+def ls(ctx, args):
+    repo = yield _repository(ctx)
+    problems = []
+    try:
+        records = yield _records(repo, problems)
+        summary = vars(args).setdefault("summary", {})
+        if args.snapshot is None and not args.path:
+            summary["snapshots"] = [
+                {"id": r.snapshot_id, "created": r.time, "host": r.host, "paths": list(r.paths),
+                 "tags": list(r.tags), "files": r.stats.get("files", 0),
+                 "bytes": r.stats.get("bytes", 0)} for _, r in records]
+            for old in repo.index.v1:   # made before version 2: restore reads them as they are
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(old["created"]))
+                print(f"snapshot {old['id']:>4}  {when}  (version 1: a manifest)")
+            for _, r in records:
+                print(snapshot_line(r.snapshot_id, r.time, r.host, r.paths, r.tags,
+                                    r.stats.get("files", 0), r.stats.get("bytes", 0)))
+            return EXIT_SKIPPED if problems else EXIT_OK
+        _, record = _pick(records, args.snapshot)
+        paths = snapshot_paths(record.paths, [args.path]) if args.path else []
+        reader = TreeReader(repo.fetch_sealed, repo.sealer)
+        summary["snapshot"] = record.snapshot_id
+        entries = summary["entries"] = [] if getattr(args, "json", False) else None
+
+        def visit(path, entry):
+            target = entry.ref if entry.kind == "l" else ""
+            print(entry_line(path, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
+            if entries is not None and len(entries) < JSON_ENTRIES:
+                entries.append({"path": path, "kind": _KIND_NAME.get(entry.kind, entry.kind),
+                                "mode": entry.mode, "mtime_ns": entry.mtime_ns,
+                                "size": entry.size, **({"target": target} if target else {})})
+            elif entries is not None:
+                summary["truncated"] = True
+        yield reader.walk(record.tree, visit, _damaged_reporter(problems),
+                          wanted=wanted_by(paths))
+    finally:
+        repo.close()
+    return EXIT_SKIPPED if problems else EXIT_OK
+
+
+@defer.inlineCallbacks
+def find(ctx, args):
+    """Paths matching a pattern (on the name, or on the whole path when the
+    pattern holds a '/') in every snapshot, or one."""
+    repo = yield _repository(ctx)
+    problems, hits = [], [0]
+    pattern = args.pattern
+    try:
+        records = yield _records(repo, problems)
+        if args.snapshot is not None:
+            records = [_pick(records, args.snapshot)]
+        for _, record in records:
+            reader = TreeReader(repo.fetch_sealed, repo.sealer)
+
+            def visit(path, entry, record=record):
+                name = path.rsplit("/", 1)[-1]
+                subject = path if "/" in pattern else name
+                if fnmatch.fnmatchcase(subject, pattern):
+                    hits[0] += 1
+                    target = entry.ref if entry.kind == "l" else ""
+                    print(f"snapshot {record.snapshot_id:>4}  "
+                          + entry_line(path, entry.kind, entry.mode, entry.mtime_ns,
+                                       entry.size, target))
+            yield reader.walk(record.tree, visit, _damaged_reporter(problems))
+    finally:
+        repo.close()
+    print(f"{hits[0]} match(es) in {len(records)} snapshot(s)")
+    if problems:
+        return EXIT_SKIPPED
+    return EXIT_OK if hits[0] else EXIT_NO_MATCH
+
+
+@defer.inlineCallbacks
+def diff(ctx, args):
+    """Added (+), removed (-) and changed (M) paths from one snapshot to
+    another; a directory whose mode or time changed (an entry added or
+    removed in it moves its mtime) is changed too, with a trailing '/'."""
+    repo = yield _repository(ctx)
+    problems, counts = [], {"+": 0, "-": 0, "M": 0}
+    try:
+        records = yield _records(repo, problems)
+        _, old = _pick(records, args.old)
+        _, new = _pick(records, args.new)
+        reader = TreeReader(repo.fetch_sealed, repo.sealer)
+
+        def report(change, path, a, b):
+            counts[change] += 1
+            suffix = "/" if (b or a).kind == "d" else ""
+            print(f"{change} {path}{suffix}")
+        yield reader.diff(old.tree, new.tree, report, _damaged_reporter(problems))
+    finally:
+        repo.close()
+    print(f"{counts['+']} added, {counts['-']} removed, {counts['M']} changed")
+    return EXIT_SKIPPED if problems else EXIT_OK

@@ -1,0 +1,167 @@
+"""A backup's last steps in the version-2 format (docs/snapshots.md): the
+tree of directory records, then the map page, the snapshot record, the map
+index and the root record.
+
+The tree is built from a second walk of the roots once every changed file
+has landed: each directory's files are answered by the index (what this run
+or an earlier one stored for them, as it was scanned), so a directory's
+record can be made and sealed at once, and one directory's listing is all
+that is held besides the open directories' record ids. A file that was
+skipped while reading, or that appeared after the first walk, is left out
+(the next snapshot has it). A record whose blob id the index knows is stored
+already: an unchanged directory costs a seal and a hash, no STORE.
+
+New records travel with the small files (SmallFiles.add_blob). The map page
+of this run (its bundles, where its records are, and the previous run's
+final bundles) goes in a bundle of its own, and then the snapshot record and
+the map index in another: the index names each page with its bundle's
+record, and the root record names the last bundle's, so everything is found
+from the key alone.
+"""
+import os
+import socket
+
+from twisted.internet import defer
+
+from flud.client.backup.tree import TreeBuilder
+from flud.client.blobs import BlobSealer
+from flud.client.context import wall_clock
+from flud.client.head import Head, store_blobs, write_head
+from flud.client.holders import MapIndex, MapPage
+from flud.client.manifest import root_names
+from flud.client.records import EMPTY, LARGE, SMALL
+from flud.client.scan import entry_of, list_children
+from flud.client.tree import LargeRecord, LargeRef, SmallRef, SnapshotRecord
+from flud.client.walk import walk
+
+
+def _quiet(path, why):
+    """The second walk's skips were said by the first."""
+
+
+class TreeWriter:
+    """Builds the tree of one backup. index: the client index; small: the
+    run's SmallFiles (records go out with its bundles); skipped: paths the
+    run could not read."""
+
+    def __init__(self, index, sealer: BlobSealer, small, skipped):
+        self.index = index
+        self.sealer = sealer
+        self.small = small
+        self.skipped = skipped
+        self._new = set()       # blob ids stored by this run (not in the index yet)
+        self._outgoing = []     # (blob id, sealed) waiting to be handed to the small files
+        self.builder = TreeBuilder(sealer, self._known, self._store)
+        self.files = self.bytes = self.dirs = 0
+
+    def _known(self, blob_id: str) -> bool:
+        return blob_id in self._new or self.index.known_blob(blob_id)
+
+    def _store(self, blob_id: str, sealed: bytes) -> None:
+        self._new.add(blob_id)
+        self._outgoing.append((blob_id, sealed))
+
+    @defer.inlineCallbacks
+    def _hand_over(self):
+        outgoing, self._outgoing = self._outgoing, []
+        for blob_id, sealed in outgoing:
+            yield self.small.add_blob(blob_id, sealed)
+
+    def _file_ref(self, states):
+        def file_ref(entry):
+            if entry.path in self.skipped:
+                raise KeyError(entry.path)
+            state = states[entry.path]       # KeyError: not seen by the first walk
+            content = self.index.content(state.content_id)
+            if content is None:
+                raise KeyError(entry.path)
+            # The snapshot holds the file as it was read, not as it is now.
+            entry.size, entry.mtime_ns = state.size, state.mtime_ns
+            self.files += 1
+            self.bytes += state.size
+            kind = content["t"]
+            if kind == EMPTY:
+                return None
+            if kind == SMALL:
+                return SmallRef(content["key"], content.get("z") or "", content["b"],
+                                content["o"], content["l"])
+            if kind != LARGE:
+                raise KeyError(entry.path)
+            blob_id, sealed = self.sealer.seal(LargeRecord(content).encode())
+            blob_id = blob_id.hex()
+            if not self._known(blob_id):
+                self._store(blob_id, sealed)
+            return LargeRef(blob_id)
+        return file_ref
+
+    @defer.inlineCallbacks
+    def build(self, roots, excludes):
+        """The blob id of the snapshot's root directory record."""
+        tops = []
+        for root, name in zip(roots, root_names(roots)):
+            try:
+                st = os.lstat(root)
+            except OSError:
+                continue   # said by the first walk
+            top = entry_of(root, st, _quiet)
+            if top is None:
+                continue
+            if top.kind == "dir":
+                for listing in walk(root, excludes, _quiet, list_children):
+                    states = self.index.states_in(listing.path)
+                    self.builder.directory(listing, self._file_ref(states))
+                    self.dirs += 1
+                    yield self._hand_over()
+                tops.append((name, top, None))
+            elif top.kind == "file":
+                try:
+                    ref = self._file_ref(self.index.states_in(os.path.dirname(root)))(top)
+                except KeyError:
+                    continue
+                tops.append((name, top, ref))
+            else:
+                tops.append((name, top, top.target))
+        tree = self.builder.root(tops)
+        yield self._hand_over()
+        return tree
+
+
+@defer.inlineCallbacks
+def publish_tree(ctx, small, run_bundles, run_blobs, tree: str, roots, tags, stats, shares,
+                 extents=None):
+    """Store this run's map page, its snapshot record and the new map index,
+    and point the root record at them. run_bundles: {bundle id: Bundle} this
+    run stored; run_blobs: [BlobRef] of the records it stored; shares: the
+    keys of the shares it stored (their VERIFY challenges go in the page);
+    extents: {extent id: share holders} of the large files' extents it
+    stored (the map is the inventory prune reads).
+    Returns (snapshot id, time, the snapshot record's blob id)."""
+    index, sealer = ctx.index, BlobSealer(ctx.secret)
+    head = Head.load(index)
+    previous = index.snapshots()
+    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
+    blobs = list(run_blobs)
+    if head.snapshot:   # the last head's records become the map's to locate
+        blobs.append(head.snapshot)
+    challenges = [(key, found) for key in sorted(shares)
+                  if (found := index.challenges(key)) is not None]
+    page = MapPage.of(bundles={**head.final, **run_bundles}, extents=extents, blobs=blobs,
+                      challenges=challenges)
+    page_id, page_sealed = sealer.seal(page.encode())
+    refs, page_bundles, page_challenges = yield store_blobs(small,
+                                                            [(page_id.hex(), page_sealed)])
+    index.add_bundles((bid, b.to_wire()) for bid, b in page_bundles.items())
+    index.add_challenges(page_challenges.items())
+    page_ref = refs[page_id.hex()]
+    index.add_blobs([page_ref])
+    created = wall_clock()
+    record = SnapshotRecord(snapshot_id, created, socket.gethostname(),
+                            tuple(os.path.abspath(r) for r in roots), tuple(tags), False,
+                            head.snapshot.blob_id if head.snapshot else None, tree, stats)
+    snap_id, snap_sealed = sealer.seal(record.encode())
+    old = head.index
+    new_index = MapIndex(old.pages + ((page_ref, page_bundles[page_ref.bundle]),),
+                         old.snapshots + (snap_id.hex(),), old.v1)
+    yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
+                     records=[(snap_id.hex(), snap_sealed)])
+    return snapshot_id, created, snap_id.hex()

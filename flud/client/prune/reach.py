@@ -1,0 +1,161 @@
+"""What the kept snapshots reach, and what the repository holds.
+
+Reach: every kept snapshot's tree is walked record by record, each record
+once however many snapshots share it (an unchanged directory is one blob),
+so the cost follows the unique records, not snapshots x files. What is
+reached: bundles (and the bytes of each that are live, with every live
+member written to an sqlite table, for repacking), and extents. The map's
+own pages and index, the kept snapshot records and the version-1
+manifests still listed are reached too.
+
+Inventory: every bundle and extent the repository holds, from the holder
+map (which every backup adds its bundles and extents to) and from this
+home's index (which also knows what a backup killed half way stored: its
+extents are written as they land, its bundles every few hundred files).
+"""
+import json
+from typing import NamedTuple
+
+from twisted.internet import defer
+
+from flud.client.manifest import fetch_manifest
+from flud.client.records import Bundle, extent_id
+from flud.client.tree import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
+
+BUNDLE, EXTENT = "b", "x"
+
+
+def object_id(kind: str, name: str) -> str:
+    """An object's id in prune's bookkeeping: what one set of DELETEs removes."""
+    return f"{kind}:{name}"
+
+
+class Reached(NamedTuple):
+    bundles: dict      # bundle id -> live bytes in it
+    extents: set       # extent ids
+    records: int       # directory and large-content records read
+
+
+class Reach:
+    """repo: an open Repository; kept: [(blob id, SnapshotRecord)]."""
+
+    def __init__(self, repo, kept, ctx):
+        self.repo = repo
+        self.kept = kept
+        self.ctx = ctx
+        self.bundles = {}
+        self.extents = set()
+        self._seen = set()     # record blob ids read
+        db = repo.cache.db
+        # kind: "blob" (a record: its id checks it), or "small:" + method
+        # with the file's size (its convergent key checks it)
+        db.execute("CREATE TABLE IF NOT EXISTS live_members (bundle TEXT, key TEXT, "
+                   "offset INTEGER, length INTEGER, kind TEXT, size INTEGER)")
+        db.execute("CREATE INDEX IF NOT EXISTS live_by_bundle ON live_members (bundle)")
+        self._db = db
+        self._rows = []
+
+    def _live(self, bundle_id, key, offset, length, kind, size=0) -> None:
+        self.bundles[bundle_id] = self.bundles.get(bundle_id, 0) + length
+        self._rows.append((bundle_id, key, offset, length, kind, size))
+        if len(self._rows) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._db:
+            self._db.executemany("INSERT INTO live_members VALUES (?,?,?,?,?,?)", self._rows)
+        self._rows = []
+
+    def _blob(self, blob_id) -> None:
+        ref = self.repo.cache.blob(blob_id)
+        if ref is not None:
+            self._live(ref.bundle, ref.blob_id, ref.offset, ref.length, "blob")
+
+    @defer.inlineCallbacks
+    def run(self):
+        root = self.repo.root
+        for bundle_id, bundle in root.bundles:   # the head: map index, newest snapshot
+            self.bundles.setdefault(bundle_id, 0)
+        self._live(root.map_index.bundle, root.map_index.blob_id, root.map_index.offset,
+                   root.map_index.length, "blob")
+        for ref, _ in self.repo.index.pages:
+            self._live(ref.bundle, ref.blob_id, ref.offset, ref.length, "blob")
+        for blob_id, record in self.kept:
+            self._blob(blob_id)
+            yield self._tree(record.tree)
+        for old in self.repo.index.v1:
+            yield self._version1(old)
+        self._flush()
+        return Reached(self.bundles, self.extents, len(self._seen))
+
+    @defer.inlineCallbacks
+    def _tree(self, tree_id):
+        stack = [tree_id]
+        while stack:
+            blob_id = stack.pop()
+            if blob_id in self._seen:
+                continue
+            self._seen.add(blob_id)
+            self._blob(blob_id)
+            record = yield self.repo.open_blob(blob_id)
+            directory = DirectoryRecord.decode(record)
+            stack.extend(directory.more)
+            for entry in directory.entries:
+                if entry.kind == DIRECTORY:
+                    stack.append(entry.ref)
+                elif isinstance(entry.ref, SmallRef):
+                    self._small(entry.ref, entry.size)
+                elif isinstance(entry.ref, LargeRef):
+                    yield self._large(entry.ref.content)
+
+    def _small(self, ref: SmallRef, size: int) -> None:
+        moved = self.repo.cache.blob(ref.key)   # repacked: the map says where it is now
+        where = (moved.bundle, moved.offset, moved.length) if moved else \
+            (ref.bundle, ref.offset, ref.length)
+        self._live(where[0], ref.key, where[1], where[2], "small:" + ref.method, size)
+
+    @defer.inlineCallbacks
+    def _large(self, blob_id):
+        if blob_id in self._seen:
+            return
+        self._seen.add(blob_id)
+        self._blob(blob_id)
+        content = LargeRecord.decode((yield self.repo.open_blob(blob_id))).content
+        for extent in content.get("ext", ()):
+            self.extents.add(extent_id(extent))
+
+    @defer.inlineCallbacks
+    def _version1(self, old):
+        """A version-1 snapshot still listed: everything its manifest names is live."""
+        ctx = self.ctx
+        manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
+                                        old["manifest"])
+        for bundle_id, record in manifest["bundles"].items():
+            self.bundles[bundle_id] = self.bundles.get(bundle_id, 0) + Bundle.from_wire(
+                record).length
+        for content in manifest["contents"].values():
+            for extent in content.get("ext", ()):
+                self.extents.add(extent_id(extent))
+
+
+def inventory(repo, client_index):
+    """{object id: (kind, name, [(share key, node id hex)])}: every bundle
+    and extent the map or this home's index knows, with where its shares are
+    (the map's newest holders first)."""
+    found = {}
+    for bundle_id, record in client_index.bundle_rows():
+        record = json.loads(record)
+        found[object_id(BUNDLE, bundle_id)] = (BUNDLE, bundle_id, _shares(record["shares"]))
+    for bundle_id in repo.cache.bundle_ids():
+        record = repo.cache.bundle_record(bundle_id)
+        found[object_id(BUNDLE, bundle_id)] = (BUNDLE, bundle_id, _shares(record["shares"]))
+    for key, record in client_index.extent_rows():
+        found[object_id(EXTENT, extent_id(record))] = (EXTENT, extent_id(record),
+                                                      _shares(record["shares"]))
+    for xid, holders in repo.cache.extent_rows():
+        found[object_id(EXTENT, xid)] = (EXTENT, xid, _shares(holders))
+    return found
+
+
+def _shares(rows):
+    return [(row[1], row[2]) for row in rows]

@@ -1,0 +1,81 @@
+"""Repacking: the live members of mostly-dead bundles stored again in new
+bundles, so the old bundle dies whole and its shares can be deleted.
+
+A member moves as it is stored (sealed record, or encrypted small file):
+nothing is decrypted into a new form, so every tree record that names it
+stays valid; the holder map gets a row for its key with the new range (the
+newest row wins), and this home's index points its content there, so later
+backups name the new range. Each member is checked before it moves (a
+record against its address, a small file against its convergent key): a
+damaged one is rebuilt from other shares, as a restore would.
+"""
+import json
+
+from twisted.internet import defer
+
+from flud.client.blobs import BlobSealer
+from flud.client.contents import ContentCheckFailed, open_small
+from flud.client.head import record_sender, store_blobs
+from flud.client.records import SmallContent
+from flud.client.restore.small import SmallFetch
+
+
+class _StoredBytes(SmallFetch):
+    """A member's stored bytes, checked (a record's id, a small file's key)."""
+
+    def __init__(self, ctx, bundles, sealer):
+        super().__init__(ctx, bundles, ctx.coder, lambda *a: None, lambda n: None)
+        self._sealer = sealer
+
+    def open(self, content, ciphertext):
+        data = bytes(ciphertext)
+        if content.method == "blob":
+            return data if self._sealer.blob_id(data).hex() == content.key else None
+        try:
+            open_small(self.ctx.secret, content._replace(method=content.method or None), data)
+        except ContentCheckFailed:
+            return None
+        return data
+
+
+@defer.inlineCallbacks
+def repack(ctx, repo, bundle_ids):
+    """Store the live members of these bundles again: [(BlobRef of the new
+    range, its bundle id, Bundle)], and this home's index updated."""
+    db = repo.cache.db
+    marks = ",".join("?" * len(bundle_ids))
+    members = db.execute(f"SELECT DISTINCT key, bundle, offset, length, kind, size "
+                         f"FROM live_members WHERE bundle IN ({marks})",
+                         list(bundle_ids)).fetchall()
+    fetch = _StoredBytes(ctx, repo.bundles, BlobSealer(ctx.secret))
+    small = record_sender(ctx)
+    try:
+        moved_keys = set()
+        for key, bundle, offset, length, kind, size in members:
+            method = "blob" if kind == "blob" else kind.split(":", 1)[1]
+            content = SmallContent(size, key, bundle, offset, length, method)
+            data = yield fetch.fetch(content)
+            yield small.add_blob(key, data)
+            moved_keys.add(key)
+        _, bundles, challenges = yield store_blobs(small, [])
+    finally:
+        small.close()
+    located = [ref for ref in small.blob_refs if ref.blob_id in moved_keys]
+    index = ctx.index
+    index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
+    index.add_challenges(challenges.items())
+    _point_contents(index, {ref.blob_id: ref for ref in located})
+    return [(ref, ref.bundle, bundles[ref.bundle]) for ref in located]
+
+
+def _point_contents(index, moved) -> None:
+    """Small contents and records whose bytes moved now name their new range."""
+    updates = []
+    for content_id, record in index.content_rows():
+        record = json.loads(record)
+        ref = moved.get(record.get("key"))
+        if ref is not None and record.get("t") == "S":
+            record.update(b=ref.bundle, o=ref.offset, l=ref.length)
+            updates.append((content_id, record))
+    index.add_contents(updates)
+    index.add_blobs([ref for ref in moved.values() if index.known_blob(ref.blob_id)])

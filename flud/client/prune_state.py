@@ -1,0 +1,261 @@
+"""Prune's bookkeeping (`flud prune`): which unreferenced objects may be
+deleted in this run, and what is still to delete. Pure: no clock, no I/O;
+the caller gives the time, what is stored, what is referenced, and stores
+the state between runs.
+
+An object is what one DELETE removes: a share (or an archive member) on one
+node, named by the caller, say "KEY@NODE". An object is deleted only if all
+of these hold:
+1. no kept snapshot reaches it and no live backup names it in its newest
+   checkpoint (a running backup's record of what it stored or reused,
+   written when it starts and at least every CHECKPOINT_INTERVAL; one
+   silent for CHECKPOINT_STALE is a dead backup and counts no more);
+2. it was not stored after a live backup's newest checkpoint (that backup
+   may be about to name it; less CLOCK_SKEW: clocks of two machines);
+3. it was found so in an earlier run too, and in every run since (a run
+   that finds it referenced, or not stored at all, forgets the mark; one
+   stored again since its mark starts over);
+4. it was stored more than the grace period ago (24 h by default; 0
+   allowed), counted from its first sighting when its store time is unknown;
+5. every live backup has written a checkpoint since the run that marked it
+   (plus CLOCK_SKEW): a backup that reused it before then names it there.
+
+A run is planned (plan_run) and its state written; then it looks again
+(second_look: the snapshots and checkpoints as they are now, since a backup
+may have finished meanwhile) and sends the deletes that still hold. An
+object decided for deletion goes to `pending` first, so a prune killed at
+any point leaves every decided object pending, and the next run sends its
+DELETE again (a DELETE of what is already gone is done, not an error:
+deletes are idempotent). A DELETE that fails (its node is
+down) stays pending for later runs; the node's lease expiry is the
+backstop. A pending object that something references again is "revived":
+it is taken off the list and the caller stores it again (some of its nodes
+may already have dropped it).
+
+What a backup does for this to hold (the caller's part), in this order
+when it finishes: it writes a last checkpoint naming everything its
+snapshot will reference; then asks must_restore() which of those a prune
+has decided to delete or deleted; stores each of them again on other nodes
+(a new object: a prune's DELETE of the old copy, maybe in flight, cannot
+touch it); then publishes its snapshot. Either the prune's second look
+comes after that last checkpoint (and keeps the object), or the prune's
+state, written before its second look, is what must_restore reads. The
+client index forgets what prune deleted; the tombstones (TOMBSTONE_KEEP)
+cover backups that read the index before.
+"""
+from typing import Mapping, NamedTuple, Optional, Tuple
+
+from flud.errors import FludError
+
+CHECKPOINT_INTERVAL = 15 * 60   # a running backup writes a checkpoint at least this often
+CHECKPOINT_STALE = 3 * CHECKPOINT_INTERVAL  # silent this long: the backup is dead
+CLOCK_SKEW = 5 * 60             # how far two machines' clocks may disagree
+DEFAULT_GRACE = 24 * 3600
+TOMBSTONE_KEEP = 7 * 24 * 3600  # deletions remembered for backups that started before them
+STATE_VERSION = 1
+
+DELETED, ABSENT, FAILED = "deleted", "absent", "failed"
+
+
+class PruneStateError(FludError):
+    """A prune state that cannot be read: newer than this flud, or damaged."""
+
+    code = "PRUNE_STATE"
+
+
+class StoredObject(NamedTuple):
+    """What the repository holds: `stored_at` is when it was stored (unix
+    seconds), None if that is not known."""
+    id: str
+    kind: str
+    stored_at: Optional[float] = None
+
+
+class Checkpoint(NamedTuple):
+    """A running backup's newest checkpoint: what it stored or reused so far."""
+    backup: str
+    started: float
+    written: float
+    refs: frozenset
+
+
+class Mark(NamedTuple):
+    """An object found unreferenced in run `run` (at time `seen`), and still so since."""
+    run: int
+    seen: float
+    stored_at: Optional[float]
+
+
+class Pending(NamedTuple):
+    """A delete decided in run `run` and not yet confirmed."""
+    run: int
+    decided: float
+    attempts: int = 0
+    error: str = ""
+
+
+class PruneState(NamedTuple):
+    run: int = 0                               # the last run whose plan was written
+    marks: Mapping[str, Mark] = {}
+    pending: Mapping[str, Pending] = {}
+    deleted: Mapping[str, float] = {}          # tombstones: id -> when confirmed
+
+    def to_wire(self) -> dict:
+        return {"v": STATE_VERSION, "run": self.run,
+                "marks": {k: list(m) for k, m in sorted(self.marks.items())},
+                "pending": {k: list(p) for k, p in sorted(self.pending.items())},
+                "deleted": dict(sorted(self.deleted.items()))}
+
+    @classmethod
+    def from_wire(cls, record) -> "PruneState":
+        if not isinstance(record, dict) or not isinstance(record.get("v"), int):
+            raise PruneStateError("the prune state is damaged (no version)")
+        if record["v"] > STATE_VERSION:
+            raise PruneStateError(f"the prune state is version {record['v']}, written by a "
+                                  f"newer flud: upgrade flud to prune this repository")
+        try:
+            return cls(int(record["run"]),
+                       {k: Mark(*m) for k, m in record["marks"].items()},
+                       {k: Pending(*p) for k, p in record["pending"].items()},
+                       {k: float(t) for k, t in record["deleted"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise PruneStateError(f"the prune state is damaged: {err}") from None
+
+
+class RunPlan(NamedTuple):
+    """run: this run's number. state: to be written BEFORE any delete.
+    delete: ids to DELETE now (decided now, or pending from earlier runs).
+    marked: first found unreferenced now. waiting: {id: why} unreferenced
+    but not deletable yet. revived: pending deletes referenced again: store
+    them again. protected: {id: why} unreferenced by snapshots but kept for
+    a live backup."""
+    run: int
+    state: PruneState
+    delete: Tuple[str, ...]
+    marked: Tuple[str, ...]
+    waiting: Mapping[str, str]
+    revived: Tuple[str, ...]
+    protected: Mapping[str, str]
+
+
+def live_checkpoints(checkpoints, now: float) -> list:
+    """The checkpoints of backups still running (written within CHECKPOINT_STALE)."""
+    return [c for c in checkpoints if now - c.written <= CHECKPOINT_STALE]
+
+
+def plan_run(state: PruneState, objects, referenced, checkpoints, now: float,
+             grace: float = DEFAULT_GRACE) -> RunPlan:
+    """One prune run. objects: StoredObjects (everything the repository
+    holds); referenced: the ids the kept snapshots reach; checkpoints: every
+    backup checkpoint found (stale ones are ignored); grace in seconds."""
+    if grace < 0:
+        raise ValueError("a grace period is 0 or more")
+    run = state.run + 1
+    live = live_checkpoints(checkpoints, now)
+    named = set(referenced)
+    for checkpoint in live:
+        named |= checkpoint.refs
+    marks, pending = {}, dict(state.pending)
+    marked, waiting, protected, revived = [], {}, {}, []
+    for obj in objects:
+        if obj.id in named:
+            continue
+        if obj.id in pending:
+            continue  # decided already: retried below
+        recent = [c.backup for c in live
+                  if obj.stored_at is None or obj.stored_at >= c.written - CLOCK_SKEW]
+        if recent:
+            protected[obj.id] = f"stored since backup {recent[0]}'s last checkpoint"
+            continue
+        mark = state.marks.get(obj.id)
+        if mark is None or mark.stored_at != obj.stored_at:  # new, or stored again since
+            marks[obj.id] = Mark(run, now, obj.stored_at)
+            marked.append(obj.id)
+            waiting[obj.id] = "first found unreferenced in this run"
+            continue
+        why = _not_yet(obj, mark, live, now, grace)
+        if why:
+            marks[obj.id] = mark
+            waiting[obj.id] = why
+            continue
+        pending[obj.id] = Pending(run, now)
+    for object_id in list(pending):
+        if object_id in named:
+            del pending[object_id]
+            revived.append(object_id)
+    stored_again = {o.id for o in objects if o.id in state.deleted and o.stored_at is not None
+                    and o.stored_at > state.deleted[o.id]}
+    deleted = {k: t for k, t in state.deleted.items()
+               if now - t <= TOMBSTONE_KEEP and k not in stored_again}
+    new_state = PruneState(run, marks, pending, deleted)
+    return RunPlan(run, new_state, tuple(sorted(pending)), tuple(marked), waiting,
+                   tuple(sorted(revived)), protected)
+
+
+def second_look(state: PruneState, referenced, checkpoints, now: float):
+    """After the run's state is written, just before its DELETEs: (the
+    state, the ids to delete, the ids revived) with what the snapshots and
+    live checkpoints reference now. Revived ones leave `pending`."""
+    named = set(referenced)
+    for checkpoint in live_checkpoints(checkpoints, now):
+        named |= checkpoint.refs
+    revived = sorted(i for i in state.pending if i in named)
+    pending = {i: p for i, p in state.pending.items() if i not in named}
+    return state._replace(pending=pending), tuple(sorted(pending)), tuple(revived)
+
+
+def _not_yet(obj: StoredObject, mark: Mark, live, now: float, grace: float) -> str:
+    """Why a marked object may not be deleted yet ("" if it may)."""
+    stored_at = obj.stored_at if obj.stored_at is not None else mark.seen
+    if now - stored_at < grace:
+        return f"stored {_span(now - stored_at)} ago, grace {_span(grace)}"
+    for checkpoint in live:
+        if checkpoint.written < mark.seen + CLOCK_SKEW:
+            return (f"backup {checkpoint.backup} has not written a checkpoint since "
+                    f"run {mark.run} found it unreferenced")
+    return ""
+
+
+class Outcome(NamedTuple):
+    """What one DELETE gave: DELETED, ABSENT (nothing to delete: done), or
+    FAILED (its node down or in error; `error` says so)."""
+    status: str
+    error: str = ""
+
+
+def record_deletes(state: PruneState, outcomes: Mapping[str, Outcome],
+                   now: float) -> PruneState:
+    """The state once these DELETEs answered: done ones leave `pending` for
+    the tombstones, failed ones stay (counted) for a later run. Ids of no
+    outcome (the run was stopped) stay pending as they were."""
+    pending, deleted = dict(state.pending), dict(state.deleted)
+    for object_id, outcome in outcomes.items():
+        entry = pending.get(object_id)
+        if entry is None:
+            continue  # revived meanwhile, or answered twice
+        if outcome.status in (DELETED, ABSENT):
+            del pending[object_id]
+            deleted[object_id] = now
+        elif outcome.status == FAILED:
+            pending[object_id] = entry._replace(attempts=entry.attempts + 1,
+                                                error=outcome.error)
+        else:
+            raise ValueError(f"unknown outcome {outcome.status!r}")
+    return state._replace(pending=pending, deleted=deleted)
+
+
+def must_restore(state: PruneState, refs) -> set:
+    """Of the ids a backup references (`refs`), those a prune decided to
+    delete (pending) or deleted (its index, read before, still listed
+    them): the backup stores them again, elsewhere, before it publishes its
+    snapshot."""
+    return {r for r in refs if r in state.pending or r in state.deleted}
+
+
+def _span(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 86400:
+        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{seconds // 60}m {seconds % 60}s"

@@ -1,0 +1,94 @@
+"""Finding snapshots: the repository the nodes hold (version 2) or the
+manifests of version 1, by id or the newest, from the local index when it
+knows and from the nodes (the key alone) when it does not."""
+from twisted.internet import defer
+
+from flud.client.holders import RootRecord
+from flud.client.manifest import fetch_manifest, find_root
+from flud.client.repo import Repository
+from flud.errors import FludError
+
+
+class NoSuchSnapshot(FludError):
+    code = "NO_SUCH_SNAPSHOT"
+
+
+class Found:
+    """A snapshot found: version 1 (manifest) or version 2 (repo and record).
+    close() releases the repository's map cache."""
+
+    def __init__(self, manifest=None, repo=None, record=None, record_id=None):
+        self.manifest, self.repo, self.record, self.record_id = manifest, repo, record, record_id
+
+    @property
+    def snapshot_id(self) -> int:
+        return self.manifest["snapshot"] if self.manifest else self.record.snapshot_id
+
+    def close(self) -> None:
+        if self.repo is not None:
+            self.repo.close()
+
+
+@defer.inlineCallbacks
+def open_repository(ctx, report_bad=lambda node, key, why: None,
+                    count_retrieves=lambda n: None):
+    """(root, Repository or None): the newest root record on the nodes; a
+    Repository (opened) if it is version 2."""
+    root = yield find_root(ctx.network, ctx.secret)
+    if not isinstance(root, RootRecord):
+        return root, None
+    repo = Repository(ctx, report_bad, count_retrieves)
+    try:
+        yield repo.open(root)
+    except BaseException:
+        repo.close()
+        raise
+    return root, repo
+
+
+@defer.inlineCallbacks
+def find_snapshot(ctx, snapshot=None, report_bad=lambda node, key, why: None,
+                  count_retrieves=lambda n: None):
+    """The snapshot `snapshot` (an id) or the newest, as a Found."""
+    index = ctx.index
+    known = index.snapshots()
+    if known and (snapshot is None or any(s["id"] == snapshot for s in known)):
+        chosen = known[-1] if snapshot is None else next(s for s in known if s["id"] == snapshot)
+        manifest = index.manifest(chosen["id"])
+        if manifest is not None:
+            return Found(manifest=manifest)
+    root, repo = yield open_repository(ctx, report_bad, count_retrieves)
+    if repo is None:
+        manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
+                                        root["manifest"])
+        if snapshot is not None and snapshot != manifest["snapshot"]:
+            older = {h["id"]: h["manifest"] for h in manifest["history"]}
+            if not older.get(snapshot):
+                raise NoSuchSnapshot(f"no snapshot {snapshot}; the newest is "
+                                     f"{manifest['snapshot']}")
+            manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
+                                            older[snapshot])
+        return Found(manifest=manifest)
+    try:
+        found = yield _in_repository(ctx, repo, snapshot)
+    except BaseException:
+        repo.close()
+        raise
+    return found
+
+
+@defer.inlineCallbacks
+def _in_repository(ctx, repo, snapshot):
+    if snapshot is None:
+        record = yield repo.snapshot(repo.root.snapshot.blob_id)
+        return Found(repo=repo, record=record, record_id=repo.root.snapshot.blob_id)
+    for entry in repo.index.v1:
+        if entry.get("id") == snapshot and entry.get("manifest"):
+            repo.close()
+            manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
+                                            entry["manifest"])
+            return Found(manifest=manifest)
+    for blob_id, record in (yield repo.snapshots()):
+        if record.snapshot_id == snapshot:
+            return Found(repo=repo, record=record, record_id=blob_id)
+    raise NoSuchSnapshot(f"no snapshot {snapshot} in the repository")
