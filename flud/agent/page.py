@@ -137,13 +137,17 @@ def _health(status) -> str:
         o = health["objects"]
         out.append(f'<p id="health">objects: <span class="ok">{e(o["healthy"])} healthy</span>, '
                    f'{e(o["degraded"])} degraded, <span class="bad">{e(o["lost"])} lost</span>; '
-                   f'repairs done: {e(status["repaired"])}</p>')
-        out.append('<table id="nodes"><tr><th>node</th><th>reachable</th><th>bytes stored</th></tr>')
+                   f'repairs done: {e(status["repaired"])} '
+                   f'({e(human(health["recreated_bytes"]))} re-created in the last check)</p>')
+        out.append('<table id="nodes"><tr><th>node</th><th>reachable</th><th>shares</th>'
+                   '<th>ok</th><th>corrupt</th><th>missing</th><th>bytes stored</th></tr>')
         for n in health["nodes"]:
             out.append(f'<tr><td><code>{e(n["node"][:16])}</code></td>'
                        f'<td class="{"ok" if n["reachable"] else "bad"}">'
                        f'{"yes" if n["reachable"] else "no"}</td>'
-                       f'<td class="n">{e(human(n["bytes"]))}</td></tr>')
+                       + "".join(f'<td class="n">{e(n[k])}</td>'
+                                 for k in ("shares", "ok", "corrupt", "missing"))
+                       + f'<td class="n">{e(human(n["bytes"]) if n["bytes"] else "—")}</td></tr>')
         out.append("</table>")
     verify = status["verify"]
     if verify is None:

@@ -1,9 +1,8 @@
 """What the status page and /api/status show, from the agent's state: pure.
 
-Health and bytes per node come from the newest `check` run's summary (read
-tolerantly: `objects` {healthy, degraded, lost}, `nodes` {id: {reachable,
-bytes}}, `repaired`); until a check has run, health is None ("no check
-yet"). The newest `verify` run's per-node counts are shown beside it. The
+Health and the nodes' share counts come from the newest `check` run's
+summary (`flud check --json`, read tolerantly: see health_of); until a
+check has run, health is None ("no check yet"). The newest `verify` run's per-node counts are shown beside it. The
 time series are read off the history: bytes stored (a check's total, or
 the sum of what backups sent) and health per check.
 """
@@ -35,24 +34,39 @@ def run_line(record) -> str:
         t = summary["totals"]
         return (f"{t.get('confirmed', 0)} confirmed, {t.get('missing', 0)} missing, "
                 f"{t.get('corrupt', 0)} corrupt, {t.get('unreachable', 0)} unreachable")
-    if job == "check" and "objects" in summary:
-        o = summary["objects"]
-        return (f"{o.get('healthy', 0)} healthy, {o.get('degraded', 0)} degraded, "
-                f"{o.get('lost', 0)} lost, {summary.get('repaired', 0)} repaired")
+    found = health_of(summary) if job == "check" else None
+    if found is not None:
+        o = found["objects"]
+        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['lost']} lost, "
+                f"{found['repaired']} repaired")
     return f"exit {record.get('exit')}"
 
 
 def health_of(summary):
-    """A check summary -> {objects, nodes, repaired}, or None."""
-    if not isinstance(summary, dict) or not isinstance(summary.get("objects"), dict):
+    """A check summary (CheckReport.summary(): counts {healthy, degraded,
+    lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
+    -> {objects, nodes, repaired, recreated_bytes}, or None."""
+    if not isinstance(summary, dict):
         return None
-    objects = {k: int(summary["objects"].get(k, 0)) for k in ("healthy", "degraded", "lost")}
+    counts = summary.get("counts")
+    if not isinstance(counts, dict):
+        return None
+    objects = {k: int(counts.get(k, 0)) for k in ("healthy", "degraded", "lost")}
     nodes = []
-    for node, info in sorted((summary.get("nodes") or {}).items()):
-        info = info if isinstance(info, dict) else {}
-        nodes.append({"node": str(node), "reachable": bool(info.get("reachable", True)),
-                      "bytes": int(info.get("bytes", 0))})
-    return {"objects": objects, "nodes": nodes, "repaired": int(summary.get("repaired", 0))}
+    rows = summary.get("nodes") or []
+    if isinstance(rows, dict):
+        rows = [{"node": node, **info} for node, info in rows.items() if isinstance(info, dict)]
+    for info in rows:
+        if not isinstance(info, dict):
+            continue
+        nodes.append({"node": str(info.get("node", "?")),
+                      "reachable": bool(info.get("reachable", True)),
+                      **{k: int(info.get(k) or 0)
+                         for k in ("shares", "ok", "corrupt", "missing", "bytes")}})
+    nodes.sort(key=lambda n: n["node"])
+    recreated = summary.get("recreated") if isinstance(summary.get("recreated"), dict) else {}
+    return {"objects": objects, "nodes": nodes, "repaired": int(counts.get("repaired", 0)),
+            "recreated_bytes": int(recreated.get("bytes", 0))}
 
 
 def series(records) -> dict:

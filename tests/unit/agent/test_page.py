@@ -4,9 +4,14 @@ import json
 from flud.agent.page import plot, render
 from flud.agent.status import build_status, health_of, series
 
-CHECK = {"command": "check", "exit": 0, "objects": {"healthy": 40, "degraded": 3, "lost": 1},
-         "repaired": 5, "nodes": {"ab" * 32: {"reachable": True, "bytes": 2048},
-                                  "cd" * 32: {"reachable": False, "bytes": 1024}}}
+# the shape of CheckReport.summary() (flud/client/repair/job.py)
+CHECK = {"command": "check", "exit": 0,
+         "counts": {"healthy": 40, "degraded": 3, "lost": 1, "repaired": 5},
+         "recreated": {"shares": 5, "bytes": 5 * 1024 * 1024},
+         "nodes": [{"node": "cd" * 32, "reachable": False, "unreachable_since": 1.0,
+                    "shares": 7, "ok": 0, "corrupt": 0, "missing": 0, "surplus": 0},
+                   {"node": "ab" * 32, "reachable": True, "unreachable_since": None,
+                    "shares": 9, "ok": 8, "corrupt": 1, "missing": 0, "surplus": 0}]}
 
 
 def status(records, snapshots=()):
@@ -30,7 +35,11 @@ def test_health_and_nodes_from_the_last_check():
     assert s["repaired"] == 5
     page = render(s)
     assert "40 healthy" in page and "3 degraded" in page and "1 lost" in page
-    assert "repairs done: 5" in page and ">no<" in page   # one node unreachable
+    assert "repairs done: 5 (5.0 MiB re-created" in page and ">no<" in page
+    nodes = page.split('<table id="nodes">')[1].split("</table>")[0]
+    assert nodes.index("abababab") < nodes.index("cdcdcdcd")   # sorted by node
+    assert '<td class="n">9</td><td class="n">8</td><td class="n">1</td>' in nodes
+    assert [n["shares"] for n in s["health"]["nodes"]] == [9, 7]
     json.dumps(s)   # /api/status serves it as it is
 
 
@@ -48,12 +57,13 @@ def test_series_and_their_plot():
                 "summary": {"bytes_sent": 100}} for t in (10, 20, 30)]
     records.append({"job": "check", "start": 40, "end": 41, "exit": 0, "summary": CHECK})
     found = series(records)
-    assert found["stored_bytes"] == [[11, 100], [21, 200], [31, 300], [41, 3072]]
+    assert found["stored_bytes"] == [[11, 100], [21, 200], [31, 300]]
     assert found["health"] == [[41, 40, 3, 1]]
     svg = plot(found["stored_bytes"], ["bytes stored"], "bytes stored")
     assert svg.startswith("<svg") and svg.count("<polyline") == 1
     assert "no data yet" in plot([], ["x"], "x")
-    assert health_of({"no": "objects"}) is None
+    assert health_of({"no": "counts"}) is None
+    assert status(records)["log"][0]["line"] == "40 healthy, 3 degraded, 1 lost, 5 repaired"
 
 
 def test_the_web_resource_serves_the_page_and_the_json_to_loopback_names_only():
