@@ -22,14 +22,27 @@ class History:
         self.keep = keep
         self._lines = None  # how many lines the file holds (counted once)
         self._jobs = set()  # the jobs it has records of
+        self._cached = (None, [])  # (file identity, records) of the last read
 
     def read(self) -> list:
-        """Every whole record, oldest first (a torn or foreign line is skipped)."""
+        """Every whole record, oldest first (a torn or foreign line is
+        skipped). Parsed again only when the file changed: the status page
+        asks every few seconds."""
         try:
             with open(self.path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+                if stamp == self._cached[0]:
+                    return list(self._cached[1])
                 raw = f.read()
         except FileNotFoundError:
             return []
+        records = self._parse(raw)
+        self._cached = (stamp, records)
+        return list(records)
+
+    @staticmethod
+    def _parse(raw: bytes) -> list:
         records = []
         for line in raw.split(b"\n"):
             try:

@@ -42,3 +42,15 @@ def test_a_huge_summary_is_cut_to_its_essentials(tmp_path):
     h.append({"job": "backup", "start": 1.0, "exit": 0, "summary": {"x": "y" * 100000}})
     (record,) = h.read()
     assert record["truncated"] and record["summary"] is None and record["exit"] == 0
+
+
+def test_a_reread_of_an_unchanged_file_is_not_parsed_again(tmp_path, monkeypatch):
+    h = History(str(tmp_path))
+    h.append({"job": "backup", "start": 1.0})
+    first = h.read()
+    parsed = []
+    monkeypatch.setattr(History, "_parse", staticmethod(lambda raw: parsed.append(raw) or []))
+    assert h.read() == first and parsed == []
+    h.append({"job": "verify", "start": 2.0})
+    h.read()
+    assert len(parsed) == 1   # the file changed: read again
