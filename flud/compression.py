@@ -110,22 +110,35 @@ def working_bytes(size: int) -> int:
     return size + (size >> 8) + 512
 
 
-def looks_incompressible(data) -> bool:
-    """A cheap guess from a sample of `data` (SAMPLE_SPANS spans of
-    SAMPLE_SPAN bytes spread over it): True when the sample does not save
-    enough to keep (media, archives, already compressed data)."""
-    view = memoryview(data).cast("B")
-    if len(view) <= SAMPLE_SPANS * SAMPLE_SPAN:
-        sample = view
-    else:
-        step = (len(view) - SAMPLE_SPAN) // (SAMPLE_SPANS - 1)
-        sample = b"".join(view[i * step:i * step + SAMPLE_SPAN] for i in range(SAMPLE_SPANS))
+def sample_spans(length: int) -> list:
+    """[(offset, size)] of the sample looks_incompressible() takes from
+    `length` bytes: SAMPLE_SPANS spans of SAMPLE_SPAN spread evenly (all of
+    it when it is short)."""
+    if length <= SAMPLE_SPANS * SAMPLE_SPAN:
+        return [(0, length)]
+    step = (length - SAMPLE_SPAN) // (SAMPLE_SPANS - 1)
+    return [(i * step, SAMPLE_SPAN) for i in range(SAMPLE_SPANS)]
+
+
+def sample_incompressible(sample) -> bool:
+    """True when a sample (sample_spans' bytes, joined) does not save enough."""
     return not worth_keeping(len(sample), len(compress(sample)))
 
 
+def looks_incompressible(data) -> bool:
+    """A cheap guess from a sample of `data` (sample_spans): True when the
+    sample does not save enough to keep (media, archives, already
+    compressed data)."""
+    view = memoryview(data).cast("B")
+    return sample_incompressible(b"".join(view[o:o + n] for o, n in sample_spans(len(view))))
+
+
 # A segment is compressed SEGMENT_PIECE bytes at a time (zstd's own block
-# size): each piece's output is written over input already consumed. The
-# output equals compress()'s for the same bytes (zstd emits whole blocks).
+# size): each piece's output is written over input already consumed (zstd
+# copies what it is given into its own window). The output equals
+# compress()'s for the same bytes (zstd emits whole blocks), and the same
+# pieces give the same output whether they come from the segment's buffer
+# or, one at a time, from the file (plan_pieces).
 SEGMENT_PIECE = 128 * 1024
 _CONTINUE = zstd.ZstdCompressor.CONTINUE
 
@@ -137,51 +150,56 @@ def _segment_compressor():
     return compressor
 
 
-def _frame_pieces(view, length: int):
-    """(end of the input consumed so far, output piece) for one zstd frame
-    of view[:length], fed SEGMENT_PIECE bytes at a time. A caller that stops
-    early leaves the thread's compressor mid-frame: _abandon() it."""
+def slices(view, length: int):
+    """view[:length] as the SEGMENT_PIECE pieces a segment is compressed in."""
+    return (view[start:min(start + SEGMENT_PIECE, length)]
+            for start in range(0, length, SEGMENT_PIECE))
+
+
+def _in_place_length(pieces, length: int, out=None):
+    """The length of one zstd frame of `pieces` (SEGMENT_PIECE each but the
+    last, `length` bytes together) if every piece of its output fits below
+    the input consumed so far (so writing it there never overwrites unread
+    bytes), else None. out: the segment's buffer, written over."""
     compressor = _segment_compressor()
     compressor.set_pledged_input_size(length)  # the frame's header says it, as compress()'s
-    for start in range(0, length, SEGMENT_PIECE):
-        end = min(start + SEGMENT_PIECE, length)
-        mode = _FLUSH_FRAME if end == length else _CONTINUE
-        yield end, compressor.compress(view[start:end], mode)
-    if not length:
-        yield 0, compressor.compress(b"", _FLUSH_FRAME)
-
-
-def _abandon() -> None:
-    _local.segments = None
-
-
-def _in_place_length(view, length: int, write: bool):
-    """The frame's length if every piece of output fits below the input
-    consumed so far (so writing it there never overwrites unread bytes),
-    else None. write: the pieces go to view[0:], over the plaintext."""
-    written = 0
-    for consumed, piece in _frame_pieces(view, length):
-        if written + len(piece) > consumed:
-            _abandon()
+    consumed = written = 0
+    for piece in pieces:
+        consumed += len(piece)
+        output = compressor.compress(piece, _FLUSH_FRAME if consumed == length else _CONTINUE)
+        if written + len(output) > consumed:
+            _local.segments = None  # left mid-frame: the next segment gets a fresh one
             return None
-        if write:
-            view[written:written + len(piece)] = piece
-        written += len(piece)
+        if out is not None:
+            out[written:written + len(output)] = output
+        written += len(output)
+    if not length:
+        written = len(compressor.compress(b"", _FLUSH_FRAME))
+    if consumed != length:
+        raise ValueError(f"the pieces held {consumed} bytes, not {length}")
     return written
 
 
-def plan_segment(data):
-    """(method, stored length) for a large file's segment, nothing written:
+def plan_pieces(sample, pieces, length: int):
+    """(method, stored length) of a large file's segment, nothing written:
     (ZSTD, the frame's length) when compress_in_place will fit and the frame
-    saves enough, else (None, its length). A sample is tried first, so data
-    that does not compress costs ~0.1 ms, not a compression."""
-    view = memoryview(data).cast("B")
-    if looks_incompressible(view):
-        return None, len(view)
-    stored = _in_place_length(view, len(view), write=False)
-    if stored is None or not worth_keeping(len(view), stored):
-        return None, len(view)
+    saves enough, else (None, `length`). sample: its sample_spans' bytes,
+    tried first, so a segment that does not compress costs ~0.1 ms, not a
+    compression; pieces: a callable giving its SEGMENT_PIECE pieces in
+    order (asked for only if the sample compresses)."""
+    if sample_incompressible(sample):
+        return None, length
+    stored = _in_place_length(pieces(), length)
+    if stored is None or not worth_keeping(length, stored):
+        return None, length
     return ZSTD, stored
+
+
+def plan_segment(data):
+    """plan_pieces() of a segment held in `data`."""
+    view = memoryview(data).cast("B")
+    sample = b"".join(view[o:o + n] for o, n in sample_spans(len(view)))
+    return plan_pieces(sample, lambda: slices(view, len(view)), len(view))
 
 
 def compress_in_place(buffer, length: int):
@@ -189,7 +207,8 @@ def compress_in_place(buffer, length: int):
     over it piece by piece; returns the frame's length, or None if a piece
     did not fit below the input consumed (buffer[:length] is then spoilt).
     The same bytes as compress(buffer[:length])."""
-    return _in_place_length(memoryview(buffer).cast("B"), length, write=True)
+    view = memoryview(buffer).cast("B")
+    return _in_place_length(slices(view, length), length, view)
 
 
 def check_method(method) -> None:

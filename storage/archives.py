@@ -126,6 +126,13 @@ class ArchiveFiles:
         if self._durable:
             fsync_dir(self._layout.archives)
 
+    def remove(self, owner: bytes) -> None:
+        """The archive's row is gone: its file (and any compaction's) goes too.
+        A crash before this is finished by recovery (no row: the file goes)."""
+        _unlink_quietly(self._layout.archive_path(owner))
+        _unlink_quietly(self._layout.compact_path(owner))
+        self.sync_directory()
+
     def discard_compacted(self, owner: bytes) -> None:
         _unlink_quietly(self._layout.compact_path(owner))
 

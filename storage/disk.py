@@ -32,6 +32,7 @@ from storage.fileio import (STREAMED_MIN, disk_full_as_no_space, drop_cached, fs
 from storage.index import Holding, Index
 from storage.interfaces import IShareStore
 from storage.layout import Layout, check_or_claim_format
+from storage.leases import StoreLeases
 from storage.limits import KIND_SHARE
 from storage.reader import FileReader, Reader, StreamingFileReader, verify_digest
 from storage.recovery import recover
@@ -115,6 +116,9 @@ class ShareStore:
         try:
             recover(self._layout, self._index, self._files)
             self._ledger = CapacityLedger(capacity, self._index.used_bytes())
+            # Owners whose data is in the trash: not served (storage/leases.py).
+            self._trashed = self._index.trashed_owners()
+            self.leases = StoreLeases(self)
         except BaseException:
             self._index.close()
             raise
@@ -155,6 +159,7 @@ class ShareStore:
             if length is not None:
                 with self._index.transaction():
                     self._index.add_share_owner(key, owner, length)
+                    self._index.ensure_lease(owner)
                 return [key]
             # Renamed under the lock so a concurrent delete of the same key cannot interleave.
             with disk_full_as_no_space("saving a share"):
@@ -167,6 +172,7 @@ class ShareStore:
                 with self._index.transaction():
                     self._index.add_share(key, upload.size)
                     self._index.add_share_owner(key, owner, upload.size)
+                    self._index.ensure_lease(owner)
             except Exception:
                 os.unlink(final)
                 raise
@@ -196,6 +202,7 @@ class ShareStore:
                     self._index.add_members(archive_id, owner, fresh.values())
                     self._index.set_committed_length(archive_id, committed + body_length)
                     self._index.add_garbage(archive_id, garbage)
+                    self._index.ensure_lease(owner)
             except Exception:
                 self._files.truncate(owner, committed)
                 raise
@@ -205,9 +212,10 @@ class ShareStore:
     # --- reads ---------------------------------------------------------------
 
     def _find(self, key: bytes, owner: bytes) -> Holding:
-        """Caller holds the lock. Unknown key and non-owner look exactly alike."""
+        """Caller holds the lock. Unknown key, non-owner and an owner whose data
+        is in the trash look exactly alike."""
         holding = self._index.holding(key, owner)
-        if holding is None:
+        if holding is None or owner in self._trashed:
             raise NotFound.for_key()
         return holding
 
@@ -248,46 +256,59 @@ class ShareStore:
         """Counts come from sqlite COUNT(*): cheap, but not free on a huge index."""
         with self._locked():
             counts = self._index.counts()
+            counts.update(self._index.trash_counts())
         used, reserved = self._ledger.snapshot()
         capacity = self._ledger.capacity
         return {**counts, "bytes_stored": used, "capacity": capacity, "free": max(capacity - used - reserved, 0), "reserved": reserved}
 
     # --- delete and compaction -----------------------------------------------
 
-    def delete(self, key: bytes, owner: bytes) -> None:
+    def delete(self, key: bytes, owner: bytes, compact: bool = True) -> None:
         key, owner = check_key(key), check_owner(owner)
         with self._locked():
             holding = self._find(key, owner)
             if holding.archive_id is None:
-                self._delete_share_locked(key, owner, holding.length)
+                self._delete_shares_locked(owner, [(key, holding.length)])
                 return
             with self._index.transaction():
                 self._index.remove_holding(key, owner)
                 row = self._index.add_garbage(holding.archive_id, member_span(holding.length))
-        if needs_compaction(row.committed_length, row.garbage_bytes):
+        if compact and needs_compaction(row.committed_length, row.garbage_bytes):
             try:
                 self.compact(owner)
             except (StorageError, OSError) as exc:  # the delete itself succeeded
                 log.warning("compaction of %s's archive failed, will retry on a later delete: %s", owner.hex(), exc)
 
-    def _delete_share_locked(self, key: bytes, owner: bytes, length: int) -> None:
+    def compactions_due(self) -> list[bytes]:
+        with self._locked():
+            return [row.owner for row in self._index.all_archives()
+                    if needs_compaction(row.committed_length, row.garbage_bytes)]
+
+    def _delete_shares_locked(self, owner: bytes, shares: list[tuple[bytes, int]]) -> int:
+        """Drop owner from each (key, length); free the shares it was the last
+        owner of. Caller holds the lock. Returns the bytes freed."""
+        freed: list[tuple[bytes, int]] = []
         with self._index.transaction():
             self._index.forget_unlinks(self._unlinked)
             self._unlinked.clear()
-            self._index.remove_holding(key, owner)
-            last_owner = not self._index.share_has_owner(key)
-            if last_owner:
-                self._index.remove_share(key)
-        if last_owner:
+            for key, length in shares:
+                self._index.remove_holding(key, owner)
+                if not self._index.share_has_owner(key):
+                    self._index.remove_share(key)
+                    freed.append((key, length))
+        total = 0
+        for key, length in freed:
             try:
                 os.unlink(self._layout.share_path(key))
             except FileNotFoundError:
                 pass
             except OSError as exc:  # left in pending_unlinks: retried at the next open
                 log.warning("could not remove share file %s: %s", key.hex(), exc)
-                return
+                continue
             self._unlinked.append(key)
             self._ledger.remove_used(length)
+            total += length
+        return total
 
     def compact(self, owner: bytes) -> int:
         """Rewrite owner's archive without garbage; returns the bytes reclaimed.

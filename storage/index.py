@@ -41,6 +41,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # Share files whose last owner left; unlinked right after commit, re-tried at open.
         "CREATE TABLE pending_unlinks (key BLOB PRIMARY KEY) WITHOUT ROWID",
     ),
+    2: (
+        # One lease per owner (storage/leases.py). last_seen NULL: not known yet,
+        # the next sweep sets it to its own time; trashed_at: in the trash since.
+        """CREATE TABLE leases (
+               owner BLOB PRIMARY KEY,
+               last_seen REAL,
+               trashed_at REAL) WITHOUT ROWID""",
+        "INSERT OR IGNORE INTO leases SELECT DISTINCT owner, NULL, NULL FROM holdings",
+        # When the node last swept: the time it was not running is not held against a lease.
+        "CREATE TABLE lease_clock (last_sweep REAL NOT NULL)",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 _SQLITE_FULL = getattr(sqlite3, "SQLITE_FULL", 13)
@@ -168,6 +179,44 @@ class Index:
             "garbage_bytes": one("SELECT COALESCE(SUM(garbage_bytes), 0) FROM archives"),
         }
 
+    # --- leases (storage/leases.py says what they are for) --------------------
+
+    def trashed_owners(self) -> set[bytes]:
+        return {row[0] for row in self._db.execute("SELECT owner FROM leases WHERE trashed_at IS NOT NULL")}
+
+    def lease(self, owner: bytes) -> tuple[float | None, float | None] | None:
+        """(last_seen, trashed_at) of owner's lease, None if it has none."""
+        row = self._db.execute("SELECT last_seen, trashed_at FROM leases WHERE owner = ?", (owner,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def owners_seen_before(self, cutoff: float) -> list[bytes]:
+        """Owners not trashed whose lease was last renewed before cutoff."""
+        query = "SELECT owner FROM leases WHERE trashed_at IS NULL AND last_seen < ?"
+        return [row[0] for row in self._db.execute(query, (cutoff,))]
+
+    def owners_trashed_before(self, cutoff: float) -> list[bytes]:
+        return [row[0] for row in self._db.execute("SELECT owner FROM leases WHERE trashed_at < ?", (cutoff,))]
+
+    def last_sweep(self) -> float | None:
+        row = self._db.execute("SELECT last_sweep FROM lease_clock").fetchone()
+        return row[0] if row else None
+
+    def trash_counts(self) -> dict[str, int]:
+        owners, held = self._db.execute(
+            "SELECT COUNT(DISTINCT l.owner), COALESCE(SUM(h.length), 0) FROM leases l "
+            "JOIN holdings h ON h.owner = l.owner WHERE l.trashed_at IS NOT NULL").fetchone()
+        leases = self._db.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+        return {"leases": leases, "trashed_owners": owners, "trashed_bytes": held}
+
+    def standalone_keys(self, owner: bytes, limit: int) -> list[tuple[bytes, int]]:
+        query = "SELECT key, length FROM holdings WHERE owner = ? AND archive_id IS NULL LIMIT ?"
+        return list(self._db.execute(query, (owner, limit)))
+
+    def some_members(self, archive_id: int, limit: int) -> list[tuple[bytes, int]]:
+        """(key, length) of up to `limit` members of an archive."""
+        query = "SELECT key, length FROM holdings WHERE archive_id = ? LIMIT ?"
+        return list(self._db.execute(query, (archive_id, limit)))
+
     def pending_compactions(self) -> list[int]:
         return [row[0] for row in self._db.execute("SELECT archive_id FROM compactions")]
 
@@ -227,6 +276,41 @@ class Index:
             (new_offset, archive_id, key, old_offset),
         )
         return cursor.rowcount == 1
+
+    def renew_lease(self, owner: bytes, now: float) -> None:
+        """The owner was seen at `now`: its lease starts again, out of the trash.
+        A party that holds nothing has no row and gets none (its first upload
+        makes one: ensure_lease)."""
+        self._db.execute("UPDATE leases SET last_seen = ?, trashed_at = NULL WHERE owner = ?", (now, owner))
+
+    def ensure_lease(self, owner: bytes) -> None:
+        """An owner that stores something has a lease row (its time set by the next sweep)."""
+        self._db.execute("INSERT OR IGNORE INTO leases VALUES (?, NULL, NULL)", (owner,))
+
+    def date_unknown_leases(self, now: float) -> None:
+        self._db.execute("UPDATE leases SET last_seen = ? WHERE last_seen IS NULL", (now,))
+
+    def credit_leases(self, seconds: float) -> None:
+        """Push every lease's clock forward: time the node did not run is not held against it."""
+        self._db.execute("UPDATE leases SET last_seen = last_seen + ?, trashed_at = trashed_at + ?", (seconds, seconds))
+
+    def trash(self, owner: bytes, now: float) -> None:
+        self._db.execute("UPDATE leases SET trashed_at = ? WHERE owner = ?", (now, owner))
+
+    def remove_lease(self, owner: bytes) -> None:
+        self._db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+
+    def set_last_sweep(self, now: float) -> None:
+        self._db.execute("DELETE FROM lease_clock")
+        self._db.execute("INSERT INTO lease_clock VALUES (?)", (now,))
+
+    def remove_members(self, archive_id: int, owner: bytes, members: Iterable[tuple[bytes, int]]) -> None:
+        self._db.executemany("DELETE FROM holdings WHERE key = ? AND owner = ? AND archive_id = ?",
+                             ((key, owner, archive_id) for key, _ in members))
+
+    def remove_archive(self, archive_id: int) -> None:
+        self._db.execute("DELETE FROM compactions WHERE archive_id = ?", (archive_id,))
+        self._db.execute("DELETE FROM archives WHERE id = ?", (archive_id,))
 
     def record_compaction(self, archive_id: int) -> None:
         self._db.execute("INSERT OR REPLACE INTO compactions VALUES (?)", (archive_id,))

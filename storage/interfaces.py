@@ -82,10 +82,15 @@ class IShareStore(Interface):
     def verify(key, owner, nonce, offset, length):
         """BLAKE3(nonce || bytes[offset:offset+length]).digest(). NotFound, BadRange."""
 
-    def delete(key, owner):
+    def delete(key, owner, compact=True):
         """Drop owner's ownership. The last owner's delete frees a share's space;
-        an archive member becomes garbage, and the archive is compacted when its
-        garbage passes COMPACT_GARBAGE_RATIO (and it is over COMPACT_MIN_BYTES)."""
+        an archive member becomes garbage, and (compact=True) the archive is
+        compacted when its garbage passes COMPACT_GARBAGE_RATIO (and it is over
+        COMPACT_MIN_BYTES). compact=False leaves that to the caller
+        (compactions_due): a node compacts once a burst of DELETEs is over."""
+
+    def compactions_due():
+        """Owners whose archive is past the compaction threshold."""
 
     def owners(key):
         """Set of owner ids holding key (for tests and stats)."""
@@ -95,7 +100,8 @@ class IShareStore(Interface):
 
     def stats():
         """Dict: shares, members, bytes_stored, capacity, free, reserved,
-        garbage_bytes, archives."""
+        garbage_bytes, archives (the disk store adds leases, trashed_owners
+        and trashed_bytes: storage/leases.py)."""
 
     def compact(owner):
         """Rewrite owner's archive without its garbage; returns bytes reclaimed."""

@@ -135,7 +135,7 @@ class MemoryShareStore:
     def verify(self, key: bytes, owner: bytes, nonce: bytes, offset: int, length: int) -> bytes:
         return verify_digest(self.open_reader(key, owner, offset, length), nonce)
 
-    def delete(self, key: bytes, owner: bytes) -> None:
+    def delete(self, key: bytes, owner: bytes, compact: bool = True) -> None:
         with self._lock:
             place = self._find(key, owner)
             del self._places[(key, owner)]
@@ -146,8 +146,13 @@ class MemoryShareStore:
                 return
             archive = self._archives[owner]
             archive.garbage += member_span(place.length)
-            if needs_compaction(len(archive.data), archive.garbage):
+            if compact and needs_compaction(len(archive.data), archive.garbage):
                 self.compact(owner)
+
+    def compactions_due(self) -> list[bytes]:
+        with self._lock:
+            return [owner for owner, archive in self._archives.items()
+                    if needs_compaction(len(archive.data), archive.garbage)]
 
     def _share_holders(self, key: bytes) -> list[bytes]:
         return [o for (k, o), p in self._places.items() if k == key and p.archive_offset is None]

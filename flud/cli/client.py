@@ -67,6 +67,19 @@ def add_client_commands(sub) -> None:
     _job_flags(find)
     find.set_defaults(handler=lambda args: _network_job(args, "find"))
 
+    check = sub.add_parser("check", help="challenge a rotating part of your shares; repair")
+    check.add_argument("--home", required=True)
+    check.add_argument("--read-data-subset", metavar="n/N|FRACTION",
+                       help="also download and hash-check the n-th of N parts of the "
+                            "objects, or this fraction of them")
+    check.add_argument("--repair", action="store_true",
+                       help="re-create the shares of objects below the repair threshold")
+    check.add_argument("--unreachable-grace", default="3d", metavar="DURATION",
+                       help="how long a node may be unreachable before its shares count "
+                            "as lost (default 3d; 0: at once)")
+    check.add_argument("--json", action="store_true", help="the report as one JSON object")
+    check.set_defaults(handler=lambda args: _network_job(args, "check"))
+
     forget = sub.add_parser("forget", help="remove snapshots from the list, by policy or id")
     forget.add_argument("snapshots", nargs="*", type=int, metavar="SNAPSHOT")
     forget.add_argument("--home", required=True)

@@ -97,7 +97,7 @@ def _job(reactor, home, args, job):
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify,
                   "ls": _browse, "find": _browse, "diff": _browse,
-                  "forget": _retain, "prune": _retain, "tag": _retain}[job]
+                  "forget": _retain, "prune": _retain, "tag": _retain, "check": _check}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -124,6 +124,7 @@ JOB_MODULES = {
     "forget": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
+    "check": ("flud.cli.check", "flud.client.backup.small", *_READ),
 }
 
 
@@ -182,6 +183,14 @@ def _retain(reactor, home, network, pool, monitor, progress, args):
 
     ctx = _context(reactor, home, network, pool, monitor, progress)
     code = yield getattr(retain, args.job)(ctx, args)
+    return code
+
+
+@defer.inlineCallbacks
+def _check(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli import check
+
+    code = yield check.check(_context(reactor, home, network, pool, monitor, progress), args)
     return code
 
 

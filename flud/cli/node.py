@@ -1,7 +1,7 @@
 """`flud node run`: its arguments, made into a NodeConfig, and the node
 process run on it."""
 from flud.node import process
-from flud.node.config import DEFAULT_CAPACITY, NodeConfig
+from flud.node.config import DAY, DEFAULT_CAPACITY, NodeConfig
 
 GIB = 1024 ** 3
 
@@ -14,6 +14,18 @@ def _size(text: str) -> int:
     factor = units.get(text[-1:], 1)
     number = text[:-1] if text[-1:] in units else text
     return int(float(number) * factor)
+
+
+def _duration(text: str) -> float:
+    """'90d', '12h', '30m', '5s' or plain seconds -> seconds. (argparse names
+    this function in its error message: "invalid _duration value".)"""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    text = text.strip().lower()
+    factor = units.get(text[-1:], 1)
+    number = float(text[:-1] if text[-1:] in units else text)
+    if number < 0:
+        raise ValueError(f"{text!r} is negative")
+    return number * factor
 
 
 def parse_address(text: str):
@@ -36,6 +48,13 @@ def add_node_commands(sub) -> None:
     run.add_argument("--memory-log", metavar="FILE", help="write memory samples as CSV")
     run.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
                      help="bytes of transfer buffers held at once, e.g. 64M (default 64 MiB)")
+    run.add_argument("--lease", type=_duration, default=DAY * 90, metavar="DURATION",
+                     help="an owner not seen this long has its data moved to the trash, "
+                          "e.g. 90d (default 90 days)")
+    run.add_argument("--trash-time", type=_duration, default=DAY * 7, metavar="DURATION",
+                     help="data stays in the trash this long before it is deleted (default 7d)")
+    run.add_argument("--lease-sweep-interval", type=_duration, default=3600.0, metavar="DURATION",
+                     help="how often leases are checked (default 1h)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=cmd_node_run)
 
@@ -45,7 +64,9 @@ def node_config(args) -> NodeConfig:
     return NodeConfig(home=args.home, host=args.host, port=args.port,
                       join=parse_address(args.join) if args.join else None,
                       capacity=args.capacity, memory_log=args.memory_log,
-                      memory_budget=args.memory_budget, verbose=args.verbose)
+                      memory_budget=args.memory_budget, verbose=args.verbose,
+                      lease_seconds=args.lease, trash_seconds=args.trash_time,
+                      lease_sweep_interval=args.lease_sweep_interval)
 
 
 def cmd_node_run(args) -> int:

@@ -98,7 +98,8 @@ def cmd_status(args) -> int:
         return EXIT_NOT_DONE
     rows = run_reactor(lambda reactor: collect_stats(reactor, directory, nodes))
     print(f"{'#':>3} {'node':12} {'port':>5} {'pid':>7} {'alive':5} {'peers':>5} "
-          f"{'shares':>7} {'members':>7} {'stored':>10} {'rss':>8} {'peak rss':>8} "
+          f"{'shares':>7} {'members':>7} {'stored':>10} {'free':>10} {'garbage':>9} "
+          f"{'trash':>9} {'rss':>8} {'peak rss':>8} "
           f"{'xfers':>5} {'buffered':>8} {'cpu s':>6}")
     alive = 0
     for i, (node, stats) in enumerate(rows):
@@ -109,7 +110,9 @@ def cmd_status(args) -> int:
         store, memory = stats["store"], stats["memory"]
         print(f"{i:>3} {node['node_id'][:12]} {node['port']:>5} {node['pid']:>7} {'yes':5} "
               f"{stats['peers_known']:>5} {store['shares']:>7} {store['members']:>7} "
-              f"{_mb(store['bytes_stored']):>10} {_mb(memory['rss']):>8} "
+              f"{_mb(store['bytes_stored']):>10} {_mb(store['free']):>10} "
+              f"{_mb(store.get('garbage_bytes', 0)):>9} {_mb(store.get('trashed_bytes', 0)):>9} "
+              f"{_mb(memory['rss']):>8} "
               f"{_mb(memory['peak_rss']):>8} {memory['active_transfers']:>5} "
               f"{_mb(memory['buffered_bytes']):>8} {stats['cpu_seconds']:>6.1f}")
     print(f"{alive} of {len(nodes)} nodes alive")

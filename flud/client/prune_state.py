@@ -161,7 +161,10 @@ def plan_run(state: PruneState, objects, referenced, checkpoints, now: float,
         if obj.id in named:
             continue
         if obj.id in pending:
-            continue  # decided already: retried below
+            decided = pending[obj.id].decided
+            if obj.stored_at is None or obj.stored_at <= decided:
+                continue  # decided already: retried below
+            del pending[obj.id]  # stored again since: a new object, marked afresh
         recent = [c.backup for c in live
                   if obj.stored_at is None or obj.stored_at >= c.written - CLOCK_SKEW]
         if recent:

@@ -56,20 +56,29 @@ class MapCache:
             pass
 
     def add_bundles(self, items) -> None:
-        """items: (bundle id, Bundle)."""
+        """items: (bundle id, Bundle), newer than what is here (they replace it)."""
+        self._add_bundles(items, "REPLACE")
+
+    def _add_bundles(self, items, conflict) -> None:
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO bundles VALUES (?,?)",
+            self.db.executemany(f"INSERT OR {conflict} INTO bundles VALUES (?,?)",
                                 ((bid, json.dumps(b.to_wire())) for bid, b in items))
 
-    def add_page(self, page: MapPage) -> None:
-        self.add_bundles(page.bundles)
+    def add_older(self, bundles=(), page: MapPage = None) -> None:
+        """Rows older than what is here: kept only where nothing newer is
+        (the map is read newest first, so the newest row of an object wins
+        and each page is fetched from its bundle's newest holders)."""
+        self._add_bundles(bundles, "IGNORE")
+        if page is None:
+            return
+        self._add_bundles(page.bundles, "IGNORE")
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO blobs VALUES (?,?,?,?)",
+            self.db.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)",
                                 (tuple(ref) for ref in page.blobs))
-            self.db.executemany("INSERT OR REPLACE INTO extents VALUES (?,?)",
+            self.db.executemany("INSERT OR IGNORE INTO extents VALUES (?,?)",
                                 ((xid, json.dumps([h.to_wire() for h in holders]))
                                  for xid, holders in page.extents))
-            self.db.executemany("INSERT OR REPLACE INTO challenges VALUES (?,?)",
+            self.db.executemany("INSERT OR IGNORE INTO challenges VALUES (?,?)",
                                 ((key, json.dumps(list(items)))
                                  for key, items in page.challenges))
 
@@ -164,14 +173,16 @@ class Repository:
 
     @defer.inlineCallbacks
     def open(self, root: RootRecord):
+        """Read the map, newest first: the root, then the pages from the
+        last one back (each fetched from its bundle's newest holders, which
+        a later repair page may have moved)."""
         self.root = root
-        self.cache.add_bundles(root.bundles)
+        self.cache.add_older(root.bundles)
         self.index = MapIndex.decode((yield self.open_ref(root.map_index)))
-        for ref, bundle in self.index.pages:
-            self.cache.add_bundles([(ref.bundle, bundle)])
+        for ref, bundle in reversed(self.index.pages):
+            self.cache.add_older([(ref.bundle, bundle)])
             page = MapPage.decode((yield self.open_ref(ref)))
-            self.cache.add_page(page)
-        self.cache.add_bundles(root.bundles)   # the root is newer than any page
+            self.cache.add_older(page=page)
 
     @defer.inlineCallbacks
     def sealed(self, ref: BlobRef):

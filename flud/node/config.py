@@ -5,6 +5,7 @@ testnet harness builds it directly for the nodes it forks."""
 from dataclasses import dataclass
 
 DEFAULT_CAPACITY = 10 * 1024 ** 3
+DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -17,3 +18,7 @@ class NodeConfig:
     memory_log: str | None = None  # a CSV file of memory samples
     memory_budget: int | None = None  # bytes of transfer buffers held at once (None: the default)
     verbose: bool = False         # log at DEBUG
+    # Leases (flud/node/leases.py; docs/DESIGN.md says why these defaults):
+    lease_seconds: float = 90 * DAY   # an owner not seen this long goes to the trash
+    trash_seconds: float = 7 * DAY    # ... and is deleted after this much more
+    lease_sweep_interval: float = 3600.0  # seconds between sweeps

@@ -35,5 +35,12 @@ class RootStore:
         except FileNotFoundError:
             raise RemoteError(ErrorCode.NOT_FOUND, "no root record for you here") from None
 
+    def remove(self, owner: bytes) -> None:
+        """Forget owner's record (its data was purged: flud/node/leases.py)."""
+        try:
+            os.unlink(self._path(owner))
+        except FileNotFoundError:
+            pass
+
     def count(self) -> int:
         return sum(1 for name in os.listdir(self.directory) if not name.endswith(".tmp"))

@@ -13,15 +13,33 @@ import time
 
 from flud import procfs
 from flud.node.config import NodeConfig
+from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
+from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.peers import Membership
 from flud.node.roots import RootStore
 from flud.protocol import messages
 from flud.protocol.party import load_party
 from flud.protocol.pool import ConnectionPool
 from flud.protocol.server import NodeHandler
+from storage.archives import STEP_COPYING
+from storage.leases import LeaseTerms
 
 STORE_WORKERS = 4
+# Developer switch: a file holding seconds added to the node's lease clock
+# (docs/DESIGN.md, "Developer switches").
+CLOCK_FILE_ENV = "FLUD_NODE_CLOCK_FILE"
+# Developer switch: seconds a compaction sleeps after each run of members it
+# copied, so a test can act (read, SIGKILL) in the middle of one.
+COMPACTION_PAUSE_ENV = "FLUD_COMPACTION_PAUSE"
+
+
+def compaction_pause_hook(seconds: float):
+    """A store fault hook that sleeps `seconds` after each copied run."""
+    def hook(step: str) -> None:
+        if step == STEP_COPYING:
+            time.sleep(seconds)
+    return hook
 
 
 
@@ -109,12 +127,24 @@ class NodeService(Service):
         self.monitor.mark_static()
         self.local = load_party(self.home, messages.ROLE_NODE, self.host, self.port)
         self.node_id = self.local.identity.node_id
+        pause = os.environ.get(COMPACTION_PAUSE_ENV)
         self.store = ShareStore(os.path.join(self.home, "store"), self.capacity,
-                                fsync=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1")
+                                fsync=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1",
+                                fault_hook=compaction_pause_hook(float(pause)) if pause else None)
         self.roots = RootStore(os.path.join(self.home, "roots"))
         self.workers = CPUPool(self.reactor, size=STORE_WORKERS)
+        clock_file = os.environ.get(CLOCK_FILE_ENV)
+        self.leases = LeaseKeeper(
+            self.store.leases, self.reactor, self.workers.run,
+            LeaseTerms(self.config.lease_seconds, self.config.trash_seconds),
+            self.config.lease_sweep_interval,
+            read_offset=offset_file_reader(clock_file) if clock_file else None,
+            on_purged=self.roots.remove)
+        self.compactions = CompactionScheduler(self.store, self.reactor, self.workers.run)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
-                                   stats=self.stats, monitor=self.monitor, inline_commits=True)
+                                   stats=self.stats, monitor=self.monitor, inline_commits=True,
+                                   on_request=self.leases.seen,
+                                   on_delete=self.compactions.deleted)
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
         self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
@@ -128,6 +158,8 @@ class NodeService(Service):
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
         self.membership.start()
+        self.leases.start()
+        self.compactions.start()
         if self.join_address:
             host, port = self.join_address
             d = self.membership.join(host, port)
@@ -146,6 +178,8 @@ class NodeService(Service):
     def stopService(self):
         super().stopService()
         self.membership.stop()
+        self.leases.stop()
+        self.compactions.stop()
         self.monitor.stop_sampling()
         self.monitor.close_log()
         self.pool.close_all()
@@ -176,6 +210,8 @@ class NodeService(Service):
             "unauthenticated": self.door.unauthenticated,
             "refused_before_hello": self.door.refused,
             "store": store,
+            "leases": self.leases.stats(),
+            "compaction": self.compactions.stats(),
             "roots": self.roots.count(),
             "cpu_seconds": round(times.user + times.system, 3),
             "memory": {k: v for k, v in snap.items() if k != "transfers"},

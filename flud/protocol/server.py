@@ -95,8 +95,15 @@ class NodeHandler:
     """Serves one node's requests from every connection."""
 
     def __init__(self, store, run_blocking, membership=None, roots=None,
-                 stats=None, monitor=None, inline_commits=False):
+                 stats=None, monitor=None, inline_commits=False, on_request=None,
+                 on_delete=None):
         self.store = store
+        # on_request(owner): told of every authenticated request before it is
+        # served (the node renews the owner's lease: flud/node/leases.py).
+        self.on_request = on_request
+        # on_delete(owner): told of every DELETE done; the store then leaves
+        # compaction to it (flud/node/compaction.py). None: the store compacts.
+        self.on_delete = on_delete
         self.run_blocking = run_blocking
         # Commit an upload on the reactor thread when nothing else is in
         # progress (see _commit); False: always in a worker.
@@ -147,6 +154,8 @@ class NodeHandler:
     def request_received(self, conn, rid, op, message, end):
         self.counters["requests"] += 1
         try:
+            if self.on_request is not None and conn.peer_id:
+                self.on_request(conn.peer_id)
             result = self._ops[op](conn, rid, message, end)
         except Exception as err:
             self._fail(conn, rid, err)
@@ -322,7 +331,12 @@ class NodeHandler:
 
     def _delete(self, conn, rid, message, end):
         self.counters["deletes"] += 1
-        d = self.run_blocking(self.store.delete, message.key, conn.peer_id)
+        owner = conn.peer_id
+        if self.on_delete is None:
+            d = self.run_blocking(self.store.delete, message.key, owner)
+        else:
+            d = self.run_blocking(self.store.delete, message.key, owner, False)
+            d.addCallback(lambda _: self.on_delete(owner))
         d.addCallback(lambda _: conn.respond(rid, messages.Empty()))
         return d
 

@@ -28,7 +28,7 @@ from storage.errors import (
     UploadClosed,
 )
 from storage.interfaces import IShareStore
-from storage.limits import COMPACT_MIN_BYTES, MAX_ARCHIVE_UPLOAD, MAX_SHARE_SIZE
+from storage.limits import COMPACT_GARBAGE_RATIO, COMPACT_MIN_BYTES, MAX_ARCHIVE_UPLOAD, MAX_SHARE_SIZE
 from storage.memory import MemoryShareStore
 from storage.tarscan import member_span
 from tests.contract.stores import CAPACITY, make_store  # noqa: F401 (a fixture)
@@ -511,18 +511,39 @@ def test_reader_open_across_a_compaction(store):
     reader.close()
 
 
-def test_delete_compacts_a_mostly_dead_archive(store):
-    big = [random_bytes(COMPACT_MIN_BYTES // 2) for _ in range(4)]
+def test_delete_compacts_an_archive_once_its_garbage_passes_the_ratio(store):
+    big = [random_bytes(COMPACT_MIN_BYTES // 4) for _ in range(10)]
     put_tar(store, ALICE, make_tar(big))
     length = len(archive_bytes(store, ALICE))
-    store.delete(key_of(big[0]), ALICE)
-    store.delete(key_of(big[1]), ALICE)
-    assert store.stats()["garbage_bytes"] == 2 * member_span(len(big[0]))  # exactly half: not yet
-    store.delete(key_of(big[2]), ALICE)
+    span = member_span(len(big[0]))
+    dead = 0
+    while (dead + 1) * span <= COMPACT_GARBAGE_RATIO * length:  # deletes that stay at or below it
+        store.delete(key_of(big[dead]), ALICE)
+        dead += 1
+        assert store.stats()["garbage_bytes"] == dead * span  # not yet
+    assert dead >= 1
+    store.delete(key_of(big[dead]), ALICE)  # past the ratio: compacted
+    dead += 1
     stats = store.stats()
     assert stats["garbage_bytes"] == 0
-    assert stats["bytes_stored"] == len(archive_bytes(store, ALICE)) == length - 3 * member_span(len(big[0]))
-    assert read_all(store, key_of(big[3]), ALICE) == big[3]
+    assert stats["bytes_stored"] == len(archive_bytes(store, ALICE)) == length - dead * span
+    for data in big[dead:]:
+        assert read_all(store, key_of(data), ALICE) == data
+
+
+def test_delete_without_compaction_leaves_it_to_the_caller(store):
+    big = [random_bytes(COMPACT_MIN_BYTES // 4) for _ in range(10)]
+    put_tar(store, ALICE, make_tar(big))
+    put_tar(store, BOB, make_tar(big[:1]))
+    assert store.compactions_due() == []
+    for data in big[:5]:
+        store.delete(key_of(data), ALICE, compact=False)
+    assert store.stats()["garbage_bytes"] == 5 * member_span(len(big[0]))
+    assert store.compactions_due() == [ALICE]
+    assert store.compact(ALICE) == 5 * member_span(len(big[0]))
+    assert store.compactions_due() == []
+    for data in big[5:]:
+        assert read_all(store, key_of(data), ALICE) == data
 
 
 def test_empty_tar_stores_nothing(store):

@@ -15,6 +15,12 @@ its own short-lived process. Each command prints JSON on stdout.
                                                   STORE archive tars in a loop, one JSON
                                                   line per acknowledged tar
     peer_tool.py dial HOST:PORT HOME              dial once, ask nothing: how it ended
+    peer_tool.py put-archive HOST:PORT HOME SEED MEMBERS SIZE
+                                                  STORE one tar of MEMBERS members of SIZE
+                                                  bytes each; prints their keys in order
+    peer_tool.py delete HOST:PORT HOME KEYFILE    DELETE each key in turn: {key: ok | code}
+    peer_tool.py check HOST:PORT HOME KEYFILE     RETRIEVE and VERIFY each key:
+                                                  {key: ok | corrupt | code}
 """
 import io
 import json
@@ -262,7 +268,72 @@ def cmd_dial(addr, home):
     out(run_reactor(main))
 
 
+def read_keys(keyfile):
+    with open(keyfile) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def cmd_put_archive(addr, home, seed, members, size):
+    rng = random.Random(int(seed))
+    datas = [rng.randbytes(int(size)) for _ in range(int(members))]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for data in datas:
+            info = tarfile.TarInfo(key_of(data).hex())
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    body = buf.getvalue()
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        yield peer.store(key_of(body), body, kind=messages.KIND_ARCHIVE)
+        return {"members": [key_of(d).hex() for d in datas]}
+
+    out(with_peer(addr, home, job))
+
+
+def cmd_delete(addr, home, keyfile):
+    keys = read_keys(keyfile)
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        results = {}
+        for key_hex in keys:
+            try:
+                yield peer.delete(bytes.fromhex(key_hex))
+                results[key_hex] = "ok"
+            except RemoteError as err:
+                results[key_hex] = error_name(err)
+        return results
+
+    out(with_peer(addr, home, job))
+
+
+def cmd_check(addr, home, keyfile):
+    keys = read_keys(keyfile)
+    nonce = b"check-nonce-0016"
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        results = {}
+        for key_hex in keys:
+            try:
+                data = yield peer.retrieve(bytes.fromhex(key_hex))
+                digest = yield peer.verify(bytes.fromhex(key_hex), nonce)
+            except RemoteError as err:
+                results[key_hex] = error_name(err)
+                continue
+            good = key_of(data).hex() == key_hex and digest == key_of(nonce + bytes(data))
+            results[key_hex] = "ok" if good else "corrupt"
+        return results
+
+    out(with_peer(addr, home, job))
+
+
 COMMANDS = {
+    "put-archive": cmd_put_archive,
+    "delete": cmd_delete,
+    "check": cmd_check,
     "stats": cmd_stats,
     "stats-one": cmd_stats_one,
     "store": cmd_store,

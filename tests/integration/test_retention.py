@@ -29,7 +29,7 @@ FILES = 400
 
 
 def _stored(net) -> int:
-    return sum(s["store"]["bytes_stored"] for s in net.stats())
+    return sum(row["stats"]["store"]["bytes_stored"] for row in net.stats() if row["stats"])
 
 
 def _at(day: int) -> dict:

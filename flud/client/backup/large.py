@@ -3,10 +3,8 @@ one segment's footprint per file used in two halves (see _extent_once).
 
 Each segment is compressed in its own buffer before it is encrypted (its
 key still from the plaintext) unless a sample says it will not compress or
-it would save too little. An extent's streams declare their sizes before its
-first segment is sent, so an extent is planned first (_plan): its segments
-read and compressed without writing, for their stored lengths (zstd's output
-is deterministic): a compressible extent is read and compressed twice.
+it would save too little, as its extent's plan says (plans.py: made one
+extent ahead, since a stream declares its size when it opens).
 
 LargeFiles is a part of the backup run (run.py): it is given the job's
 context, the run's content log and tallies, and nothing else of the run.
@@ -25,10 +23,11 @@ from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, 
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
 from flud.client.backup.files import FileChanged, read_into, why_skipped
+from flud.client.backup.plans import ExtentPlans
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
                                  challenges_to_wire)
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
-from flud.compression import compress_in_place, plan_segment
+from flud.compression import compress_in_place
 from flud.crypto import segment_convergence
 
 log = logging.getLogger("flud.client")
@@ -179,21 +178,23 @@ class LargeFiles:
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
             buffers = _SegmentBuffers(self.segment_window, self.segment_size)
+            per_extent = segments_per_extent(self.segment_size)
             with SequentialReader(entry.path) as f:
-                per_extent = segments_per_extent(self.segment_size)
-                for first in range(0, segments, per_extent):
-                    sent = yield self._extent(entry, f, buffers, first,
-                                              min(per_extent, segments - first))
-                    digests.extend(sent.digests)
-                    committing.append(sent)
-                    if len(committing) > 1:
-                        extents.append((yield self._committed(entry, f, buffers,
-                                                              committing[0])).record)
+                plans = ExtentPlans(self.ctx.pool, entry, self.segment_size, per_extent)
+                try:
+                    read = (entry, f, buffers, plans)
+                    for first in range(0, segments, per_extent):
+                        sent = yield self._extent(read, first, min(per_extent, segments - first))
+                        digests.extend(sent.digests)
+                        committing.append(sent)
+                        if len(committing) > 1:
+                            extents.append((yield self._committed(read, committing[0])).record)
+                            committing.pop(0)
+                    if committing:
+                        extents.append((yield self._committed(read, committing[0])).record)
                         committing.pop(0)
-                if committing:
-                    extents.append((yield self._committed(entry, f, buffers,
-                                                          committing[0])).record)
-                    committing.pop(0)
+                finally:
+                    yield plans.close()
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
@@ -212,15 +213,17 @@ class LargeFiles:
         return self.contents.remember(content_id, LargeContent(entry.size, extents=tuple(extents)))
 
     @defer.inlineCallbacks
-    def _extent(self, entry, f, buffers, first, count, attempt=1):
+    def _extent(self, read, first, count, attempt=1):
         """Segments first..first+count-1 sent as one extent (its commit still
         to come: _committed). One that fails is sent again from its start,
-        to nodes that have not failed."""
+        to nodes that have not failed. read: (entry, its reader, its
+        buffers, its ExtentPlans)."""
+        entry, f = read[:2]
         resume = True
         while True:
             f.seek(first * self.segment_size)
             try:
-                sent = yield self._extent_once(entry, f, buffers, first, count, resume)
+                sent = yield self._extent_once(*read, first, count, resume)
             except _ResendExtent:
                 resume = False
                 continue
@@ -231,15 +234,15 @@ class LargeFiles:
             return sent
 
     @defer.inlineCallbacks
-    def _committed(self, entry, f, buffers, sent):
+    def _committed(self, read, sent):
         """Waits for a sent extent's commit; one that fails is sent again."""
         while True:
             try:
                 yield sent.committed
                 return sent
             except ExtentFailed as err:
-                attempt = self._next_attempt(entry, sent.attempt, err)
-                sent = yield self._extent(entry, f, buffers, sent.first, sent.count, attempt)
+                attempt = self._next_attempt(read[0], sent.attempt, err)
+                sent = yield self._extent(read, sent.first, sent.count, attempt)
 
     def _next_attempt(self, entry, attempt, err):
         if attempt >= MAX_EXTENT_ATTEMPTS:
@@ -250,7 +253,7 @@ class LargeFiles:
         return attempt + 1
 
     @defer.inlineCallbacks
-    def _extent_once(self, entry, f, buffers, first, count, resume):
+    def _extent_once(self, entry, f, buffers, plans, first, count, resume):
         """One segment's footprint, used in two halves: the next segment is
         read (into the ciphertext half) once this one's primary shares are
         taken by their streams and its parity is coded, while the parity is
@@ -260,8 +263,8 @@ class LargeFiles:
         sizes = [min(self.segment_size, entry.size - j * self.segment_size)
                  for j in range(first, first + count)]
         reading, coding = buffers.for_extent()  # the ciphertexts; the parity half's turn
-        plans = yield self._plan(entry, f, reading, first, sizes)
-        stream_size = sum(self.ctx.coder.block_length(stored) for _, stored in plans)
+        plan = yield plans.get(first)  # [(method, stored length)] a segment
+        stream_size = sum(self.ctx.coder.block_length(stored) for _, stored in plan)
         segs, digests, sending = [None] * count, [], []
         upload = hashes = None
         try:
@@ -270,7 +273,7 @@ class LargeFiles:
                 if any(d.called and isinstance(d.result, Failure) for d in sending):
                     break  # a segment failed: stop reading, report below
                 prep = yield self.ctx.pool.run(self.read_segment, entry, f, buffer, length,
-                                               hashes, plans[pos])
+                                               hashes, plan[pos])
                 digests.append(prep.digest)
                 self.counters["bytes_read"] += length
                 if pos == 0:
@@ -339,27 +342,12 @@ class LargeFiles:
         self.ctx.progress.bytes_done(sum(sizes))
         return record
 
-    @defer.inlineCallbacks
-    def _plan(self, entry, f, reading, first, sizes):
-        """[(method, stored length)] of the extent's segments (see the
-        module's docstring), read into one of the file's buffers."""
-        buffer = yield reading.get()
-        try:
-            plans = yield self.ctx.pool.run(self._plan_segments, entry, f, buffer, sizes)
-        finally:
-            reading.put(buffer)
-        f.seek(first * self.segment_size)
-        return plans
-
-    def _plan_segments(self, entry, f, buffer, sizes):
-        return [plan_segment(read_into(entry, f, buffer, length)) for length in sizes]
-
     def _segment_key(self, entry, f, buffer, length):
         return segment_convergence(self.ctx.secret, read_into(entry, f, buffer, length))
 
     def read_segment(self, entry, f, buffer, length, hashes, plan=(None, None)):
         """In the pool: the segment's next `length` bytes of `f` read into
-        the file's `buffer`, compressed there if `plan` says so (_plan),
+        the file's `buffer`, compressed there if `plan` says so (plans.py),
         encrypted there (prepare_primaries) and its primary shares hashed
         into the streams' `hashes` (if known yet)."""
         data = read_into(entry, f, buffer, length)

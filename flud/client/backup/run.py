@@ -31,6 +31,7 @@ from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
 from flud.client.gather import settle_all
 from flud.client.head import adopt_head
+from flud.client.leases import renew_leases
 from flud.client.records import EmptyContent, ShareHolder, extent_id, holder_keys_from_wire
 from flud.client.scan import Entry, entry_of, list_children
 from flud.client.walk import walk
@@ -129,6 +130,7 @@ class Backup:
                        "tree_records": writer.builder.records,
                        "tree_stored": writer.builder.stored, **self.summary, **self.counters}
             index.add_snapshot(snapshot_id, created, summary, None)
+            yield renew_leases(ctx)
         finally:
             sends.close()
             known.close()

@@ -58,6 +58,9 @@ def _decompress_into(secret, record, pieces, slots):
     and checked against the segment's key (pool). Returns the views of the
     slots that hold it. FetchFailed if it does not decompress or match."""
     size = len(slots[0])
+    if record.length > size * len(slots):  # a record that lies: never past the slots
+        raise FetchFailed(f"a compressed segment of the file claims {record.length} bytes, "
+                          f"more than a segment")
     digest = blake3.blake3()
     filled = 0
     try:

@@ -23,10 +23,30 @@ def test_defaults_are_the_configs_own():
 def test_every_option():
     config = parse("--home", "/n", "--host", "0.0.0.0", "--port", "4100", "--join",
                    "10.0.0.2:4000", "--capacity", "500M", "--memory-log", "m.csv",
-                   "--memory-budget", "64MiB", "-v")
+                   "--memory-budget", "64MiB", "--lease", "30d", "--trash-time", "12h",
+                   "--lease-sweep-interval", "0.5", "-v")
     assert config == NodeConfig(home="/n", host="0.0.0.0", port=4100, join=("10.0.0.2", 4000),
                                 capacity=500 * 1024 ** 2, memory_log="m.csv",
-                                memory_budget=64 * 1024 ** 2, verbose=True)
+                                memory_budget=64 * 1024 ** 2, verbose=True,
+                                lease_seconds=30 * 86400, trash_seconds=12 * 3600,
+                                lease_sweep_interval=0.5)
+
+
+def test_lease_defaults_are_90_days_and_7_days_swept_hourly():
+    config = parse("--home", "h")
+    assert (config.lease_seconds, config.trash_seconds, config.lease_sweep_interval) == (
+        90 * 86400, 7 * 86400, 3600)
+
+
+@pytest.mark.parametrize("text, seconds", [("90d", 90 * 86400), ("2w", 14 * 86400), ("1.5h", 5400),
+                                           ("30m", 1800), ("5s", 5), ("0.2", 0.2)])
+def test_durations(text, seconds):
+    assert parse("--home", "h", "--lease", text).lease_seconds == seconds
+
+
+def test_a_bad_duration_is_a_usage_error():
+    with pytest.raises(SystemExit):
+        parse("--home", "h", "--trash-time", "soon")
 
 
 @pytest.mark.parametrize("text, size", [("10G", 10 * 1024 ** 3), ("1.5k", 1536), ("123", 123),
@@ -67,6 +87,7 @@ def test_the_config_is_frozen():
     NodeConfig(home="/t/node-03", port=4003, join=("127.0.0.1", 4000), capacity=12 * 1024 ** 2,
                memory_log="/t/node-03/memory.csv"),
     NodeConfig(home="/x", host="0.0.0.0", memory_budget=1 << 20, verbose=True),
+    NodeConfig(home="/y", lease_seconds=3600.5, trash_seconds=60, lease_sweep_interval=0.2),
 ])
 def test_an_exec_spawned_node_gets_the_config_a_forked_one_would(config):
     args = build_parser().parse_args(node_run_args(config))

@@ -120,8 +120,8 @@ def test_a_snapshot_written_before_compression_still_restores(world, tmp_path, m
     stored as it is, four fields a segment) restores with this flud."""
     clock, home, network = world
     src = _tree(str(tmp_path / "src"), {"text.log": text(40 * SEGMENT + 1)})
-    monkeypatch.setattr("flud.client.backup.large.plan_segment",
-                        lambda data: (None, len(data)))
+    monkeypatch.setattr("flud.client.backup.plans.plan_pieces",
+                        lambda sample, pieces, length: (None, length))
     summary, _, _ = run_backup(world, [src])
     monkeypatch.undo()
     manifest, records = _large_records(world, summary)
@@ -181,6 +181,10 @@ def test_a_compressed_segment_whose_record_lies_fails_its_file_clearly(world, tm
     why = dict(job.failed)["src/text.log"]
     assert "compressed segment of the file is damaged" in why, why
     assert sorted(os.listdir(out)) == ["other.log", "small.txt"]
+    # one that claims more plaintext than a segment holds
+    manifest["contents"][cid]["ext"][0]["segs"][1][1] = 10 * SEGMENT
+    restored, job, out = _restore(world, tmp_path, manifest, out="out2")
+    assert "more than a segment" in dict(job.failed)["src/text.log"]
 
 
 def test_a_method_this_flud_does_not_know_fails_its_file_alone(world, tmp_path):
@@ -227,3 +231,69 @@ def test_a_compressible_file_keeps_to_one_segment_footprint(tmp_path):
     assert restored["failed"] == 0
     assert compare_trees(src, out) == []
     assert job.ctx.monitor.peak_transfer_bytes <= 4 * MIB
+
+
+def test_plans_read_only_a_sample_of_media_and_run_one_extent_ahead(world, tmp_path,
+                                                                   monkeypatch):
+    from flud.client.backup import plans as plans_module
+    from flud.workers import CPUPool
+
+    clock, home, network = world
+    read = []
+    real_read = plans_module.ExtentPlans._read
+    monkeypatch.setattr(plans_module.ExtentPlans, "_read",
+                        lambda self, offset, view: (read.append(len(view)),
+                                                    real_read(self, offset, view)))
+    src = _tree(str(tmp_path / "src"), {"clip.mp4": random.Random(4).randbytes(40 * SEGMENT),
+                                        "text.log": text(40 * SEGMENT)})
+    entry = type("Entry", (), {"path": os.path.join(src, "clip.mp4"), "size": 40 * SEGMENT})
+    plans = plans_module.ExtentPlans(CPUPool(clock, inline=True), entry, SEGMENT, 16)
+    first = []
+    plans.get(0).addCallback(first.append)
+    assert first and all(plan == (None, SEGMENT) for plan in first[0])
+    assert set(plans._made) == {0, 16}  # the next extent is planned already
+    assert sum(read) == 32 * 8 * 4096   # their samples only: 32 KiB a segment
+    plans.get(16)
+    assert set(plans._made) == {0, 16, 32}
+    done = []
+    plans.close().addCallback(done.append)
+    assert done == [None]
+    # a compressible file is read whole by its plan
+    read.clear()
+    entry.path, entry.size = os.path.join(src, "text.log"), 40 * SEGMENT
+    plans = plans_module.ExtentPlans(CPUPool(clock, inline=True), entry, SEGMENT, 16)
+    plans.get(0)
+    assert sum(read) >= 32 * SEGMENT
+    plans.close()
+
+
+def test_a_file_that_changes_between_its_plan_and_its_sending_is_skipped(world, tmp_path,
+                                                                       monkeypatch):
+    from flud.client.backup import plans as plans_module
+
+    clock, home, network = world
+    src = _tree(str(tmp_path / "src"), {"text.log": text(20 * SEGMENT)})
+    real_plan = plans_module.ExtentPlans._plan
+
+    def stale_plan(self, first, count):  # as if the file read otherwise then
+        return [(method, stored + 1 if method else stored)
+                for method, stored in real_plan(self, first, count)]
+
+    monkeypatch.setattr(plans_module.ExtentPlans, "_plan", stale_plan)
+    summary, _, job = run_backup(world, [src])
+    assert summary["skipped"] == 1 and summary["files"] == 1   # the small file went
+    monkeypatch.undo()
+    # a file that shrank under its plan: the plan fails, and so does the file, alone
+    with open(os.path.join(src, "text.log"), "r+b") as f:
+        f.truncate(18 * SEGMENT)
+    real_read = plans_module.ExtentPlans._read
+
+    def short_read(self, offset, view):
+        if offset >= 17 * SEGMENT:
+            raise plans_module.FileChanged("text.log changed while it was backed up")
+        return real_read(self, offset, view)
+
+    monkeypatch.setattr(plans_module.ExtentPlans, "_read", short_read)
+    summary, _, _ = run_backup(world, [src])
+    assert summary["skipped"] == 1
+

@@ -161,6 +161,14 @@ def test_a_delete_that_fails_stays_pending_for_a_later_run():
         record_deletes(plan.state, {"x": Outcome("maybe")}, T0)
 
 
+def test_a_pending_delete_stored_again_since_is_not_deleted_but_marked_afresh():
+    objects = objs(x=T0 - 100 * HOUR)
+    plan = run(run(PruneState(), objects).state, objects, now=T0 + 1)
+    assert plan.delete == ("x",)
+    plan = run(plan.state, objs(x=T0 + 5), now=T0 + 10)   # a backup stored it again
+    assert plan.delete == () and plan.marked == ("x",) and plan.state.pending == {}
+
+
 def test_a_pending_delete_referenced_again_is_revived_not_deleted():
     objects = objs(x=T0 - 100 * HOUR)
     plan = run(run(PruneState(), objects).state, objects, now=T0 + 1)

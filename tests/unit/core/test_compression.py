@@ -186,7 +186,7 @@ def test_a_segment_that_does_not_compress_is_planned_as_it_is():
 
 def test_a_segment_that_saves_too_little_is_planned_as_it_is(monkeypatch):
     data = text(200_000)
-    monkeypatch.setattr(compression, "looks_incompressible", lambda _: False)
+    monkeypatch.setattr(compression, "sample_incompressible", lambda _: False)
     monkeypatch.setattr(compression, "MIN_SAVED_FRACTION", 1)  # must save all of it
     assert compression.plan_segment(data) == (None, len(data))
 

@@ -1,0 +1,132 @@
+"""`flud check [--repair]` on a version-2 repository: the holder map's
+bundles and extents are the objects (repair/plan.py), the check job
+challenges, classifies and re-creates (repair/job.py), and what it moved
+becomes a map page in a new head, so a restore (also one from the key
+alone) reads the new holders. The check state (rotation, what was seen of
+each share, moves not yet in the map) is kept in the client index between
+runs: an interrupted repair resumes, and what it stored is not stored again.
+"""
+from twisted.internet import defer
+
+from flud.client.blobs import BlobSealer
+from flud.client.head import Head, record_sender, store_blobs, write_head
+from flud.client.holders import HolderMap, MapPage
+from flud.client.manifest import put_root_v2
+from flud.client.records import Extent, ShareHolder
+from flud.client.repair.health import DEFAULT_GRACE, RepairPolicy
+from flud.client.repair.job import CheckJob
+from flud.client.repair.plan import map_page, objects_from_map, stream_length
+from flud.client.repair.probes import probe_of
+from flud.client.repair.rotation import WEEK
+from flud.client.repair.state import CheckState
+from flud.client.snapshots import open_repository
+from flud.client.verify import IndexChallenges
+from flud.errors import FludError
+
+STATE_META = "check_state"
+
+
+class CheckError(FludError):
+    code = "CHECK"
+
+
+def _holder_map(cache) -> HolderMap:
+    bundles = {bid: cache.bundle(bid) for bid in cache.bundle_ids()}
+    extents = {xid: tuple(ShareHolder.from_wire(h) for h in holders)
+               for xid, holders in cache.extent_rows()}
+    return HolderMap([MapPage.of(bundles=bundles, extents=extents)])
+
+
+def _stream_lengths(client_index) -> dict:
+    lengths = {}
+    for _, record in client_index.extent_rows():
+        extent = Extent.from_wire(record)
+        lengths[extent.holders[0].key] = stream_length(extent)
+    return lengths
+
+
+class Check:
+    """ctx: a JobContext. repair: re-create what is below m; subset: a
+    rotation.DataSubset to download and hash-check; grace: seconds a node
+    may be unreachable before its shares count as lost; interval: the
+    agent's schedule (None: a run by hand checks the whole cycle's due part)."""
+
+    def __init__(self, ctx, repair=False, subset=None, grace=DEFAULT_GRACE, cycle=WEEK,
+                 interval=None):
+        self.ctx, self.repair, self.subset = ctx, repair, subset
+        self.policy = RepairPolicy(grace=grace)
+        self.cycle, self.interval = cycle, interval
+
+    def _state(self) -> CheckState:
+        saved = self.ctx.index.get_meta(STATE_META)
+        return CheckState.from_wire(saved) if saved else CheckState()
+
+    @defer.inlineCallbacks
+    def run(self):
+        ctx = self.ctx
+        _, repo = yield open_repository(ctx)
+        if repo is None:
+            raise CheckError("the nodes hold no version-2 repository for this key: "
+                             "back up once with this flud first")
+        try:
+            report = yield self._run(repo)
+        finally:
+            repo.close()
+        return report
+
+    @defer.inlineCallbacks
+    def _run(self, repo):
+        ctx, index = self.ctx, self.ctx.index
+        holder_map = _holder_map(repo.cache)
+        objects = objects_from_map(holder_map, ctx.coder.k, _stream_lengths(index))
+        challenges = IndexChallenges(index, repo.cache)
+        state = self._state()
+
+        def challenge_of(share):
+            return probe_of(ctx.secret, share, challenges.get(share.key))
+
+        def save(current):
+            index.set_meta(STATE_META, current.to_wire())
+
+        job = CheckJob(ctx.reactor, ctx.network, state, challenge_of, ctx.pool.run,
+                       policy=self.policy, cycle=self.cycle, interval=self.interval,
+                       on_progress=save)
+        report = yield job.run(objects, repair=self.repair, subset=self.subset)
+        save(state)
+        if report.moved:
+            yield self._record_moves(repo, holder_map, report.moved)
+            state.recorded()
+            save(state)
+        elif self.repair:
+            # The root record too lives on nodes that leave: put it again on
+            # the nodes that rank highest now (ROOT_PUT replaces, costs a few KiB).
+            yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, repo.root)
+        return report
+
+    @defer.inlineCallbacks
+    def _record_moves(self, repo, holder_map, moved):
+        """The repaired objects' new holders as a map page in a new head."""
+        ctx = self.ctx
+        page = map_page(holder_map, moved)
+        sealer = BlobSealer(ctx.secret)
+        small = record_sender(ctx)
+        try:
+            page_id, sealed = sealer.seal(page.encode())
+            refs, bundles, challenges = yield store_blobs(small, [(page_id.hex(), sealed)])
+            ctx.index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
+            ctx.index.add_challenges(challenges.items())
+            ref = refs[page_id.hex()]
+            head = Head.of_repository(repo)
+            moved_bundles = {bid: b for bid, b in page.bundles}
+            # the pages' own bundles, with their new holders where repaired
+            pages = tuple((r, moved_bundles.get(r.bundle, b)) for r, b in repo.index.pages)
+            new_index = repo.index._replace(pages=pages + ((ref, bundles[ref.bundle]),))
+            newest = head.snapshot
+            bundle = head.final.get(newest.bundle) or repo.cache.bundle(newest.bundle)
+            if newest.bundle in moved_bundles:   # a repaired head bundle: its new holders
+                bundle = moved_bundles[newest.bundle]
+            yield write_head(ctx, small, head, new_index, sealer, newest=newest.blob_id,
+                             newest_bundle=(newest, newest.bundle, bundle))
+        finally:
+            small.close()
+        ctx.index.add_bundles((bid, b.to_wire()) for bid, b in page.bundles)

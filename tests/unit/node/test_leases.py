@@ -1,0 +1,167 @@
+"""The node's lease glue (flud/node/leases.py) on a task.Clock: renewals on
+requests (at most one write per RENEW_EVERY), the periodic sweep, the clock
+offset file, and the wire: an owner's request brings its data back."""
+import random
+
+import pytest
+from twisted.internet import defer, task
+
+from flud.node import leases as node_leases
+from flud.node.leases import RENEW_EVERY, LeaseKeeper, offset_file_reader
+from flud.protocol.errors import ErrorCode
+from storage.disk import ShareStore
+from storage.errors import NotFound
+from storage.leases import LeaseTerms
+from tests.unit.protocol.test_server import Node, error_code, ok
+from tests.unit.storage.helpers import ALICE, BOB, key_of
+
+DAY = 86400.0
+TERMS = LeaseTerms(lease=90 * DAY, trash=7 * DAY)
+T0 = 1_700_000_000.0
+
+
+def run_inline(fn, *args):
+    return defer.maybeDeferred(fn, *args)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ShareStore(tmp_path / "store", 64 * 1024 * 1024, fsync=False)
+    yield s
+    s.close()
+
+
+def keeper_on(store, clock, interval=3600.0, read_offset=None):
+    return LeaseKeeper(store.leases, clock, run_inline, TERMS, interval, read_offset=read_offset)
+
+
+def clock_at(t):
+    clock = task.Clock()
+    clock.advance(t)
+    return clock
+
+
+def test_a_renewal_is_written_at_most_once_per_interval(store, monkeypatch):
+    data = random.Random(0).randbytes(100)
+    store.put(key_of(data), ALICE, data)
+    clock = clock_at(T0)
+    keeper = keeper_on(store, clock)
+    writes = []
+    renew = store.leases.renew
+    monkeypatch.setattr(store.leases, "renew", lambda o, now: writes.append(now) or renew(o, now))
+    for _ in range(100):
+        keeper.seen(ALICE)
+    clock.advance(RENEW_EVERY - 1)
+    keeper.seen(ALICE)
+    assert writes == [T0]
+    clock.advance(1)
+    keeper.seen(ALICE)
+    keeper.seen(BOB)
+    assert writes == [T0, T0 + RENEW_EVERY, T0 + RENEW_EVERY]
+    assert store.leases.lease(ALICE) == (T0 + RENEW_EVERY, None)
+
+
+def test_the_memory_of_renewals_is_bounded(store, monkeypatch):
+    monkeypatch.setattr(node_leases, "RENEWALS_REMEMBERED", 4)
+    keeper = keeper_on(store, clock_at(T0))
+    for i in range(10):
+        keeper.seen(bytes([i]) * 32)
+    assert len(keeper._renewed) <= 4
+
+
+def test_sweeps_run_on_the_clock_and_trash_then_purge(store):
+    data = random.Random(1).randbytes(5000)
+    store.put(key_of(data), ALICE, data)
+    clock = clock_at(T0)
+    purged = []
+    keeper = LeaseKeeper(store.leases, clock, run_inline, TERMS, DAY, on_purged=purged.append)
+    keeper.start()
+    clock.advance(0)
+    assert keeper.counters["sweeps"] == 1 and store.leases.lease(ALICE) == (T0, None)
+    for _ in range(90):
+        clock.advance(DAY)
+    assert keeper.counters["trashed"] == 0  # exactly 90 days: not yet
+    clock.advance(DAY)
+    assert keeper.counters["trashed"] == 1 and store.leases.is_trashed(ALICE)
+    for _ in range(7):
+        clock.advance(DAY)
+    assert keeper.counters["purged"] == 0  # exactly 7 days in the trash: not yet
+    clock.advance(DAY)
+    assert keeper.counters["purged"] == 1 and keeper.counters["freed_bytes"] == 5000
+    assert purged == [ALICE]
+    assert store.stats()["bytes_stored"] == 0
+    keeper.stop()
+    sweeps = keeper.counters["sweeps"]
+    clock.advance(10 * DAY)
+    assert keeper.counters["sweeps"] == sweeps and not clock.getDelayedCalls()
+
+
+def test_a_trashed_owner_seen_again_is_renewed_at_once(store):
+    data = random.Random(2).randbytes(3000)
+    store.put(key_of(data), ALICE, data)
+    clock = clock_at(T0)
+    keeper = keeper_on(store, clock, interval=DAY)
+    keeper.seen(ALICE)
+    keeper.start()
+    for _ in range(92):
+        clock.advance(DAY)
+    assert store.leases.is_trashed(ALICE)
+    keeper.seen(ALICE)  # within RENEW_EVERY of nothing it remembers: trashed wins
+    assert not store.leases.is_trashed(ALICE) and keeper.counters["restored"] == 1
+    keeper.stop()
+
+
+def test_the_offset_file_moves_the_lease_clock_at_each_sweep(store, tmp_path):
+    path = tmp_path / "offset"
+    path.write_text("0")
+    clock = clock_at(T0)
+    keeper = keeper_on(store, clock, interval=10, read_offset=offset_file_reader(str(path)))
+    keeper.start()
+    clock.advance(0)
+    assert keeper.now() == T0
+    path.write_text(str(30 * DAY))
+    assert keeper.now() == T0  # read at the next sweep
+    clock.advance(10)
+    assert keeper.now() == T0 + 10 + 30 * DAY
+    path.write_text("not a number")
+    clock.advance(10)
+    assert keeper.now() == T0 + 20 + 30 * DAY  # kept
+    assert keeper.stats()["clock"] == keeper.now()
+    keeper.stop()
+
+
+def test_the_first_sweep_credits_the_time_the_node_was_down(store):
+    data = random.Random(3).randbytes(3000)
+    store.put(key_of(data), ALICE, data)
+    store.leases.sweep(T0, TERMS)  # the node's last sweep before it stopped
+    clock = clock_at(T0 + 200 * DAY)
+    keeper = keeper_on(store, clock)
+    keeper.start()
+    clock.advance(0)
+    assert not store.leases.is_trashed(ALICE)
+    keeper.stop()
+
+
+def test_an_owners_request_over_the_wire_renews_and_restores(tmp_path, store):
+    node = Node(tmp_path, store)
+    lease_clock = clock_at(T0)  # its own: the connections' idle timers stay out of it
+    keeper = keeper_on(store, lease_clock)
+    node.handler.on_request = keeper.seen
+    alice = node.connect()
+    data = random.Random(4).randbytes(4000)
+    ok(alice, alice.peer.store(key_of(data), data))
+    owner = alice.identity.node_id
+    assert store.leases.lease(owner) == (None, None)  # dated by the next sweep
+    store.leases.sweep(T0, TERMS)
+    assert store.leases.lease(owner) == (T0, None)
+    store.leases.sweep(T0 + 91 * DAY, TERMS)
+    assert store.leases.is_trashed(owner)
+    bob = node.connect()
+    ok(bob, bob.peer.ping())  # somebody else's request changes nothing for alice
+    assert store.leases.is_trashed(owner)
+    with pytest.raises(NotFound):
+        store.size(key_of(data), owner)
+    lease_clock.advance(91 * DAY)
+    assert ok(alice, alice.peer.retrieve(key_of(data))) == data  # served: it brought alice back
+    assert not store.leases.is_trashed(owner)
+    assert error_code(bob, bob.peer.retrieve(key_of(data))) == ErrorCode.NOT_FOUND
