@@ -34,9 +34,10 @@ enabled = true
 every = "1d"            # challenge the holders of your shares
 
 [check]
-enabled = false         # runs `flud check` once this version of flud has it
-every = "1d"
-repair = true           # re-create missing shares (`flud check --repair`)
+enabled = true          # challenge a rotating part of the shares (`flud check`)
+every = "1d"            # daily: every share is challenged within a week
+repair = true           # re-create what falls below the repair threshold (`--repair`)
+read_data_subset = ""   # also download and hash-check this part, e.g. "1/7" or "0.05"
 
 [forget]
 enabled = false         # `flud forget` by the policy below (then `--prune`)

@@ -14,6 +14,10 @@ HISTORY_NAME = "agent-history.jsonl"
 # A line longer than this is cut to its essentials: a summary is small, and
 # the file must stay bounded whatever a job printed.
 MAX_LINE = 64 * 1024
+# A summary's lists (a check's troubled objects, moved shares) are kept to
+# this many items, their full length beside them: the counts are what the
+# page reads, and a list must not push a record past MAX_LINE.
+LIST_KEEP = 100
 
 
 class History:
@@ -54,6 +58,8 @@ class History:
         return records
 
     def append(self, record: dict) -> None:
+        if isinstance(record.get("summary"), dict):
+            record = {**record, "summary": compact(record["summary"])}
         line = json.dumps(record, sort_keys=True, separators=(",", ":"))
         if len(line) >= MAX_LINE:
             keep = {k: record[k] for k in ("job", "start", "end", "exit", "error") if k in record}
@@ -100,6 +106,21 @@ class History:
             if isinstance(record.get("start"), (int, float)):
                 out[record["job"]] = record["start"]
         return out
+
+
+def compact(summary: dict) -> dict:
+    """The summary with every list (at the top or one level down) cut to
+    LIST_KEEP items; a cut list's length goes beside it as KEY_count."""
+    out = {}
+    for key, value in summary.items():
+        if isinstance(value, list) and len(value) > LIST_KEEP:
+            out[key], out[key + "_count"] = value[:LIST_KEEP], len(value)
+        elif isinstance(value, dict) and any(isinstance(v, list) and len(v) > LIST_KEEP
+                                             for v in value.values()):
+            out[key] = compact(value)
+        else:
+            out[key] = value
+    return out
 
 
 def _ends_with_newline(fd) -> bool:

@@ -30,7 +30,9 @@ def _no_paths(job):
 
 
 def _check(job) -> list:
-    return ["check", *(["--repair"] if job.options["repair"] else [])]
+    subset = job.options["read_data_subset"]
+    return ["check", *(["--repair"] if job.options["repair"] else []),
+            *(["--read-data-subset", subset] if subset else [])]
 
 
 def _forget(job) -> list:
@@ -44,7 +46,7 @@ def _forget(job) -> list:
 JOBS = (
     JobRow("backup", _backup, True, _no_paths),
     JobRow("verify", lambda job: ["verify"], True),
-    JobRow("check", _check, False),
+    JobRow("check", _check, True),
     JobRow("forget", _forget, True),
 )
 ROWS = {row.name: row for row in JOBS}

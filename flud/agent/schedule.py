@@ -5,7 +5,9 @@ of day ("02:30"). A run missed while the machine slept or the agent was
 down is due once, not once per missed slot: the next run is computed from
 the last start only, so any number of missed slots collapse into one.
 Jobs never overlap: the queue hands out one job at a time, the one due
-longest first, and the next only once the running one has finished.
+longest first (on a tie, the first in the job table: a backup before the
+checks of what it stored), and the next only once the running one has
+finished.
 """
 import datetime
 
@@ -57,10 +59,12 @@ class Scheduler:
         one runs or none is due. The one due longest ago goes first."""
         if self.running is not None:
             return None
-        due = [(when, name) for name, when in self.next_runs(now).items() if when <= now]
+        order = {name: i for i, name in enumerate(self.jobs)}  # ties: the table's order
+        due = [(when, order[name], name) for name, when in self.next_runs(now).items()
+               if when <= now]
         if not due:
             return None
-        _, name = min(due)
+        _, _, name = min(due)
         self.running = name
         self._before = self.last_start[name]
         self.last_start[name] = now

@@ -77,7 +77,7 @@ def add_client_commands(sub) -> None:
     check.add_argument("--unreachable-grace", default="3d", metavar="DURATION",
                        help="how long a node may be unreachable before its shares count "
                             "as lost (default 3d; 0: at once)")
-    check.add_argument("--json", action="store_true", help="the report as one JSON object")
+    _job_flags(check)
     check.set_defaults(handler=lambda args: _network_job(args, "check"))
 
     forget = sub.add_parser("forget", help="remove snapshots from the list, by policy or id")

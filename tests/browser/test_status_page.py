@@ -60,7 +60,10 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         agent.wait_ready()
         assert agent.wait_for_run("backup")["exit"] == 0, agent.output()
         assert agent.wait_for_run("verify")["exit"] == 0, agent.output()
+        assert agent.wait_for_run("check")["exit"] == 0, agent.output()
         status = agent.status()
+        healthy = status["health"]["objects"]["healthy"]
+        assert healthy > 0
         (snapshot,) = status["snapshots"]
         confirmed = status["verify"]["totals"]["confirmed"]
         assert confirmed > 0
@@ -77,7 +80,9 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         row = re.search(r'<table id="snapshots">.*?</table>', dom, re.S).group(0)
         assert f'<td class="n">{snapshot["id"]}</td>' in row
         assert f'<td class="n">{snapshot["files"]}</td>' in row and snapshot["files"] == 2
-        assert "no check yet" in dom
+        assert f"{healthy} healthy</span>, 0 degraded" in dom
+        nodes = re.search(r'<table id="nodes">.*?</table>', dom, re.S).group(0)
+        assert nodes.count(">yes<") == 6
         assert f"{confirmed} shares confirmed" in dom and "0 missing" in dom
         assert "<svg" in dom and "bytes stored" in dom
         keep = os.environ.get("FLUD_SCREENSHOT_DIR")

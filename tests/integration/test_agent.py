@@ -51,18 +51,25 @@ def test_the_agent_backs_up_on_schedule_and_refuses_a_twin(home, tmp_path):
         assert last["exit"] == 0, agent.output()
         status = agent.status()
         assert [s["files"] for s in status["snapshots"]] == [2], status
-        assert status["health"] is None                      # no check has run
         verify = agent.wait_for_run("verify")
         assert verify["exit"] == 0 and "0 missing" in verify["line"], agent.output()
+        check = agent.wait_for_run("check")
+        assert check["exit"] == 0, agent.output()
+        status = agent.status()
+        health = status["health"]
+        assert health["objects"]["healthy"] > 0, status
+        assert health["objects"]["degraded"] == health["objects"]["lost"] == 0
+        assert len(health["nodes"]) == NODES and all(n["reachable"] for n in health["nodes"])
         page = agent.page()
-        assert "no check yet" in page and "snapshot 1: 2 files" in page
+        assert f"{health['objects']['healthy']} healthy" in page
+        assert "snapshot 1: 2 files" in page
         # a second agent on the same home
         twin = flud("agent", "--home", home, "--listen", "127.0.0.1:0", timeout=30)
         assert twin.returncode == 2
         assert f"an agent is already running on {home} (pid {agent.popen.pid})" in twin.stderr
         with open(os.path.join(home, "agent-history.jsonl")) as f:
             jobs = [json.loads(line)["job"] for line in f]
-        assert jobs == ["backup", "verify"]
+        assert jobs == ["backup", "verify", "check"]
     finally:
         agent.stop()
 

@@ -54,3 +54,16 @@ def test_a_reread_of_an_unchanged_file_is_not_parsed_again(tmp_path, monkeypatch
     h.append({"job": "verify", "start": 2.0})
     h.read()
     assert len(parsed) == 1   # the file changed: read again
+
+
+def test_long_lists_in_a_summary_are_cut_and_counted(tmp_path):
+    h = History(str(tmp_path))
+    objects = [{"id": f"{i:064x}", "state": "degraded"} for i in range(1000)]
+    h.append({"job": "check", "start": 1.0, "exit": 1,
+              "summary": {"counts": {"healthy": 5, "degraded": 1000}, "objects": objects,
+                          "recreated": {"bytes": 1, "list": list(range(500))}}})
+    (record,) = h.read()
+    summary = record["summary"]
+    assert summary["counts"] == {"healthy": 5, "degraded": 1000}
+    assert len(summary["objects"]) == 100 and summary["objects_count"] == 1000
+    assert summary["recreated"]["list_count"] == 500 and "truncated" not in record

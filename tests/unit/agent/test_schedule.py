@@ -62,3 +62,12 @@ def test_a_postponed_job_keeps_its_old_start_and_waits_until_told():
     assert s.take(HOUR + 30) is None
     assert s.take(HOUR + 60) == "backup"
     assert s.seconds_to_next(HOUR + 60) >= 0
+
+
+def test_jobs_due_at_once_go_in_the_tables_order():
+    s = Scheduler({"backup": (HOUR, None), "verify": (HOUR, None), "check": (HOUR, None)})
+    order = []
+    for _ in range(3):
+        order.append(s.take(0.0))
+        s.finished(order[-1])
+    assert order == ["backup", "verify", "check"]

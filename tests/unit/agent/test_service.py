@@ -6,7 +6,8 @@ from flud.agent.config import parse
 from flud.agent.history import History
 from flud.agent.service import BUSY_RETRY, Agent
 
-CONFIG = '[backup]\npaths = ["/data"]\nevery = "1h"\n[verify]\nevery = "1d"\n'
+CONFIG = ('[backup]\npaths = ["/data"]\nevery = "1h"\n[verify]\nevery = "1d"\n'
+          '[check]\nenabled = false\n')
 
 
 class FakeSpawn:
