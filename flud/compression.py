@@ -264,3 +264,20 @@ def decompress(method, data, expected_size: int):
         raise BadCompressedData(f"zstd data does not decompress to the {expected_size} bytes "
                                 f"recorded")
     return plain
+
+
+def decompress_bounded(data, limit: int) -> bytes:
+    """The plaintext of one zstd frame whose size is not recorded elsewhere
+    (a snapshot record's), refused past `limit` bytes (a frame that would
+    grow without bound is a damaged or hostile one) or if it is not one
+    whole frame."""
+    decompressor = zstd.ZstdDecompressor()
+    try:
+        out = decompressor.decompress(data, max_length=limit + 1)
+    except zstd.ZstdError as err:
+        raise BadCompressedData(f"a zstd frame that does not decompress: {err}") from None
+    if len(out) > limit:
+        raise BadCompressedData(f"a zstd frame of more than {limit} bytes")
+    if not decompressor.eof or decompressor.unused_data:
+        raise BadCompressedData("not exactly one whole zstd frame")
+    return out

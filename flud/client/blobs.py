@@ -9,10 +9,15 @@ first (a damaged or foreign blob is named without decrypting), then the seal.
 """
 import blake3
 
+from flud.compression import compress_if_worth, decompress_bounded
 from flud.crypto import SIV_KEY_LENGTH, derive_key, open_deterministic, seal_deterministic
-from flud.errors import FludError, IntegrityError
+from flud.errors import BadCompressedData, FludError, IntegrityError
 
 BLOB_ID_LENGTH = 32
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# The largest record: a map page of 4,096 objects with their challenges, or
+# an index of 4,096 pages, is a few MB; more is damage or a hostile writer.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 PURPOSE_SEAL = "blob-seal-v2"
 PURPOSE_ID = "blob-id-v2"
 
@@ -34,8 +39,12 @@ class BlobSealer:
         return blake3.blake3(sealed, key=self._id_key).digest()
 
     def seal(self, plain) -> tuple:
-        """(blob id, sealed bytes) of a record's plain bytes."""
-        sealed = seal_deterministic(self._seal_key, plain)
+        """(blob id, sealed bytes) of a record's plain bytes (JSON: it starts
+        with '{'), zstd-compressed first when that saves (at a fixed level,
+        so an unchanged record is the same blob; a zstd frame's magic number
+        tells the two apart when it is opened)."""
+        method, stored = compress_if_worth(plain)
+        sealed = seal_deterministic(self._seal_key, bytes(stored))
         return self.blob_id(sealed), sealed
 
     def open(self, blob_id: bytes, sealed) -> bytes:
@@ -45,6 +54,12 @@ class BlobSealer:
             raise BlobDamaged(f"record {blob_id.hex()[:16]} does not match its address: "
                               f"damaged, or not sealed with this key")
         try:
-            return open_deterministic(self._seal_key, sealed)
+            plain = open_deterministic(self._seal_key, sealed)
         except IntegrityError:
             raise BlobDamaged(f"record {blob_id.hex()[:16]} failed its seal check") from None
+        if plain[:4] != ZSTD_MAGIC:
+            return plain
+        try:
+            return decompress_bounded(plain, MAX_RECORD_BYTES)
+        except BadCompressedData as err:
+            raise BlobDamaged(f"record {blob_id.hex()[:16]}: {err}") from None

@@ -34,6 +34,7 @@ class Reached(NamedTuple):
     bundles: dict      # bundle id -> live bytes in it
     extents: set       # extent ids
     records: int       # directory and large-content records read
+    extent_bytes: int  # what the reached extents store (each once), before n/k
 
 
 class Reach:
@@ -45,6 +46,7 @@ class Reach:
         self.ctx = ctx
         self.bundles = {}
         self.extents = set()
+        self.extent_bytes = 0
         self._seen = set()     # record blob ids read
         db = repo.cache.db
         # kind: "blob" (a record: its id checks it), or "small:" + method
@@ -86,7 +88,13 @@ class Reach:
         for old in self.repo.index.v1:
             yield self._version1(old)
         self._flush()
-        return Reached(self.bundles, self.extents, len(self._seen))
+        # A file unchanged across snapshots is named by every version of its
+        # directory: its bytes count once per bundle.
+        for bundle_id, live in self._db.execute(
+                "SELECT bundle, sum(length) FROM (SELECT DISTINCT bundle, key, offset, length "
+                "FROM live_members) GROUP BY bundle"):
+            self.bundles[bundle_id] = live
+        return Reached(self.bundles, self.extents, len(self._seen), self.extent_bytes)
 
     @defer.inlineCallbacks
     def _tree(self, tree_id):
@@ -122,7 +130,11 @@ class Reach:
         self._blob(blob_id)
         content = LargeRecord.decode((yield self.repo.open_blob(blob_id))).content
         for extent in content.get("ext", ()):
-            self.extents.add(extent_id(extent))
+            name = extent_id(extent)
+            if name not in self.extents:
+                self.extents.add(name)
+                self.extent_bytes += sum(seg[5] if len(seg) > 4 else seg[1]
+                                         for seg in extent["segs"])
 
     @defer.inlineCallbacks
     def _version1(self, old):

@@ -106,6 +106,14 @@ class Prune:
         for oid in plan.delete:
             self.say(f"  delete {oid[:2]}{oid[2:18]}  {self._size(objects.get(oid))} bytes")
         dead_share = self._mostly_dead(repo, reached)
+        bundle_bytes = sum(b.length for bid in reached.bundles
+                           if (b := repo.cache.bundle(bid)) is not None)
+        s["live_bytes"] = sum(reached.bundles.values())
+        s["reached_bundle_bytes"] = bundle_bytes
+        s["live_extent_bytes"] = reached.extent_bytes
+        self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
+                 f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
+                 f"dead) and {reached.extent_bytes} bytes in extents, before n/k")
         if self.dry_run:
             for bundle_id, live in dead_share:
                 self.say(f"  would repack bundle {bundle_id[:16]} ({live} bytes live)")

@@ -68,3 +68,24 @@ def test_siv_sealing_round_trips_and_is_deterministic():
         open_deterministic(key, sealed[:8])
     with pytest.raises(ValueError):
         seal_deterministic(key[:32], b"payload")
+
+
+def test_a_record_is_compressed_when_that_saves_and_opens_the_same():
+    sealer = BlobSealer(b"s" * 32)
+    plain = b'{"v":2,"t":"dir","e":[' + b",".join(
+        b'["name%d","f",420,1,5,["S","%s","","%s",0,5]]' % (i, b"ab" * 32, b"cd" * 32)
+        for i in range(200)) + b"]}"
+    blob_id, sealed = sealer.seal(plain)
+    assert len(sealed) < len(plain) / 4          # repeated hex ids compress well
+    assert sealer.open(blob_id, sealed) == plain
+    assert sealer.seal(plain) == (blob_id, sealed)   # the same record is the same blob
+
+
+def test_a_frame_that_grows_past_the_limit_is_refused(monkeypatch):
+    from flud.client import blobs
+    from flud.client.blobs import BlobDamaged
+    monkeypatch.setattr(blobs, "MAX_RECORD_BYTES", 1000)
+    sealer = BlobSealer(b"s" * 32)
+    blob_id, sealed = sealer.seal(b"{" + b"x" * 5000 + b"}")
+    with pytest.raises(BlobDamaged, match="more than 1000 bytes"):
+        sealer.open(blob_id, sealed)
