@@ -136,18 +136,22 @@ def _health(status) -> str:
     else:
         o = health["objects"]
         out.append(f'<p id="health">objects: <span class="ok">{e(o["healthy"])} healthy</span>, '
-                   f'{e(o["degraded"])} degraded, <span class="bad">{e(o["lost"])} lost</span>; '
+                   f'{e(o["degraded"])} degraded, <span class="{"bad" if o["lost"] else ""}">'
+                   f'{e(o["lost"])} lost</span>; '
                    f'repairs done: {e(status["repaired"])} '
                    f'({e(human(health["recreated_bytes"]))} re-created in the last check)</p>')
+        sized = any(n["bytes"] for n in health["nodes"])  # a check that reports bytes
         out.append('<table id="nodes"><tr><th>node</th><th>reachable</th><th>shares</th>'
-                   '<th>ok</th><th>corrupt</th><th>missing</th><th>bytes stored</th></tr>')
+                   '<th>ok</th><th>corrupt</th><th>missing</th>'
+                   + ('<th>bytes stored</th>' if sized else '') + '</tr>')
         for n in health["nodes"]:
             out.append(f'<tr><td><code>{e(n["node"][:16])}</code></td>'
                        f'<td class="{"ok" if n["reachable"] else "bad"}">'
                        f'{"yes" if n["reachable"] else "no"}</td>'
                        + "".join(f'<td class="n">{e(n[k])}</td>'
                                  for k in ("shares", "ok", "corrupt", "missing"))
-                       + f'<td class="n">{e(human(n["bytes"]) if n["bytes"] else "—")}</td></tr>')
+                       + (f'<td class="n">{e(human(n["bytes"]))}</td>' if sized else '')
+                       + '</tr>')
         out.append("</table>")
     verify = status["verify"]
     if verify is None:

@@ -40,6 +40,10 @@ def test_health_and_nodes_from_the_last_check():
     assert nodes.index("abababab") < nodes.index("cdcdcdcd")   # sorted by node
     assert '<td class="n">9</td><td class="n">8</td><td class="n">1</td>' in nodes
     assert [n["shares"] for n in s["health"]["nodes"]] == [9, 7]
+    assert "bytes stored</th>" not in nodes   # this check reports shares, not bytes
+    sized = {**CHECK, "nodes": [{**CHECK["nodes"][0], "bytes": 3 * 1024 * 1024}]}
+    page = render(status([{"job": "check", "start": 5, "end": 6, "exit": 0, "summary": sized}]))
+    assert "bytes stored</th>" in page and "3.0 MiB" in page
     json.dumps(s)   # /api/status serves it as it is
 
 
