@@ -82,7 +82,9 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         assert f'<td class="n">{snapshot["files"]}</td>' in row and snapshot["files"] == 2
         assert f"{healthy} healthy</span>, 0 degraded" in dom
         nodes = re.search(r'<table id="nodes">.*?</table>', dom, re.S).group(0)
-        assert nodes.count(">yes<") == 6
+        # every holder of a share (which of the 6 nodes hold one depends on placement)
+        holders = len(status["health"]["nodes"])
+        assert 4 <= holders <= 6 and nodes.count(">yes<") == holders and ">no<" not in nodes
         assert f"{confirmed} shares confirmed" in dom and "0 missing" in dom
         assert "<svg" in dom and "bytes stored" in dom
         keep = os.environ.get("FLUD_SCREENSHOT_DIR")

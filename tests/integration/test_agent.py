@@ -59,7 +59,9 @@ def test_the_agent_backs_up_on_schedule_and_refuses_a_twin(home, tmp_path):
         health = status["health"]
         assert health["objects"]["healthy"] > 0, status
         assert health["objects"]["degraded"] == health["objects"]["lost"] == 0
-        assert len(health["nodes"]) == NODES and all(n["reachable"] for n in health["nodes"])
+        # the holders of shares: at least n of the testnet's nodes, all reachable
+        assert N <= len(health["nodes"]) <= NODES
+        assert all(n["reachable"] for n in health["nodes"])
         page = agent.page()
         assert f"{health['objects']['healthy']} healthy" in page
         assert "snapshot 1: 2 files" in page
