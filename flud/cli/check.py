@@ -4,6 +4,7 @@ object and per node, and re-create what is below the repair threshold."""
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
+from flud.client.context import wall_clock
 from flud.client.progress import human_bytes
 from flud.client.repair.rotation import BadDataSubset, parse_subset
 from flud.client.repair.run import Check
@@ -19,8 +20,13 @@ def check(ctx, args):
                  if args.unreachable_grace != "0" else 0.0)
     except (BadDataSubset, RetentionError) as err:
         raise UserError(str(err))
+    m = getattr(args, "repair_below", None)
+    k, n = ctx.coder.k, ctx.coder.n
+    if m is not None and not k < m <= n:
+        raise UserError(f"--repair-below {m}: give a threshold above k={k} and at most n={n}")
     try:
-        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace).run()
+        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m,
+                             clock=wall_clock).run()
     except FludError as err:
         raise UserError(str(err))
     summary = report.summary()

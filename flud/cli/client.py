@@ -77,6 +77,10 @@ def add_client_commands(sub) -> None:
     check.add_argument("--unreachable-grace", default="3d", metavar="DURATION",
                        help="how long a node may be unreachable before its shares count "
                             "as lost (default 3d; 0: at once)")
+    check.add_argument("--repair-below", type=int, default=None, metavar="M",
+                       help="the repair threshold: repair objects with fewer than M healthy "
+                            "shares (k < M <= n; default n-1, 7 for 4-of-8; n: restore full "
+                            "redundancy at the first lost share)")
     _job_flags(check)
     check.set_defaults(handler=lambda args: _network_job(args, "check"))
 

@@ -191,6 +191,8 @@ def _check(reactor, home, network, pool, monitor, progress, args):
     from flud.cli import check
 
     code = yield check.check(_context(reactor, home, network, pool, monitor, progress), args)
+    # stdout is one JSON object with --json: the memory line goes to stderr then
+    print(_memory_line(monitor), file=sys.stderr if args.json else sys.stdout)
     return code
 
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from flud.client.tree import BlobRef
 from flud.errors import FludError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS = {
     1: [
@@ -46,6 +46,13 @@ _MIGRATIONS = {
         "CREATE INDEX files_by_parent ON files (parent)",
         """CREATE TABLE blobs (
                blob_id TEXT PRIMARY KEY, bundle TEXT, offset INTEGER, length INTEGER)""",
+    ],
+    # Each directory's last record: a directory whose listing (and every
+    # listing below it) is as it was keeps its record without being read
+    # again (a no-change backup lists the tree once and seals nothing).
+    4: [
+        """CREATE TABLE dirs (path TEXT PRIMARY KEY, local TEXT, subtree TEXT,
+               blob_id TEXT, files INTEGER, bytes INTEGER)""",
     ],
 }
 
@@ -171,6 +178,46 @@ class ClientIndex:
         return {row[0]: make(row[1:]) for row in self.db.execute(
             "SELECT f.path, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.content_id FROM files f "
             "JOIN contents c ON c.content_id = f.content_id WHERE f.parent=?", (directory,))}
+
+    # ---- directories: what a backup's first walk saw, and their last records
+
+    def begin_dirs(self) -> None:
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS seen_dirs (path TEXT PRIMARY KEY, "
+                        "local TEXT, subtree TEXT)")
+        self.db.execute("DELETE FROM seen_dirs")
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS built_dirs (path TEXT PRIMARY KEY, "
+                        "local TEXT, subtree TEXT, blob_id TEXT, files INTEGER, bytes INTEGER)")
+        self.db.execute("DELETE FROM built_dirs")
+
+    def add_seen_dir(self, path: str, local: str, subtree: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO seen_dirs VALUES (?,?,?)", (path, local, subtree))
+
+    def dir_local(self, path: str):
+        """The listing fingerprint this directory had at the last backup, or None."""
+        row = self.db.execute("SELECT local FROM dirs WHERE path=?", (path,)).fetchone()
+        return row[0] if row else None
+
+    def reusable_dir(self, path: str):
+        """(blob id, files, bytes) of a directory whose subtree is as the
+        last backup recorded it (this run's first walk says), else None."""
+        row = self.db.execute(
+            "SELECT d.blob_id, d.files, d.bytes, d.local, d.subtree FROM dirs d JOIN seen_dirs s "
+            "ON s.path = d.path AND s.subtree = d.subtree WHERE d.path=?", (path,)).fetchone()
+        if row is None or not self.known_blob(row[0]):
+            return None
+        return row
+
+    def built_dir(self, path: str, blob_id: str, files: int, nbytes: int) -> None:
+        """A directory record this run made (kept once the snapshot is published)."""
+        self.db.execute("INSERT OR REPLACE INTO built_dirs SELECT path, local, subtree, ?, ?, ? "
+                        "FROM seen_dirs WHERE path=?", (blob_id, files, nbytes, path))
+
+    def keep_built_dirs(self) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR REPLACE INTO dirs SELECT * FROM built_dirs "
+                            "WHERE local IS NOT NULL")
+            self.db.execute("DELETE FROM built_dirs")
 
     # ---- a run's files to send: a temporary table, so the run holds one
     # directory's listing at a time, never the tree's ---------------------------
@@ -328,6 +375,8 @@ class ClientIndex:
             self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
             self.db.executemany("DELETE FROM segments WHERE seg_key=?",
                                 ((k,) for k in extent_keys))
+            if bundles or extents:   # a kept record may name what is gone: rebuild them all
+                self.db.execute("DELETE FROM dirs")
         return len(dropped)
 
     def remove_snapshots(self, snapshot_ids) -> None:

@@ -27,11 +27,14 @@ class Directory:
 
 
 def walk(root: str, excludes=(), on_skip: Callable = lambda path, why: None,
-         list_children: Callable = list_children) -> Iterator[Directory]:
+         list_children: Callable = list_children,
+         skip: Callable = lambda path: False) -> Iterator[Directory]:
     """Every directory of the tree at root, each after all directories below
     it (post-order), ending with root itself. A root that is not a directory
     yields nothing (the caller records it as an entry of its own).
-    list_children(path, excludes, on_skip): one directory's entries."""
+    list_children(path, excludes, on_skip): one directory's entries.
+    skip(path): True for a subdirectory not to go into (an unchanged one
+    whose record is known); it is neither listed nor handed over."""
     try:
         st = os.lstat(root)
     except OSError as err:
@@ -50,7 +53,8 @@ def walk(root: str, excludes=(), on_skip: Callable = lambda path, why: None,
         if position < len(children):
             stack[-1] = (entry, children, position + 1)
             child = children[position]
-            stack.append((child, list_children(child.path, excludes, on_skip), 0))
+            if not skip(child.path):
+                stack.append((child, list_children(child.path, excludes, on_skip), 0))
             continue
         stack.pop()
         yield Directory(entry.path, entry, children)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""flud's benchmark suite: every figure of issues 2-6, 16 and 18 in one table (`make bench`).
+"""flud's benchmark suite: every figure of issues 2-6, 16, 18 and 20 in one table (`make bench`).
 
     .venv/bin/python tools/bench/run_all.py [--quick] [--repeat N] [--only NAME[,NAME]]
 
-NAME: node, backup, small, memory, checkload, faults, hostile, tree (bench_*.py in this directory;
+NAME: node, backup, small, memory, checkload, faults, hostile, tree, repair, check (bench_*.py
+in this directory;
 each also runs on its own). --quick: small sizes and 1 repetition, a smoke
 test only. Prints ONE table: figure | measured (median of N) | target |
 anchor | ok, with notes, and how much CPU other people's processes took while
@@ -27,7 +28,8 @@ from common import Row, log  # noqa: E402
 
 BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_small"),
            ("memory", "bench_memory"), ("checkload", "bench_checkload"),
-           ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree")]
+           ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
+           ("repair", "bench_repair"), ("check", "bench_check")]
 
 
 def main() -> int:

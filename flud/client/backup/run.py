@@ -17,9 +17,12 @@ TLS send queues have their allowance (Network.count_sends).
 The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
+import json
 import os
 import socket
 import time
+
+import blake3
 
 from twisted.internet import defer
 
@@ -40,6 +43,16 @@ from flud.coding import SegmentCoder
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
+
+
+def listing_fingerprint(entries) -> str:
+    """What a directory's listing says of its entries (names, kinds, modes,
+    times, sizes, inodes, link targets): equal fingerprints, no change."""
+    rows = [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size, e.ctime_ns,
+             e.inode, e.target] for e in entries]
+    return blake3.blake3(json.dumps(rows, ensure_ascii=False,
+                                    separators=(",", ":")).encode("utf-8", "surrogateescape")
+                         ).hexdigest()
 
 
 def _entry(row) -> Entry:
@@ -116,7 +129,8 @@ class Backup:
                 yield self.small.finish()
                 self._save_contents()
                 elapsed = ctx.clock() - started
-                stats = {"files": writer.files, "dirs": writer.dirs, "bytes": writer.bytes,
+                stats = {"files": writer.files, "bytes": writer.bytes, "dirs_read": writer.dirs,
+                         "dirs_kept": writer.reused,
                          "new": self.summary["new"], "changed": self.summary["changed"],
                          "records": writer.builder.records, "stored": writer.builder.stored}
                 snapshot_id, created, record_id = yield publish_tree(
@@ -127,9 +141,11 @@ class Backup:
             summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
                        "format": 2, "record": record_id, "roots": roots, "tags": list(tags),
                        "host": socket.gethostname(),
-                       "tree_records": writer.builder.records,
+                       "tree_records": writer.builder.records, "dirs_read": writer.dirs,
+                       "dirs_kept": writer.reused,
                        "tree_stored": writer.builder.stored, **self.summary, **self.counters}
             index.add_snapshot(snapshot_id, created, summary, None)
+            index.keep_built_dirs()
             yield renew_leases(ctx)
         finally:
             sends.close()
@@ -140,8 +156,12 @@ class Backup:
     def _find_changes(self, roots, excludes) -> None:
         """The first walk: every file whose size, times or inode differ from
         what the index remembers (or whose content it does not know) goes to
-        the index's pending table, one directory at a time."""
+        the index's pending table, one directory at a time. A directory
+        whose listing is as the last backup saw it is not asked about file
+        by file; each directory's fingerprints (its listing, and its whole
+        subtree) tell the second walk which records it can keep."""
         index = self.ctx.index
+        index.begin_dirs()
         for root in roots:
             try:
                 st = os.lstat(root)
@@ -156,11 +176,25 @@ class Backup:
                 continue
             if top.kind != "dir":
                 continue
+            subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
             for listing in walk(root, excludes, self._skip, list_children):
-                self._classify([e for e in listing.entries if e.kind == "file"],
-                               index.states_known(listing.path))
+                files = [e for e in listing.entries if e.kind == "file"]
+                local = listing_fingerprint(listing.entries)
+                # The same listing as the last backup saw: its files are
+                # unchanged and their contents known (prune forgets every
+                # directory when it deletes anything a record may name).
+                if index.dir_local(listing.path) == local:
+                    self.summary["unchanged"] += len(files)
+                else:
+                    self._classify(files, index.states_known(listing.path))
+                below = "".join(subtrees.pop(e.path, "") for e in listing.entries
+                                if e.kind == "dir")
+                subtree = blake3.blake3(f"{local}|{below}".encode()).hexdigest()
+                subtrees[listing.path] = subtree
+                index.add_seen_dir(listing.path, local, subtree)
 
     def _classify(self, files, states) -> None:
+        """The changed files go to the pending table."""
         changed = []
         for entry in files:
             state = states.get(entry.path)

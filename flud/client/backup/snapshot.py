@@ -52,7 +52,10 @@ class TreeWriter:
         self._new = set()       # blob ids stored by this run (not in the index yet)
         self._outgoing = []     # (blob id, sealed) waiting to be handed to the small files
         self.builder = TreeBuilder(sealer, self._known, self._store)
-        self.files = self.bytes = self.dirs = 0
+        self.files = self.bytes = 0
+        self.dirs = 0           # directory records made
+        self.reused = 0         # unchanged subtrees kept as they were
+        self._counts = {}       # directory -> (files, bytes) below it, until its parent takes it
 
     def _known(self, blob_id: str) -> bool:
         return blob_id in self._new or self.index.known_blob(blob_id)
@@ -67,7 +70,32 @@ class TreeWriter:
         for blob_id, sealed in outgoing:
             yield self.small.add_blob(blob_id, sealed)
 
-    def _file_ref(self, states):
+    def _reuse(self, path: str) -> bool:
+        """A directory whose subtree is as the last backup recorded it keeps
+        its record (not listed, not sealed again)."""
+        row = self.index.reusable_dir(path)
+        if row is None:
+            return False
+        blob_id, files, nbytes = row[:3]
+        self.builder.reuse(path, blob_id)
+        self._counts[path] = (files, nbytes)
+        self.reused += 1
+        return True
+
+    def _build(self, listing) -> None:
+        own = [0, 0]   # this directory's files and bytes
+        blob_id = self.builder.directory(listing, self._file_ref(
+            self.index.states_in(listing.path), own))
+        for entry in listing.entries:
+            if entry.kind == "dir" and entry.path in self._counts:
+                files, nbytes = self._counts.pop(entry.path)
+                own[0] += files
+                own[1] += nbytes
+        self._counts[listing.path] = tuple(own)
+        self.index.built_dir(listing.path, blob_id, own[0], own[1])
+        self.dirs += 1
+
+    def _file_ref(self, states, own):
         def file_ref(entry):
             if entry.path in self.skipped:
                 raise KeyError(entry.path)
@@ -77,8 +105,8 @@ class TreeWriter:
                 raise KeyError(entry.path)
             # The snapshot holds the file as it was read, not as it is now.
             entry.size, entry.mtime_ns = state.size, state.mtime_ns
-            self.files += 1
-            self.bytes += state.size
+            own[0] += 1
+            own[1] += state.size
             kind = content["t"]
             if kind == EMPTY:
                 return None
@@ -107,17 +135,21 @@ class TreeWriter:
             if top is None:
                 continue
             if top.kind == "dir":
-                for listing in walk(root, excludes, _quiet, list_children):
-                    states = self.index.states_in(listing.path)
-                    self.builder.directory(listing, self._file_ref(states))
-                    self.dirs += 1
-                    yield self._hand_over()
+                if not self._reuse(root):
+                    for listing in walk(root, excludes, _quiet, list_children, self._reuse):
+                        self._build(listing)
+                        yield self._hand_over()
+                self.files += self._counts[root][0]
+                self.bytes += self._counts.pop(root)[1]
                 tops.append((name, top, None))
             elif top.kind == "file":
+                own = [0, 0]
                 try:
-                    ref = self._file_ref(self.index.states_in(os.path.dirname(root)))(top)
+                    ref = self._file_ref(self.index.states_in(os.path.dirname(root)), own)(top)
                 except KeyError:
                     continue
+                self.files += own[0]
+                self.bytes += own[1]
                 tops.append((name, top, ref))
             else:
                 tops.append((name, top, top.target))

@@ -52,6 +52,11 @@ class TreeBuilder:
         self._finished[listing.path] = blob_id
         return blob_id
 
+    def reuse(self, path: str, blob_id: str) -> None:
+        """A directory whose record is known and unchanged: its parent takes
+        blob_id without it being read."""
+        self._finished[path] = blob_id
+
     def root(self, tops) -> str:
         """The blob id of the snapshot's root directory: tops are the
         (name, walk entry of a backed-up path, its ref) of each path."""

@@ -15,8 +15,9 @@ an INetwork, a run
 4. returns the new holder rows per object, also kept in the CheckState
    until the caller has written them into a map page (state.recorded()).
 
-Nothing here reads wall time: `now` is the reactor's (a task.Clock in
-tests). A request unanswered for REQUEST_TIMEOUT (a stalled node) counts as
+Nothing here reads wall time: `now` is the injected clock's (the reactor's
+by default, a task.Clock in tests; the CLI passes the wall clock, which
+FLUD_NOW can fix to simulate days of checks). A request unanswered for REQUEST_TIMEOUT (a stalled node) counts as
 unreachable, as does a refused or dropped connection.
 """
 import random
@@ -104,14 +105,18 @@ class CheckJob:
     key (a surplus copy comes with index -1; None: the share is downloaded
     and hash-checked instead); run_cpu(fn, *args) -> Deferred
     (the job's CPU pool); on_progress(state) is called whenever the state
-    changed in a way worth saving (after each repaired object)."""
+    changed in a way worth saving (after each repaired object); clock() -> the
+    present in Unix seconds for the rotation and the health book (default:
+    the reactor's), while timeouts always run on the reactor."""
 
     def __init__(self, reactor, network, state: CheckState, challenge_of, run_cpu,
                  policy: RepairPolicy = RepairPolicy(), cycle: float = WEEK,
                  interval: Optional[float] = None, rng: random.Random = None,
                  on_progress=None, timeout: float = REQUEST_TIMEOUT,
-                 store_timeout: float = STORE_TIMEOUT, stream_chunk: int = STREAM_CHUNK):
+                 store_timeout: float = STORE_TIMEOUT, stream_chunk: int = STREAM_CHUNK,
+                 clock=None):
         self.reactor, self.network, self.state = reactor, network, state
+        self.clock = clock or reactor.seconds
         self.challenge_of, self.run_cpu = challenge_of, run_cpu
         self.policy, self.cycle, self.interval = policy, cycle, interval
         self.rng = rng or random.Random()
@@ -123,8 +128,8 @@ class CheckJob:
         self._downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
         self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
 
-    def _now(self) -> float:
-        return self.reactor.seconds()
+    def now(self) -> float:
+        return self.clock()
 
     def _coder(self, k: int, n: int) -> SegmentCoder:
         if (k, n) not in self._coders:
@@ -151,7 +156,7 @@ class CheckJob:
     def run(self, objects, repair: bool = False, subset=None):
         state, book = self.state, self.state.book
         objects = [state.current(obj) for obj in objects]
-        window, rotation = plan_run(state.rotation, self._now(), self.cycle, self.interval)
+        window, rotation = plan_run(state.rotation, self.now(), self.cycle, self.interval)
         download = select_objects([o.object_id for o in objects], subset, self.rng)
         asked, fetched, reached = [], [], set()
         for obj in objects:
@@ -182,7 +187,7 @@ class CheckJob:
             book.observe(observation)
         state.rotation = rotation
         self.on_progress(state)
-        now = self._now()
+        now = self.now()
         healths = [book.classify(obj, now, self.policy) for obj in objects]
         results = {h.object_id: ObjectResult(h) for h in healths}
         # Nodes as this check found them (before repairs move shares off
@@ -210,14 +215,14 @@ class CheckJob:
                                       bytes.fromhex(share.key), probe.nonce, probe.offset,
                                       probe.length)
         except Exception as err:
-            return Observation(share.key, share.node, outcome_of(err), self._now())
+            return Observation(share.key, share.node, outcome_of(err), self.now())
         good = bytes(digest[:len(probe.digest)]) == probe.digest
-        return Observation(share.key, share.node, OK if good else CORRUPT, self._now())
+        return Observation(share.key, share.node, OK if good else CORRUPT, self.now())
 
     @defer.inlineCallbacks
     def _download(self, share):
         _, outcome = yield self._fetch(share, keep=False)
-        return Observation(share.key, share.node, outcome, self._now())
+        return Observation(share.key, share.node, outcome, self.now())
 
     @defer.inlineCallbacks
     def _fetch(self, share, keep: bool = True):
@@ -293,7 +298,7 @@ class CheckJob:
     def _recode(self, obj, wanted):
         """{index: bytes} of the shares to re-create (indexes `wanted`, and
         any source found bad on the way), or why not (a str)."""
-        book, now = self.state.book, self._now()
+        book, now = self.state.book, self.now()
         wanted = set(wanted)
         sources = [s for s in sorted(obj.shares)
                    if s.index not in wanted
@@ -303,7 +308,7 @@ class CheckJob:
             take, sources = sources[:obj.k - len(fetched)], sources[obj.k - len(fetched):]
             answers = yield gather([self._fetch(s) for s in take])
             for share, (_, (data, outcome)) in zip(take, answers):
-                book.observe(Observation(share.key, share.node, outcome, self._now()))
+                book.observe(Observation(share.key, share.node, outcome, self.now()))
                 if data is not None:
                     fetched[share.index] = data
                 else:

@@ -48,13 +48,18 @@ def _stream_lengths(client_index) -> dict:
 class Check:
     """ctx: a JobContext. repair: re-create what is below m; subset: a
     rotation.DataSubset to download and hash-check; grace: seconds a node
-    may be unreachable before its shares count as lost; interval: the
-    agent's schedule (None: a run by hand checks the whole cycle's due part)."""
+    may be unreachable before its shares count as lost; m: repair below m
+    healthy shares (None: health.default_m); interval: the
+    agent's schedule (None: a run by hand checks the whole cycle's due part);
+    clock: the present for the rotation and the grace (None: the reactor's;
+    the CLI passes context.wall_clock, so FLUD_NOW can drive a week of daily
+    checks in minutes)."""
 
     def __init__(self, ctx, repair=False, subset=None, grace=DEFAULT_GRACE, cycle=WEEK,
-                 interval=None):
+                 interval=None, clock=None, m=None):
         self.ctx, self.repair, self.subset = ctx, repair, subset
-        self.policy = RepairPolicy(grace=grace)
+        self.clock = clock
+        self.policy = RepairPolicy(m=m, grace=grace)
         self.cycle, self.interval = cycle, interval
 
     def _state(self) -> CheckState:
@@ -90,7 +95,7 @@ class Check:
 
         job = CheckJob(ctx.reactor, ctx.network, state, challenge_of, ctx.pool.run,
                        policy=self.policy, cycle=self.cycle, interval=self.interval,
-                       on_progress=save)
+                       on_progress=save, clock=self.clock)
         report = yield job.run(objects, repair=self.repair, subset=self.subset)
         save(state)
         if report.moved:

@@ -31,7 +31,7 @@ CHUNK = 1 << 20
 @defer.inlineCallbacks
 def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
     """({index: Placement} landed, set of indexes left for the whole-share path)."""
-    book, now = job.state.book, job.reactor.seconds()
+    book, now = job.state.book, job.now()
     length = obj.share_length
     wanted = set(wanted)
     sources = [s for s in sorted(obj.shares) if s.index not in wanted
@@ -134,7 +134,7 @@ def _range(job, share, offset: int, size: int):
                                         offset, size), job.timeout)
     except Exception as err:
         job.state.book.observe(Observation(share.key, share.node, outcome_of(err),
-                                           job.reactor.seconds()))
+                                           job.now()))
         return None
     if len(data) != size:
         return None

@@ -70,3 +70,25 @@ def test_holders_lost_one_at_a_time_are_repaired_and_the_key_alone_restores(tmp_
     restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_a_threshold_of_n_restores_full_redundancy_at_the_first_lost_share(tmp_path):
+    world = make_world(tmp_path, nodes=12)
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "big.bin"), "wb") as f:
+        f.write(random.Random(7).randbytes(3 * 1024 * 1024))
+    run_backup(world, [src])
+    counts = {node_id: len(node.store.keys(network.client_id))
+              for node_id, node in network.nodes.items()}
+    victim = max(counts, key=counts.get)
+    network.nodes[victim].up = False
+    network.mark_failed(victim, "gone")
+    default = check(world)                  # m = n - 1: one lost share is not repaired yet
+    assert default.counts()["degraded"] > 0 and default.recreated_shares == 0
+    full = run_until(clock, Check(ctx_of(world), repair=True, grace=0.0, m=home.config["n"])
+                     .run(), limit=2_000_000)
+    assert full.counts()["degraded"] == full.counts()["lost"] == 0
+    assert full.recreated_shares == counts[victim] > 0
+    assert check(world, repair=False).counts()["degraded"] == 0

@@ -292,3 +292,17 @@ def test_a_node_that_answered_anything_this_run_is_reachable():
     node = objects[0].shares[3].node
     assert {r.node: r.reachable for r in report.nodes}[node]
     assert [r.health.state for r in report.objects] == [HEALTHY, HEALTHY]
+
+
+def test_the_rotation_follows_the_injected_clock_not_the_reactor():
+    world = World()
+    objects = [world.add(first_node=i) for i in range(5)]
+    now = [5_000_000.0]
+    first = world.check(objects, clock=lambda: now[0])
+    assert first.window == 1.0                     # a first run by hand: the whole cycle
+    world.clock.advance(3 * DAY)                   # the reactor's time alone: nothing due
+    assert world.check(objects, clock=lambda: now[0]).window == 0.0
+    now[0] += DAY                                  # the injected clock: a day's part
+    daily = world.check(objects, clock=lambda: now[0])
+    assert abs(daily.window - 1 / 7) < 1e-9
+    assert 0 < daily.challenged < first.challenged
