@@ -14,6 +14,9 @@ from flud.client.snapshots import open_repository
 from flud.client.treewalk import TreeReader
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
+_KIND_NAME = {"d": "dir", "f": "file", "l": "symlink"}
+# `ls --json` holds its entries until it prints them as one object: at most this many.
+JSON_ENTRIES = 200_000
 
 
 def snapshot_line(snapshot_id, created, host, paths, tags, files, size) -> str:
@@ -79,7 +82,12 @@ def ls(ctx, args):
     problems = []
     try:
         records = yield _records(repo, problems)
+        summary = vars(args).setdefault("summary", {})
         if args.snapshot is None and not args.path:
+            summary["snapshots"] = [
+                {"id": r.snapshot_id, "created": r.time, "host": r.host, "paths": list(r.paths),
+                 "tags": list(r.tags), "files": r.stats.get("files", 0),
+                 "bytes": r.stats.get("bytes", 0)} for _, r in records]
             for old in repo.index.v1:   # made before version 2: restore reads them as they are
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(old["created"]))
                 print(f"snapshot {old['id']:>4}  {when}  (version 1: a manifest)")
@@ -90,10 +98,18 @@ def ls(ctx, args):
         _, record = _pick(records, args.snapshot)
         paths = snapshot_paths(record.paths, [args.path]) if args.path else []
         reader = TreeReader(repo.fetch_sealed, repo.sealer)
+        summary["snapshot"] = record.snapshot_id
+        entries = summary["entries"] = [] if getattr(args, "json", False) else None
 
         def visit(path, entry):
             target = entry.ref if entry.kind == "l" else ""
             print(entry_line(path, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
+            if entries is not None and len(entries) < JSON_ENTRIES:
+                entries.append({"path": path, "kind": _KIND_NAME.get(entry.kind, entry.kind),
+                                "mode": entry.mode, "mtime_ns": entry.mtime_ns,
+                                "size": entry.size, **({"target": target} if target else {})})
+            elif entries is not None:
+                summary["truncated"] = True
         yield reader.walk(record.tree, visit, _damaged_reporter(problems),
                           wanted=wanted_by(paths))
     finally:

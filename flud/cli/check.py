@@ -1,8 +1,6 @@
 """`flud check [--read-data-subset F|n/N] [--repair]`: challenge a rotating
 part of the shares (every share within a week of daily checks), report per
 object and per node, and re-create what is below the repair threshold."""
-import json
-
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
@@ -33,26 +31,24 @@ def check(ctx, args):
         raise UserError(str(err))
     summary = report.summary()
     counts = summary["counts"]
-    if getattr(args, "json", False):
-        print(json.dumps(summary))
-    else:
-        print(f"check: {report.challenged} shares challenged, {report.downloaded} downloaded "
-              f"({report.window:.0%} of the cycle)")
-        print(f"{'node':12} {'reachable':>9} {'shares':>6} {'ok':>5} {'corrupt':>7} "
-              f"{'missing':>7} {'surplus':>7}")
-        for node in summary["nodes"]:
-            print(f"{node['node'][:12]} {'yes' if node['reachable'] else 'NO':>9} "
-                  f"{node['shares']:>6} {node['ok']:>5} {node['corrupt']:>7} "
-                  f"{node['missing']:>7} {node['surplus']:>7}")
-        for obj in summary["objects"]:
-            line = (f"  {obj['state']}: {obj['id'][:16]} ({obj['healthy']} healthy, "
-                    f"{obj['unreachable']} unreachable")
-            if obj["repaired"]:
-                line += f", re-created {len(obj['repaired'])}"
-            print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
-        print(f"objects: {counts['healthy']} healthy, {counts['degraded']} degraded, "
-              f"{counts['lost']} lost, {counts['repaired']} repaired; re-created "
-              f"{summary['recreated']['shares']} shares "
-              f"({human_bytes(summary['recreated']['bytes'])})")
+    vars(args).setdefault("summary", {}).update(summary)  # --json prints it (cli/jobs.py)
+    print(f"check: {report.challenged} shares challenged, {report.downloaded} downloaded "
+          f"({report.window:.0%} of the cycle)")
+    print(f"{'node':12} {'reachable':>9} {'shares':>6} {'ok':>5} {'corrupt':>7} "
+          f"{'missing':>7} {'surplus':>7}")
+    for node in summary["nodes"]:
+        print(f"{node['node'][:12]} {'yes' if node['reachable'] else 'NO':>9} "
+              f"{node['shares']:>6} {node['ok']:>5} {node['corrupt']:>7} "
+              f"{node['missing']:>7} {node['surplus']:>7}")
+    for obj in summary["objects"]:
+        line = (f"  {obj['state']}: {obj['id'][:16]} ({obj['healthy']} healthy, "
+                f"{obj['unreachable']} unreachable")
+        if obj["repaired"]:
+            line += f", re-created {len(obj['repaired'])}"
+        print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
+    print(f"objects: {counts['healthy']} healthy, {counts['degraded']} degraded, "
+          f"{counts['lost']} lost, {counts['repaired']} repaired; re-created "
+          f"{summary['recreated']['shares']} shares "
+          f"({human_bytes(summary['recreated']['bytes'])})")
     troubled = counts["degraded"] + counts["lost"]
     return EXIT_SKIPPED if troubled else EXIT_OK

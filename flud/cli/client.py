@@ -48,6 +48,7 @@ def add_client_commands(sub) -> None:
                         help="large files uploaded at once (default 3)")
     backup.add_argument("--tag", action="append", default=[], metavar="TAG",
                         help="a tag for the snapshot (repeatable)")
+    _job_flags(backup)
     backup.set_defaults(handler=cmd_backup)
 
     ls = sub.add_parser("ls", help="list snapshots, or the files of one")
@@ -56,12 +57,14 @@ def add_client_commands(sub) -> None:
     ls.add_argument("--snapshot", type=int)
     ls.add_argument("--remote", action="store_true",
                     help="list the snapshots the nodes hold, not the local index's")
+    _job_flags(ls)
     ls.set_defaults(handler=cmd_ls)
 
     find = sub.add_parser("find", help="search snapshots for paths (a glob)")
     find.add_argument("pattern", help="a glob on names, or on whole paths if it holds '/'")
     find.add_argument("--home", required=True)
     find.add_argument("--snapshot", type=int, help="only this snapshot (default: all)")
+    _job_flags(find)
     find.set_defaults(handler=lambda args: _network_job(args, "find"))
 
     check = sub.add_parser("check", help="challenge a rotating part of your shares; repair")
@@ -78,7 +81,7 @@ def add_client_commands(sub) -> None:
                        help="the repair threshold: repair objects with fewer than M healthy "
                             "shares (k < M <= n; default n-1, 7 for 4-of-8; n: restore full "
                             "redundancy at the first lost share)")
-    check.add_argument("--json", action="store_true", help="the report as one JSON object")
+    _job_flags(check)
     check.set_defaults(handler=lambda args: _network_job(args, "check"))
 
     forget = sub.add_parser("forget", help="remove snapshots from the list, by policy or id")
@@ -98,12 +101,14 @@ def add_client_commands(sub) -> None:
     forget.add_argument("--dry-run", action="store_true", help="say what would be removed")
     forget.add_argument("--prune", action="store_true", help="prune afterwards")
     _prune_options(forget)
+    _job_flags(forget)
     forget.set_defaults(handler=lambda args: _network_job(args, "forget"))
 
     prune = sub.add_parser("prune", help="delete from the nodes what no kept snapshot needs")
     prune.add_argument("--home", required=True)
     prune.add_argument("--dry-run", action="store_true", help="say what would be deleted")
     _prune_options(prune)
+    _job_flags(prune)
     prune.set_defaults(handler=lambda args: _network_job(args, "prune"))
 
     tag = sub.add_parser("tag", help="change the tags or protection of snapshots")
@@ -115,12 +120,14 @@ def add_client_commands(sub) -> None:
     protection.add_argument("--protect", action="store_true",
                             help="no policy removes it (forget refuses to name it)")
     protection.add_argument("--unprotect", action="store_true")
+    _job_flags(tag)
     tag.set_defaults(handler=lambda args: _network_job(args, "tag"))
 
     diff = sub.add_parser("diff", help="paths added, removed and changed between snapshots")
     diff.add_argument("old", type=int)
     diff.add_argument("new", type=int)
     diff.add_argument("--home", required=True)
+    _job_flags(diff)
     diff.set_defaults(handler=lambda args: _network_job(args, "diff"))
 
     restore = sub.add_parser("restore", help="restore a snapshot")
@@ -131,6 +138,7 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--memory-log", metavar="FILE")
     restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
                          help="MiB of transfer buffers held at once (default 64)")
+    _job_flags(restore)
     restore.set_defaults(handler=cmd_restore)
 
     verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
@@ -140,6 +148,7 @@ def add_client_commands(sub) -> None:
     verify.add_argument("--full", action="store_true",
                         help="challenge every byte of every share (runs otherwise alternate "
                              "between that and a spot check of one 64 KiB span)")
+    _job_flags(verify)
     verify.set_defaults(handler=cmd_verify)
 
 
@@ -149,6 +158,26 @@ def _prune_options(parser) -> None:
                              "runs in a row (default 24h; 0: at once)")
     parser.add_argument("--max-unused", type=int, default=50, metavar="PERCENT",
                         help="repack a bundle more than this dead (default 50)")
+
+
+def _job_flags(parser) -> None:
+    """What every client job takes: its summary as JSON, and rate limits."""
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as one JSON object on stdout "
+                             "(progress and messages go to stderr)")
+    parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
+                        help="upload at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+    parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
+                        help="download at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+
+
+def _rate(text: str) -> int:
+    import argparse
+    from flud.agent.config import parse_rate
+    try:
+        return parse_rate(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err))
 
 
 def _positive(text: str) -> int:
@@ -206,8 +235,15 @@ def cmd_init(args) -> int:
     except (HomeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    from flud.agent.config import write_default
+    from flud.agent.config import config_path
+    try:
+        agent_config = write_default(home.path)
+    except FileExistsError:  # the user's own, kept
+        agent_config = config_path(home.path)
     print(f"client home {home.path} ready: client id {home.identity.node_id_hex[:16]}, "
           f"k={home.config['k']} n={home.config['n']}")
+    print(f"the agent's settings (paths, schedules, limits): {agent_config}")
     if not args.import_key:
         print(f"keep a copy of your key: flud key export --home {args.home} FILE")
     return EXIT_OK
@@ -262,6 +298,8 @@ def _list(home, args) -> int:
     from flud.cli.browse import list_local
 
     snapshots = home.index.snapshots()
+    if getattr(args, "json", False) and not args.remote:
+        return _list_json(home, args, snapshots)
     if args.snapshot is None and not args.path and not args.remote:
         if not snapshots:
             print("no snapshots in the local index (after a total loss, `flud ls --remote` "
@@ -283,6 +321,31 @@ def _list(home, args) -> int:
         if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
             continue
         print(entry_line(rel, kind, mode, mtime_ns, size, last if kind == "symlink" else ""))
+    return EXIT_OK
+
+
+def _list_json(home, args, snapshots) -> int:
+    """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
+    import json
+    if args.snapshot is None and not args.path:
+        print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
+            {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
+             "bytes": s.get("bytes", 0), "host": s.get("host", ""),
+             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots]}))
+        return EXIT_OK
+    sid = args.snapshot or (snapshots[-1]["id"] if snapshots else None)
+    manifest = home.index.manifest(sid) if sid is not None else None
+    if manifest is None:   # a version-2 snapshot: its trees are on the nodes
+        home.close()
+        return _network_job(args, "ls")
+    from flud.client.manifest import snapshot_paths
+    prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
+        if args.path else ""
+    entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,
+                **({"target": last} if kind == "symlink" else {})}
+               for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
+               if not prefix or rel == prefix or rel.startswith(prefix + "/")]
+    print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshot": sid, "entries": entries}))
     return EXIT_OK
 
 

@@ -1,6 +1,8 @@
 """The client's composition root: one job (backup, restore, verify) under a
 reactor. It sets up the memory monitor, the CPU pool, the network and the
 progress, runs the job and prints its summary."""
+import contextlib
+import json
 import logging
 import sys
 
@@ -9,23 +11,54 @@ from twisted.internet import defer
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.home import open_home
 from flud.cli.runner import run_reactor
+from flud.agent.lock import HomeBusy, HomeLock
 from flud.client.progress import human_bytes
 
 log = logging.getLogger("flud.client")
 
 
+# Jobs that change nothing on the nodes or in the index run beside any other.
+READ_ONLY_JOBS = {"ls", "find", "diff"}
+
+
 def run_client(args, job: str) -> int:
+    """Run the job under the home's job lock (READ_ONLY_JOBS aside). With
+    --json, what it prints goes to stderr and its summary (args.summary,
+    filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    as_json = getattr(args, "json", False)
+    args.summary = {}
     home = open_home(args.home)
     if home is None:
-        return EXIT_ERROR
+        return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
+    lock = HomeLock(home.path)
     try:
-        return run_reactor(lambda reactor: _job(reactor, home, args, job))
-    except UserError as err:
+        if job not in READ_ONLY_JOBS:
+            lock.acquire()
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            code = run_reactor(lambda reactor: _job(reactor, home, args, job))
+    except (UserError, HomeBusy) as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return _json_result(as_json, job, EXIT_ERROR, args.summary,
+                            getattr(err, "code", "JOB_FAILED"), str(err))
     finally:
+        lock.release()
         home.close()
+    return _json_result(as_json, job, code, args.summary)
+
+
+def _summary(args) -> dict:
+    """Where a job leaves its summary for --json (a caller's args may lack it)."""
+    return vars(args).setdefault("summary", {})
+
+
+def _json_result(as_json, job, code, summary, error_code=None, message=None) -> int:
+    if as_json:
+        record = {"command": job, "exit": code, **summary}
+        if error_code:
+            record["error"] = {"code": error_code, "message": message}
+        print(json.dumps(record, default=str))
+    return code
 
 
 @defer.inlineCallbacks
@@ -40,7 +73,9 @@ def _job(reactor, home, args, job):
     monitor = MemoryMonitor(rss_reader=proc_rss,
                             budget_bytes=getattr(args, "memory_budget", None) or DEFAULT_BUDGET)
     pool = CPUPool(reactor, size=2)
-    network = Network(reactor, home.path, home.bootstrap())
+    network = Network(reactor, home.path, home.bootstrap(),
+                      upload_limit=getattr(args, "limit_upload", 0),
+                      download_limit=getattr(args, "limit_download", 0))
     load_job_code(job)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
@@ -119,6 +154,7 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
         raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                         f"run the backup again.")
     s = result
+    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
@@ -240,6 +276,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     finally:
         found.close()
     elapsed = reactor.seconds() - start
+    _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
+                          record_retrieves=record_retrieves[0],
+                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -296,6 +335,9 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
             totals[key] += counts[key]
     print(f"{'total':12} {totals['confirmed']:>9} {totals['missing']:>7} "
           f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
+    _summary(args).update(snapshot=manifest["snapshot"], full=full, round=round_number,
+                        totals=totals, nodes=per_node,
+                        bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))

@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_client_commands = None
     if add_client_commands is not None:
         add_client_commands(sub)
+        from flud.cli.agent import add_agent_command
+        add_agent_command(sub)
     return parser
 
 

@@ -39,6 +39,8 @@ def forget(ctx, args):
         kept, removed, _ = yield forgetting.forget(ctx, policy, args.dry_run, _local_tz())
     except FludError as err:
         raise UserError(str(err))
+    vars(args).setdefault("summary", {}).update(kept=kept, removed=removed,
+                                                dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"{kept} snapshot(s) kept, {removed} {verb}")
     if args.prune and not args.dry_run:
@@ -58,6 +60,7 @@ def prune(ctx, args):
         s = yield job.run()
     except FludError as err:
         raise UserError(str(err))
+    vars(args).setdefault("summary", {})["prune"] = s
     if not args.dry_run:
         print(f"prune done: {s['deleted']} objects deleted, {s['shares_deleted']} shares, "
               f"{human_bytes(s['bytes_freed'])} freed on the nodes; {s['pending']} pending; "

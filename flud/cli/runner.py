@@ -2,8 +2,10 @@
 from twisted.internet import defer
 
 
-def run_reactor(fn):
-    """Run fn(reactor) -> Deferred under a fresh reactor; return its result."""
+def run_reactor(fn, signals: bool = False):
+    """Run fn(reactor) -> Deferred under a fresh reactor; return its result.
+    signals: install Twisted's signal handlers (SIGCHLD among them: a
+    process that spawns children learns when they end)."""
     from twisted.internet import reactor  # installs the default reactor: only when run
 
     outcome = {}
@@ -15,7 +17,7 @@ def run_reactor(fn):
         d.addBoth(lambda _: reactor.stop())
 
     reactor.callWhenRunning(start)
-    reactor.run(installSignalHandlers=False)
+    reactor.run(installSignalHandlers=signals)
     if "failure" in outcome:
         outcome["failure"].raiseException()
     return outcome.get("result")

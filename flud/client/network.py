@@ -11,6 +11,7 @@ from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost
+from flud.protocol.ratelimit import Throttle
 from flud.protocol.stall import PeerStalled, StallWatch
 
 log = logging.getLogger("flud.client")
@@ -123,10 +124,17 @@ class NodeUnavailable(ConnectionLost, FludError):
 
 @implementer(INetwork)
 class Network:
-    def __init__(self, reactor, home: str, bootstrap):
-        """bootstrap: [(host, port)] of nodes to ask for the member list."""
+    def __init__(self, reactor, home: str, bootstrap, upload_limit: int = 0,
+                 download_limit: int = 0):
+        """bootstrap: [(host, port)] of nodes to ask for the member list;
+        upload_limit, download_limit: bytes/s for all connections together
+        (0: none)."""
         self.reactor = reactor
         self.net = ClientNet(reactor, home)
+        if upload_limit:
+            self.net.local.upload_limit = Throttle(reactor, upload_limit)
+        if download_limit:
+            self.net.local.download_limit = Throttle(reactor, download_limit)
         self.bootstrap = list(bootstrap)
         self.nodes = {}       # node id -> NodeAddress
         self.health = NodeHealth()
@@ -244,4 +252,7 @@ class Network:
 
     def close(self) -> None:
         self.watch.stop()
+        for limit in (self.net.local.upload_limit, self.net.local.download_limit):
+            if limit is not None:
+                limit.stop()
         self.net.close()

@@ -93,6 +93,7 @@ class Connection(protocol.Protocol):
         self.bytes_in = 0
         self._lost_reason = None  # what pending requests fail with (abort)
         self._reading_paused = False
+        self._throttled = False  # reading held back by the download limit
 
     # ---- Twisted protocol --------------------------------------------------
 
@@ -113,6 +114,11 @@ class Connection(protocol.Protocol):
     def dataReceived(self, data):
         self.bytes_in += len(data)
         self._last_activity = self.clock.seconds()
+        limit = getattr(self.local, "download_limit", None)
+        if limit is not None and limit.charge(len(data), self._unthrottle) \
+                and not self._throttled:
+            self._throttled = True
+            self.transport.pauseProducing()
         tls = self._tls
         try:
             tls.feed(data)
@@ -217,7 +223,15 @@ class Connection(protocol.Protocol):
     def resume_reading(self):
         self._reading_paused = False
         self._last_activity = self.clock.seconds()
-        self.transport.resumeProducing()
+        if not self._throttled:
+            self.transport.resumeProducing()
+
+    def _unthrottle(self):
+        """The download limit lets us read again."""
+        self._throttled = False
+        if not self.closed and not self._reading_paused:
+            self._last_activity = self.clock.seconds()
+            self.transport.resumeProducing()
 
     @property
     def bytes_out(self) -> int:
@@ -235,7 +249,7 @@ class Connection(protocol.Protocol):
     def owes_us(self) -> bool:
         """The peer has something to do for us and nothing of it waits on us:
         answer a request that went out whole, or read what we hold for it."""
-        if self.closed or self._reading_paused:
+        if self.closed or self._reading_paused or self._throttled:
             return False
         return self._out.waiting() or self._requests.owed()
 

@@ -183,6 +183,8 @@ class Outbound:
         self._send_piece = (NODE_SEND_PIECE if getattr(local, "role", None) == messages.ROLE_NODE
                             else SEND_PIECE)  # plaintext per TLS write (tls.py)
         self.bytes_out = 0
+        # held back by the party's upload limit (flud.protocol.ratelimit)
+        self.throttled = False
 
     def attach(self, transport, tls, backlog) -> None:
         """The connection is made: write to `transport` through `tls`;
@@ -368,6 +370,9 @@ class Outbound:
                 self.bytes_out += len(ciphertext)
                 self._since_drain += len(ciphertext)
                 self.transport.write(ciphertext)  # may pause us at once
+                limit = getattr(self.local, "upload_limit", None)
+                if limit is not None and limit.charge(len(ciphertext), self._unthrottle):
+                    self.throttled = True
         except TLSFailed as err:
             self._on_tls_failed(err)
             return
@@ -377,9 +382,19 @@ class Outbound:
         if not plain:
             self._settle_fed()
 
+    def _unthrottle(self) -> None:
+        """The upload limit lets us send again."""
+        self.throttled = False
+        if not self.closed:
+            self.send_plain()
+            self.pump()
+
     def may_send(self) -> bool:
-        """Not paused by the transport, or paused but still inside a wider
-        window the party's send-queue allowance has room for."""
+        """Not held back by the upload limit, and not paused by the
+        transport, or paused but still inside a wider window the party's
+        send-queue allowance has room for."""
+        if self.throttled:
+            return False
         if not self.paused:
             return True
         if self._since_drain >= SEND_WINDOW:

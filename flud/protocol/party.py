@@ -21,6 +21,9 @@ class LocalParty:
         # A memory-monitor Transfer (or None): every connection holds on it the
         # ciphertext queued in its transport ("queued for the network").
         self.send_queue = send_queue
+        # Throttles (flud.protocol.ratelimit) every connection shares, or None.
+        self.upload_limit = None
+        self.download_limit = None
 
 
 def load_party(home: str, role: int, host: str = "", port: int = 0) -> LocalParty:

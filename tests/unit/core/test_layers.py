@@ -28,8 +28,11 @@ ALLOWED = {
     "flud.node": {"flud.protocol", "flud.core", "storage"},
     "flud.client": {"flud.protocol", "flud.core", "aggregator", "storage"},
     "flud.testnet": {"flud.node", "flud.client", "flud.protocol", "flud.core"},
-    "flud.cli": {"flud.testnet", "flud.node", "flud.client", "flud.protocol", "flud.core",
-                 "aggregator", "storage"},
+    # the long-running client: beside cli (which starts it), above client;
+    # it runs jobs as `flud` processes and never imports the node
+    "flud.agent": {"flud.client", "flud.protocol", "flud.core"},
+    "flud.cli": {"flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
+                 "flud.core", "aggregator", "storage"},
     "flud.entry": {"flud.cli"},   # flud/__main__.py
 }
 

@@ -1,0 +1,83 @@
+"""The agent's jobs, one row each: the `flud` command line a job runs is
+built from its section of agent.toml.
+
+A row whose command this flud does not have yet is kept with
+available=False: the agent lists it and never runs it. Enabling one once
+its command exists is flipping that flag.
+"""
+import dataclasses
+import sys
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRow:
+    name: str
+    arguments: Callable   # JobConfig -> the arguments after `flud`
+    available: bool       # this version of flud has the command
+    ready: Callable = lambda job: None  # JobConfig -> why it cannot run, or None
+
+
+def _backup(job) -> list:
+    args = ["backup", *job.options["paths"]]
+    for pattern in job.options["exclude"]:
+        args += ["--exclude", pattern]
+    return args
+
+
+def _no_paths(job):
+    return None if job.options["paths"] else "no paths to back up: set [backup] paths"
+
+
+def _check(job) -> list:
+    subset = job.options["read_data_subset"]
+    return ["check", *(["--repair"] if job.options["repair"] else []),
+            *(["--read-data-subset", subset] if subset else [])]
+
+
+def _forget(job) -> list:
+    args = ["forget"]
+    for keep in ("keep_last", "keep_daily", "keep_weekly", "keep_monthly"):
+        if job.options[keep]:
+            args += ["--" + keep.replace("_", "-"), str(job.options[keep])]
+    return args + (["--prune"] if job.options["prune"] else [])
+
+
+JOBS = (
+    JobRow("backup", _backup, True, _no_paths),
+    JobRow("verify", lambda job: ["verify"], True),
+    JobRow("check", _check, True),
+    JobRow("forget", _forget, True),
+)
+ROWS = {row.name: row for row in JOBS}
+
+
+def command_line(name: str, config, home: str, python: str = sys.executable) -> list:
+    """argv of the child process that runs job `name` with --json."""
+    job = config.jobs[name]
+    argv = [python, "-m", "flud", *ROWS[name].arguments(job), "--home", home, "--json"]
+    if config.upload:
+        argv += ["--limit-upload", f"{config.upload / 1024:g}"]
+    if config.download:
+        argv += ["--limit-download", f"{config.download / 1024:g}"]
+    return argv
+
+
+def job_states(config) -> dict:
+    """name -> None when the agent runs it, or why it does not."""
+    states = {}
+    for row in JOBS:
+        job = config.jobs[row.name]
+        if not row.available:
+            states[row.name] = f"`flud {row.name}` is not in this version yet"
+        elif not job.enabled:
+            states[row.name] = "disabled in agent.toml"
+        else:
+            states[row.name] = row.ready(job)
+    return states
+
+
+def scheduled(config) -> dict:
+    """name -> (every, at) of the jobs the agent runs."""
+    return {name: (config.jobs[name].every, config.jobs[name].at)
+            for name, why in job_states(config).items() if why is None}

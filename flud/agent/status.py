@@ -1,0 +1,129 @@
+"""What the status page and /api/status show, from the agent's state: pure.
+
+Health and the nodes' share counts come from the newest `check` run's
+summary (`flud check --json`, read tolerantly: see health_of); until a
+check has run, health is None ("no check yet"). The newest `verify` run's per-node counts are shown beside it. The
+time series are read off the history: bytes stored (a check's total, or
+the sum of what backups sent) and health per check.
+"""
+
+LOG_RUNS = 20
+SERIES_POINTS = 200
+
+
+def schedule_text(every, at) -> str:
+    if at is not None:
+        return f"daily at {at[0]:02d}:{at[1]:02d}"
+    for unit, seconds in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if every >= seconds and every % seconds == 0:
+            return f"every {int(every // seconds)}{unit}"
+    return f"every {every:g}s"
+
+
+def run_line(record) -> str:
+    """One line of the log for a run."""
+    summary = record.get("summary") or {}
+    error = record.get("error") or (summary.get("error") or {}).get("message")
+    if error:
+        return f"failed: {error}"
+    job = record["job"]
+    if job == "backup" and "snapshot" in summary:
+        return (f"snapshot {summary['snapshot']}: {summary.get('files', 0)} files, "
+                f"{summary.get('bytes_sent', 0)} bytes sent")
+    if job == "verify" and "totals" in summary:
+        t = summary["totals"]
+        return (f"{t.get('confirmed', 0)} confirmed, {t.get('missing', 0)} missing, "
+                f"{t.get('corrupt', 0)} corrupt, {t.get('unreachable', 0)} unreachable")
+    found = health_of(summary) if job == "check" else None
+    if found is not None:
+        o = found["objects"]
+        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['lost']} lost, "
+                f"{found['repaired']} repaired")
+    return f"exit {record.get('exit')}"
+
+
+def health_of(summary):
+    """A check summary (CheckReport.summary(): counts {healthy, degraded,
+    lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
+    -> {objects, nodes, repaired, recreated_bytes}, or None."""
+    if not isinstance(summary, dict):
+        return None
+    counts = summary.get("counts")
+    if not isinstance(counts, dict):
+        return None
+    objects = {k: int(counts.get(k, 0)) for k in ("healthy", "degraded", "lost")}
+    nodes = []
+    rows = summary.get("nodes") or []
+    if isinstance(rows, dict):
+        rows = [{"node": node, **info} for node, info in rows.items() if isinstance(info, dict)]
+    for info in rows:
+        if not isinstance(info, dict):
+            continue
+        nodes.append({"node": str(info.get("node", "?")),
+                      "reachable": bool(info.get("reachable", True)),
+                      **{k: int(info.get(k) or 0)
+                         for k in ("shares", "ok", "corrupt", "missing", "bytes")}})
+    nodes.sort(key=lambda n: n["node"])
+    recreated = summary.get("recreated") if isinstance(summary.get("recreated"), dict) else {}
+    return {"objects": objects, "nodes": nodes, "repaired": int(counts.get("repaired", 0)),
+            "recreated_bytes": int(recreated.get("bytes", 0))}
+
+
+def series(records) -> dict:
+    """Time series: bytes stored [[t, bytes]], health [[t, healthy, degraded, lost]]."""
+    stored, health, sent = [], [], 0
+    for record in records:
+        summary = record.get("summary") or {}
+        if record.get("exit") not in (0, 1) or summary.get("error"):
+            continue
+        when = record.get("end") or record.get("start")
+        if record["job"] == "backup" and "bytes_sent" in summary:
+            sent += int(summary["bytes_sent"])
+            stored.append([when, sent])
+        elif record["job"] == "check":
+            found = health_of(summary)
+            if found is not None:
+                o = found["objects"]
+                health.append([when, o["healthy"], o["degraded"], o["lost"]])
+                total = sum(n["bytes"] for n in found["nodes"])
+                if total:
+                    sent = total
+                    stored.append([when, total])
+    return {"stored_bytes": stored[-SERIES_POINTS:], "health": health[-SERIES_POINTS:]}
+
+
+def build_status(now, home, jobs, states, next_runs, records, snapshots, running) -> dict:
+    """jobs: name -> (every, at); states: name -> None or why it does not run;
+    next_runs: name -> time; records: history, oldest first; snapshots: from
+    `flud ls --json`; running: {job, start, pid} or None."""
+    last = {}
+    for record in records:
+        last[record["job"]] = record
+    rows = []
+    for name, why in states.items():
+        record = last.get(name)
+        rows.append({
+            "name": name,
+            "schedule": schedule_text(*jobs[name]) if name in jobs else None,
+            "state": "running" if running and running["job"] == name
+            else ("scheduled" if why is None else why),
+            "next": next_runs.get(name),
+            "last": None if record is None else {
+                "start": record.get("start"), "end": record.get("end"),
+                "exit": record.get("exit"), "line": run_line(record)},
+        })
+    checks = [r for r in records if r["job"] == "check"]
+    verifies = [r for r in records if r["job"] == "verify" and (r.get("summary") or {}).get("totals")]
+    health = health_of(checks[-1].get("summary")) if checks else None
+    verify = None
+    if verifies:
+        s = verifies[-1]["summary"]
+        verify = {"at": verifies[-1].get("end"), "totals": s["totals"],
+                  "nodes": [{"node": n, **c} for n, c in sorted((s.get("nodes") or {}).items())]}
+    log = [{"job": r["job"], "start": r.get("start"), "end": r.get("end"),
+            "exit": r.get("exit"), "line": run_line(r)} for r in records[-LOG_RUNS:]][::-1]
+    return {"home": home, "now": now, "running": running, "jobs": rows,
+            "snapshots": list(snapshots or []), "health": health,
+            "repaired": sum((health_of(r.get("summary")) or {}).get("repaired", 0)
+                            for r in checks),
+            "verify": verify, "series": series(records), "log": log}
