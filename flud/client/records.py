@@ -221,6 +221,18 @@ def stored_bytes(content_wire) -> int:
     return sum(extent_stored_bytes(extent) for extent in content_wire.get("ext", ()))
 
 
+def unique_stored_bytes(content_maps) -> int:
+    """What several snapshots' files store, each content once: content_maps
+    are their {content id: content record as written}."""
+    seen, total = set(), 0
+    for contents in content_maps:
+        for content_id, record in contents.items():
+            if content_id not in seen:
+                seen.add(content_id)
+                total += stored_bytes(record)
+    return total
+
+
 def extent_stored_bytes(extent_wire) -> int:
     """What an extent's segments store (each stream holds a k-th of it)."""
     return sum(seg.stored if seg.method is not None else seg.length

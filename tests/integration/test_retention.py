@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from flud.client.records import stored_bytes
+from flud.client.records import unique_stored_bytes
 
 from tests.integration.helpers import (ROOT, compare_trees, flud, flud_popen, init_client,
                                        manifest_of, output, write_random)
@@ -44,19 +44,6 @@ def _stored_and_garbage(net) -> tuple:
 
 def _at(day: int) -> dict:
     return {"FLUD_NOW": str(START + day * DAY + 3600), "TZ": "UTC"}
-
-
-def _unique_stored_bytes(home, snapshots) -> int:
-    """The stored (compressed, encrypted) bytes the files of these snapshots
-    take, each content once."""
-    seen, total = set(), 0
-    for snapshot in snapshots:
-        for content_id, record in manifest_of(home, snapshot)["contents"].items():
-            if content_id in seen:
-                continue
-            seen.add(content_id)
-            total += stored_bytes(record)
-    return total
 
 
 def test_thirty_days_of_backups_forget_and_prune(testnet_factory, tmp_path):
@@ -94,7 +81,7 @@ def test_thirty_days_of_backups_forget_and_prune(testnet_factory, tmp_path):
     m = re.search(r"reach (\d+) bytes in bundles .* and (\d+) bytes in extents", final.stdout)
     assert m, output(final)
     reached = int(m.group(1)) + int(m.group(2))
-    files_only = _unique_stored_bytes(home, kept)
+    files_only = unique_stored_bytes(manifest_of(home, snapshot)["contents"] for snapshot in kept)
     # a node compacts an owner's archive 2 s after its last DELETE (at most
     # 60 s after the first): the last day's figure, once that had its time
     deadline = time.monotonic() + 70
@@ -114,3 +101,35 @@ def test_thirty_days_of_backups_forget_and_prune(testnet_factory, tmp_path):
     # threshold (an archive is compacted once a fifth of it is deleted members).
     assert stored - garbage <= 1.25 * N / K * reached, report
     assert garbage <= 0.25 * (stored - garbage), report
+
+
+def test_a_backup_killed_half_way_leaves_nothing_once_pruned(testnet_factory, tmp_path):
+    net = testnet_factory(NODES)
+    src = tmp_path / "src"
+    write_random(src / "small.txt", 1000, 1)
+    home = tmp_path / "client"
+    init_client(home, net)
+    proc = flud("backup", src, "--home", home, env=_at(1))
+    assert proc.returncode == 0, output(proc)
+    baseline = _stored(net)
+    for i in range(4):
+        write_random(src / f"big-{i}.bin", 48 * 1024 * 1024, 10 + i)
+    killed = flud_popen("backup", src, "--home", home, env=_at(2))
+    deadline = time.monotonic() + 60
+    while _stored(net) < baseline + 64 * 1024 * 1024 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    orphaned = _stored(net) - baseline
+    assert orphaned > 32 * 1024 * 1024
+    for i in range(4):
+        os.unlink(src / f"big-{i}.bin")
+    for day in (3, 4):
+        proc = flud("prune", "--home", home, "--grace", "0", env=_at(day))
+        assert proc.returncode == 0, output(proc)
+    assert _stored(net) - baseline < orphaned / 10, (orphaned, _stored(net) - baseline)
+    proc = flud("backup", src, "--home", home, env=_at(5))
+    assert proc.returncode == 0, output(proc)
+    proc = flud("restore", "--home", home, "--to", tmp_path / "dest", env=_at(5))
+    assert proc.returncode == 0, output(proc)
+    assert compare_trees(src, tmp_path / "dest" / "src") == []

@@ -21,7 +21,7 @@ import time
 
 import common
 from common import BenchError, log
-from flud.client.records import stored_bytes
+from flud.client import records
 from gen_tree import VERSION as TREE_VERSION
 from gen_tree import generate
 
@@ -126,11 +126,5 @@ def snapshot_json(home: str, snapshot: int) -> dict:
 def unique_stored_bytes(home: str, snapshots) -> int:
     """The stored (compressed, encrypted) bytes the files of these snapshots take, each
     content once: a small file's stored length, a large file's segment lengths."""
-    seen, total = set(), 0
-    for snapshot in snapshots:
-        for content_id, record in snapshot_json(home, snapshot)["contents"].items():
-            if content_id in seen:
-                continue
-            seen.add(content_id)
-            total += stored_bytes(record)
-    return total
+    return records.unique_stored_bytes(snapshot_json(home, snapshot)["contents"]
+                                       for snapshot in snapshots)
