@@ -27,7 +27,8 @@ from flud.client.prune.reach import BUNDLE, EXTENT, Reach, inventory, object_id
 from flud.client.prune.repack import repack
 from flud.client.prune_state import (ABSENT, DEFAULT_GRACE, DELETED, FAILED, Outcome,
                                      PruneState, StoredObject, plan_run, record_deletes)
-from flud.client.records import ShareHolder
+from flud.client.records import Extent, ShareHolder, extent_id
+from flud.client.repair.plan import stream_length
 from flud.client.snapshots import open_repository
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
@@ -55,6 +56,7 @@ class Prune:
         self.dry_run = dry_run
         self.now = now
         self.say = say
+        self._stream_lengths = None   # extent id -> its streams' length, read when first needed
         self.summary = {"objects": 0, "reached": 0, "marked": 0, "waiting": 0, "deleted": 0,
                         "failed": 0, "pending": 0, "shares_deleted": 0, "bytes_freed": 0,
                         "repacked_bundles": 0, "repacked_members": 0, "records_read": 0,
@@ -143,13 +145,18 @@ class Prune:
         return s
 
     def _size(self, found) -> int:
+        """The bytes an object takes on the nodes, as far as the records say
+        (0 where this home has no record of it: the nodes' STATS are right)."""
         if found is None:
             return 0
         kind, name, shares = found
         if kind == BUNDLE:
             record = self.ctx.index.bundle(name)
             return record["bl"] * len(shares) if record else 0
-        return 0
+        if self._stream_lengths is None:   # an extent: each share is a stream
+            self._stream_lengths = {extent_id(record): stream_length(Extent.from_wire(record))
+                                    for _, record in self.ctx.index.extent_rows()}
+        return self._stream_lengths.get(name, 0) * len(shares)
 
     def _mostly_dead(self, repo, reached):
         """[(bundle id, live bytes)] of reached bundles more than max_unused
