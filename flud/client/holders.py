@@ -145,16 +145,9 @@ class HolderMap:
     def pages(self, rows: int = PAGE_ROWS) -> list:
         """The whole map as pages of at most `rows` objects (what merging
         writes back)."""
-        items = [("b", k, v) for k, v in sorted(self._bundles.items())] + \
-                [("x", k, v) for k, v in sorted(self._extents.items())] + \
-                [("r", k, v) for k, v in sorted(self._blobs.items())]
-        pages = []
-        for start in range(0, len(items), rows):
-            chunk = items[start:start + rows]
-            pages.append(MapPage(tuple((k, v) for kind, k, v in chunk if kind == "b"),
-                                 tuple((k, v) for kind, k, v in chunk if kind == "x"),
-                                 tuple(v for kind, k, v in chunk if kind == "r")))
-        return pages
+        if not len(self):
+            return []
+        return MapPage.of(self._bundles, self._extents, self._blobs.values()).split(rows)
 
 
 def merge(pages, rows: int = PAGE_ROWS) -> list:

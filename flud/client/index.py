@@ -351,9 +351,6 @@ class ClientIndex:
         for key, record in self.db.execute(query):
             yield key, record.encode() if isinstance(record, str) else record
 
-    def known_contents(self) -> set:
-        return {row[0] for row in self.db.execute("SELECT content_id FROM contents")}
-
     def content_lookup(self) -> "ContentLookup":
         """`content id in lookup`, from any thread, without the set of every
         content id in memory (~100 bytes each)."""

@@ -15,7 +15,7 @@ import zlib
 from twisted.internet import defer
 
 from flud.client.holders import RootRecord, is_root_v1
-from flud.client.records import (Entry, bundle_of, entries_to_wire, holder_keys_from_wire,
+from flud.client.records import (bundle_of, entries_to_wire, holder_keys_from_wire,
                                  manifest_ref_segments)
 from flud.client.segments import fetch_segment
 from flud.crypto import derive_key, open_sealed, seal
@@ -58,24 +58,6 @@ def snapshot_paths(roots, paths) -> list:
                     break
         named.append(path)
     return named
-
-
-def entries_for(found, content_of, roots) -> list:
-    """[Entry] of the scanned tree (`last`: content id or link target)."""
-    bases = [(os.path.abspath(r), n) for r, n in zip(roots, root_names(roots))]
-    entries = []
-    for e in found.entries:
-        if e.kind == "file" and e.path not in content_of:
-            continue  # skipped while reading
-        for base, name in bases:
-            if e.path == base or e.path.startswith(base + os.sep):
-                rel = os.path.join(name, os.path.relpath(e.path, base)) if e.path != base else name
-                break
-        else:
-            continue
-        last = content_of.get(e.path, "") if e.kind == "file" else e.target
-        entries.append(Entry(os.path.normpath(rel), e.kind, e.mode, e.mtime_ns, e.size, last))
-    return entries
 
 
 # zlib level 1: the manifest is mostly hex keys; level 6 took 4x longer for

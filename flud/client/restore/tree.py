@@ -19,7 +19,7 @@ from flud.client.manifest import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
 from flud.client.restore.files import RestoreError
 from flud.client.tree import DIRECTORY, LargeRecord, LargeRef, SmallRef
-from flud.client.treewalk import TreeReader
+from flud.client.treewalk import Damaged, TreeReader
 from flud.errors import FludError
 
 BATCH_FILES = 2048   # files restored per batch: the runs of a batch share blocks
@@ -138,7 +138,7 @@ class TreeRestore:
         try:
             entry, content = yield self.contents.entry(path, dir_entry)
         except (BlobDamaged, FludError) as err:
-            self._damaged(_Damage(path, str(err)))
+            self._damaged(Damaged(path, str(err)))
             return
         self._entries.append(entry)
         if content is not None:
@@ -153,11 +153,6 @@ class TreeRestore:
         self._entries, self._records, self._files = [], {}, 0
         if entries:
             yield self.restore.restore_batch(entries, records)
-
-
-class _Damage:
-    def __init__(self, path, why):
-        self.path, self.why = path, why
 
 
 @defer.inlineCallbacks
