@@ -227,13 +227,16 @@ def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, pro
     """A snapshot as a version-1 manifest (a version-2 one flattened: for
     verify, which reads every share of the snapshot anyway)."""
     from flud.client.restore.tree import flatten
-    from flud.client.verify import IndexChallenges
+    from flud.client.verify import IndexChallenges, record_bundles
 
     found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
     try:
         if found.manifest is not None:
             return found.manifest
         manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+        # what a restore reads before any file: the head, the map, the records
+        manifest["bundles"].update(record_bundles(found.repo,
+                                                  manifest["records"] + [found.record_id]))
         # read now: the map's cache goes with the repository
         manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
                                            manifest)
@@ -326,19 +329,33 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
                                  full=full)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
-    print(f"{'node':12} {'confirmed':>9} {'missing':>7} {'corrupt':>7} {'unreachable':>11}")
-    totals = {"confirmed": 0, "missing": 0, "corrupt": 0, "unreachable": 0}
-    for node_hex, counts in sorted(per_node.items()):
-        print(f"{node_hex[:12]} {counts['confirmed']:>9} {counts['missing']:>7} "
-              f"{counts['corrupt']:>7} {counts['unreachable']:>11}")
-        for key in totals:
-            totals[key] += counts[key]
-    print(f"{'total':12} {totals['confirmed']:>9} {totals['missing']:>7} "
-          f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
+    totals = _verify_table(per_node)
+    damaged = manifest.get("damaged", [])
     _summary(args).update(snapshot=manifest["snapshot"], full=full, round=round_number,
-                        totals=totals, nodes=per_node,
-                        bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
+                          totals=totals, nodes=per_node, unreadable=len(damaged),
+                          damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
+                          bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
+    if damaged:
+        # what a restore could not read: its subtree (or file) was not checked
+        print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
+              f"and a restore would miss it")
+        _listed(damaged, "unreadable")
+        return EXIT_ERROR
     return EXIT_OK if not bad else EXIT_SKIPPED
+
+
+def _verify_table(per_node) -> dict:
+    """Print verify's counts per node and in total; the totals."""
+    from flud.client.verify import OUTCOMES
+
+    print(f"{'node':12} " + " ".join(f"{what:>11}" for what in OUTCOMES))
+    totals = dict.fromkeys(OUTCOMES, 0)
+    for node_hex, counts in sorted(per_node.items()):
+        print(f"{node_hex[:12]} " + " ".join(f"{counts[what]:>11}" for what in OUTCOMES))
+        for what in OUTCOMES:
+            totals[what] += counts[what]
+    print(f"{'total':12} " + " ".join(f"{totals[what]:>11}" for what in OUTCOMES))
+    return totals
