@@ -41,10 +41,33 @@ def run_client(args, job: str) -> int:
         print(f"error: {err}", file=sys.stderr)
         return _json_result(as_json, job, EXIT_ERROR, args.summary,
                             getattr(err, "code", "JOB_FAILED"), str(err))
+    except BrokenPipeError:
+        raise   # the reader went away: main() says so (EXIT_BROKEN_PIPE)
+    except Exception as err:
+        return _crashed(as_json, job, args.summary, err)
     finally:
         lock.release()
         home.close()
     return _json_result(as_json, job, code, args.summary)
+
+
+def _crashed(as_json, job, summary, err) -> int:
+    """A job that ended in an error no handler turned into a message: the
+    job was not done (EXIT_ERROR, never 1's "done, something skipped"), and
+    --json still gets its one object. A typed error says what it is; any
+    other is a bug, and its traceback goes to stderr for the report."""
+    from flud.errors import FludError
+
+    if isinstance(err, FludError):
+        message = f"{job} could not be done: {err}"
+    else:
+        import traceback
+        traceback.print_exception(err, file=sys.stderr)
+        message = (f"{job} failed unexpectedly: {type(err).__name__}: {err} (a bug: please "
+                   f"report it with the traceback above)")
+    print(f"error: {message}", file=sys.stderr)
+    return _json_result(as_json, job, EXIT_ERROR, summary,
+                        getattr(err, "code", "UNEXPECTED"), message)
 
 
 def _summary(args) -> dict:
@@ -281,7 +304,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     elapsed = reactor.seconds() - start
     _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
                           record_retrieves=record_retrieves[0],
-                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
+                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
+                          unmatched_paths=job.unmatched[:100],
+                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -294,6 +319,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
               f"or something that is not a directory (never followed), or is not a plain "
               f"relative path; the rest is restored")
         _listed(job.refused, "refused")
+    for path in job.unmatched[:20]:
+        print(f"  nothing in the snapshot matches {path}: not restored")
     for node_hex, key_hex, why in job.bad_shares[:20]:
         print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
     for node_hex, shares in job.unreachable.items():
@@ -303,7 +330,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] else EXIT_OK
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] else EXIT_OK
 
 
 def _listed(items, what, most=20) -> None:
