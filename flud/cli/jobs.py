@@ -343,7 +343,8 @@ def _listed(items, what, most=20) -> None:
 @defer.inlineCallbacks
 def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.segments import CHALLENGES_PER_SHARE
-    from flud.client.verify import challenge_index, describe_round, summary_line, verify
+    from flud.client.verify import (challenge_index, describe_round, short_of_k, summary_line,
+                                    verify)
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
                                    progress)
@@ -365,11 +366,21 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
+    # never healthier than a restore: what it could not rebuild (every share
+    # was asked; a sample says nothing of the rest)
+    short = short_of_k(manifest, bad) if args.sample >= 1.0 else []
+    _summary(args).update(short_of_k=len(short))
+    if short:
+        print(f"{len(short)} object(s) with fewer than k shares confirmed: a restore now "
+              f"could not rebuild them")
+        for what in short[:20]:
+            print(f"  {what}")
     if damaged:
         # what a restore could not read: its subtree (or file) was not checked
         print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
               f"and a restore would miss it")
         _listed(damaged, "unreadable")
+    if damaged or short:
         return EXIT_ERROR
     return EXIT_OK if not bad else EXIT_SKIPPED
 

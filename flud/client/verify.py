@@ -117,6 +117,31 @@ def record_bundles(repo, record_ids) -> dict:
     return found
 
 
+def short_of_k(manifest, bad) -> list:
+    """The objects a restore could not rebuild from the shares this verify
+    confirmed: [what] of each bundle, extent or segment with fewer than k
+    distinct shares confirmed. bad: verify's [(node, share key, outcome)]
+    of every share not confirmed (over every share: not for a sample)."""
+    unconfirmed = {key for _, key, _ in bad}
+    short = []
+
+    def count(what, k, holders):
+        confirmed = {h.index for h in holders if h.key not in unconfirmed}
+        if holders and len(confirmed) < k:
+            short.append(f"{what}: {len(confirmed)} of the {k} shares needed confirmed")
+
+    for bundle_id, record in sorted(manifest["bundles"].items()):
+        bundle = Bundle.from_wire(record)
+        count(f"bundle {bundle_id[:16]}", bundle.k, bundle.holders)
+    for content_id, record in sorted(manifest["contents"].items()):
+        content = content_from_wire(record)
+        if content.kind != LARGE:
+            continue
+        for part in [*(content.extents or ()), *(content.segments or ())]:
+            count(f"large file content {content_id[:16]}", manifest["k"], part.holders)
+    return short
+
+
 @defer.inlineCallbacks
 def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=False):
     """Challenge each share's holder: ({node hex: {outcome: count}}, [(node

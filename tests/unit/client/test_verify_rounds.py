@@ -294,3 +294,23 @@ def test_an_extent_share_without_challenges_is_counted_unchallenged(monkeypatch)
     per_node, bad = synchronous(verify(RetrieveNetwork(data), SECRET, manifest, round_number=0))
     assert bad == [(NODE, key.hex(), "unchallenged")]
     assert per_node[NODE]["unchallenged"] == 1 and per_node[NODE]["confirmed"] == 0
+
+
+def test_an_object_with_fewer_than_k_shares_left_is_not_restorable_and_says_so(tmp_path):
+    """n-k+1 shares of one bundle gone: a restore of the snapshot fails, so
+    verify may not exit 1 ("problem found") as for one missing share."""
+    from flud.client.records import Bundle
+    from tests.unit.client.fakes import snapshot_manifest
+
+    world = _backed_up_world(tmp_path)
+    clock, home, network = world
+    manifest = snapshot_manifest(world)
+    small = sorted(manifest["bundles"])   # the small files' bundles
+    bundle = Bundle.from_wire(manifest["bundles"][small[0]])
+    for holder in bundle.holders[:bundle.n - bundle.k + 1]:
+        network.nodes[bytes.fromhex(holder.node)].delete(network.client_id,
+                                                         bytes.fromhex(holder.key))
+
+    code, summary = _run_verify(world)
+    assert code == 2 and summary["short_of_k"] == 1 and summary["unreadable"] == 0, summary
+    assert summary["totals"]["missing"] == bundle.n - bundle.k + 1, summary
