@@ -35,7 +35,6 @@ and skipped; the rest is restored.
 import functools
 import itertools
 import logging
-import os
 
 from twisted.internet import defer
 
