@@ -186,7 +186,7 @@ def owners(tmp_path, monkeypatch):
     nodes = []
     try:
         for name in ("n0", "n1"):
-            node = NodeProcess(tmp_path / name, extra=("--lease", "90d", "--trash-time", "7d",
+            node = NodeProcess(tmp_path / name, extra=("--lease", "90d", "--trash-time", "14d",
                                                        "--lease-sweep-interval", "0.2"))
             nodes.append(node)
             node.wait_ready()
@@ -228,7 +228,7 @@ def test_an_owner_that_stops_is_trashed_then_restored_or_deleted(owners, a_retur
             assert owners.stats(node)["store"]["trashed_owners"] == 0
             assert all_ok(owners.check(owners.a, node))
         return
-    owners.advance_to(99)  # past 91 + 7 days in the trash
+    owners.advance_to(106)  # past 91 + 14 days in the trash
     owners.b_comes()
     for i, node in enumerate(owners.nodes):
         stats = wait_until(lambda: (s := owners.stats(node))["leases"]["purged"] >= 1 and s,
