@@ -7,9 +7,9 @@ glue decides when. Every authenticated request of an owner renews its lease
 during a restore; so an owner's lease is written at most once per
 RENEW_EVERY of lease clock. An hour is 1/8760 of the default one-year
 lease: the lease loses nothing of its meaning, and a crash forgets at most
-an hour of renewals. An owner whose data is in the trash is renewed at once, on the
-reactor thread, before its request is served: the request that brings an
-owner back is answered from its data.
+an hour of renewals. An owner whose data is in the trash is renewed at
+once, on the reactor thread, before its request is served: the request
+that brings an owner back is answered from its data.
 
 The sweep runs every `sweep_interval` on the injected clock, in a worker
 (a purge can take a while). The first one also credits the time the node was
@@ -121,7 +121,10 @@ class LeaseKeeper:
         """An authenticated request of `owner`: renew its lease if due."""
         now = self.now()
         last = self._renewed.get(owner)
-        if last is not None and now - last < RENEW_EVERY and not self._leases.is_trashed(owner):
+        # a clock that went back since (now < last) writes at once: the row
+        # then holds the time the sweeps will compare with
+        if last is not None and 0 <= now - last < RENEW_EVERY \
+                and not self._leases.is_trashed(owner):
             return
         try:
             restored = self._leases.renew(owner, now)

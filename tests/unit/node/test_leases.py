@@ -280,3 +280,15 @@ def test_the_trash_outlasts_two_client_renewals():
     config = NodeConfig(home="h")
     assert config.trash_seconds >= MIN_TRASH >= 2 * CLIENT_RENEW_EVERY
     assert config.lease_seconds >= MIN_LEASE >= 2 * CLIENT_RENEW_EVERY
+
+
+def test_a_renewal_after_the_clock_went_back_is_written_at_once(store, monkeypatch):
+    clock = clock_at(T0)
+    keeper = keeper_on(store, clock)
+    writes = []
+    renew = store.leases.renew
+    monkeypatch.setattr(store.leases, "renew", lambda o, now: writes.append(now) or renew(o, now))
+    keeper.seen(ALICE)
+    keeper.offset = -30 * DAY  # as if the wall clock had been set back a month
+    keeper.seen(ALICE)
+    assert writes == [T0, T0 - 30 * DAY]
