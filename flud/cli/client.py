@@ -246,7 +246,20 @@ def cmd_init(args) -> int:
     print(f"the agent's settings (paths, schedules, limits): {agent_config}")
     if not args.import_key:
         print(f"keep a copy of your key: flud key export --home {args.home} FILE")
+    _init_lease_note(bool(args.import_key))
     return EXIT_OK
+
+
+def _init_lease_note(imported: bool) -> None:
+    """What the nodes' leases mean for this home, said before it matters."""
+    if imported:
+        print("the nodes keep this key's data for their lease (a year by default) after a "
+              "job of the old home last reached them: restore now (every job renews the "
+              "leases; `flud ls` then says until when)")
+    else:
+        print("the nodes keep your data for their lease (a year by default) after a job "
+              "last reached them: run a backup, check or any other job at least that often "
+              "(`flud ls` says until when)")
 
 
 def cmd_key_export(args) -> int:
@@ -279,7 +292,14 @@ def cmd_key_export(args) -> int:
         return EXIT_ERROR
     print(f"key written to {args.file} (mode 0600); restore with "
           f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
+    _print_lease_line(home)
     return EXIT_OK
+
+
+def _print_lease_line(home) -> None:
+    """Until when the nodes keep this home's data (client/leases.py)."""
+    from flud.client.leases import kept_until_line
+    print(kept_until_line(home.index))
 
 
 def cmd_ls(args) -> int:
@@ -304,7 +324,9 @@ def _list(home, args) -> int:
         if not snapshots:
             print("no snapshots in the local index (after a total loss, `flud ls --remote` "
                   "lists those the nodes hold, and `flud restore` fetches them)")
-        return list_local(home.index)
+        code = list_local(home.index)
+        _print_lease_line(home)
+        return code
     manifest = None
     if snapshots and any("manifest_ref" in s for s in snapshots):
         sid = args.snapshot or snapshots[-1]["id"]
@@ -328,10 +350,12 @@ def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
     import json
     if args.snapshot is None and not args.path:
+        from flud.client.leases import kept_until
         print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
-             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots]}))
+             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots],
+            "leases": kept_until(home.index)}))
         return EXIT_OK
     sid = args.snapshot or (snapshots[-1]["id"] if snapshots else None)
     manifest = home.index.manifest(sid) if sid is not None else None

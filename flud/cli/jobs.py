@@ -115,6 +115,7 @@ def _job(reactor, home, args, job):
         except NotEnoughNodes as err:
             raise UserError(str(err))
         args.job = job
+        yield _renew_leases(home, network, args, job)
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
@@ -129,6 +130,19 @@ def _job(reactor, home, args, job):
         network.close()
         pool.stop()
     return code
+
+
+@defer.inlineCallbacks
+def _renew_leases(home, network, args, job):
+    """Renew the nodes' leases before the job itself runs, so that a job that
+    then fails (a backup short of nodes, a restore that breaks) still kept
+    the data alive; its summary says until when (the status page shows it)."""
+    from types import SimpleNamespace
+    from flud.client.leases import JOBS_THAT_RENEW, kept_until, renew_leases
+
+    if job in JOBS_THAT_RENEW:
+        yield renew_leases(SimpleNamespace(index=home.index, network=network))
+        _summary(args)["leases"] = kept_until(home.index)
 
 
 # What each job runs, imported before the static sample: these and the
