@@ -28,9 +28,18 @@ any point leaves every decided object pending, and the next run sends its
 DELETE again (a DELETE of what is already gone is done, not an error:
 deletes are idempotent). A DELETE that fails (its node is
 down) stays pending for later runs; the node's lease expiry is the
-backstop. A pending object that something references again is "revived":
-it is taken off the list and the caller stores it again (some of its nodes
-may already have dropped it).
+backstop.
+
+No backup names an object that a prune has begun to delete: the caller
+takes every decided object out of the client index together with writing
+this state, before the first DELETE (restic's order). A backup that needs
+such content again finds it nowhere in the index and stores it again; its
+id is its content's, so it is the same object, now whole again. A pending
+object that a kept snapshot references again is "revived": its DELETE is
+cancelled (never sent again), since only such a backup can have made it
+referenced. Objects are content-addressed: storing a copy "as a new
+object" while its DELETE is pending is not possible, so the delete is
+cancelled, not raced.
 
 What a backup does for this to hold (the caller's part), in this order
 when it finishes: it writes a last checkpoint naming everything its
@@ -51,6 +60,7 @@ CHECKPOINT_INTERVAL = 15 * 60   # a running backup writes a checkpoint at least 
 CHECKPOINT_STALE = 3 * CHECKPOINT_INTERVAL  # silent this long: the backup is dead
 CLOCK_SKEW = 5 * 60             # how far two machines' clocks may disagree
 DEFAULT_GRACE = 24 * 3600
+STATE_META = "prune_state"      # the client index's meta key the state is kept under
 TOMBSTONE_KEEP = 7 * 24 * 3600  # deletions remembered for backups that started before them
 STATE_VERSION = 1
 
@@ -100,6 +110,11 @@ class PruneState(NamedTuple):
     pending: Mapping[str, Pending] = {}
     deleted: Mapping[str, float] = {}          # tombstones: id -> when confirmed
 
+    def pending_objects(self) -> frozenset:
+        """Bare bundle and extent ids of the pending deletes ("b:ID", "x:ID";
+        a surplus copy, "s:KEY@NODE", is one share, not an object)."""
+        return frozenset(oid[2:] for oid in self.pending if oid[:2] in ("b:", "x:"))
+
     def to_wire(self) -> dict:
         return {"v": STATE_VERSION, "run": self.run,
                 "marks": {k: list(m) for k, m in sorted(self.marks.items())},
@@ -126,8 +141,8 @@ class RunPlan(NamedTuple):
     """run: this run's number. state: to be written BEFORE any delete.
     delete: ids to DELETE now (decided now, or pending from earlier runs).
     marked: first found unreferenced now. waiting: {id: why} unreferenced
-    but not deletable yet. revived: pending deletes referenced again: store
-    them again. protected: {id: why} unreferenced by snapshots but kept for
+    but not deletable yet. revived: pending deletes referenced again: their
+    DELETEs are cancelled (a backup stored them again). protected: {id: why} unreferenced by snapshots but kept for
     a live backup."""
     run: int
     state: PruneState
@@ -245,6 +260,21 @@ def record_deletes(state: PruneState, outcomes: Mapping[str, Outcome],
         else:
             raise ValueError(f"unknown outcome {outcome.status!r}")
     return state._replace(pending=pending, deleted=deleted)
+
+
+def pending_object_ids(index) -> frozenset:
+    """The bundle and extent ids (as the holder map names them) that prune
+    has decided to delete and not yet confirmed gone, from the state kept
+    in `index` (anything with get_meta). `flud check` leaves them out of
+    its health counts: some of their shares may be gone already, by design.
+    A state that cannot be read gives none (counting them is the safe side)."""
+    saved = index.get_meta(STATE_META)
+    if not saved:
+        return frozenset()
+    try:
+        return PruneState.from_wire(saved).pending_objects()
+    except PruneStateError:
+        return frozenset()
 
 
 def must_restore(state: PruneState, refs) -> set:
