@@ -193,9 +193,16 @@ def _stored(repo, client_index):
 def inventory(repo, client_index):
     """{object id: (kind, name, [(share key, node id hex)])}: every bundle
     and extent the map or this home's index knows, with where its shares are
-    (the map's newest holders first)."""
-    return {object_id(kind, name): (kind, name, _shares(rows))
-            for kind, name, rows in _stored(repo, client_index)}
+    (the map's newest holders first, then any other holder the index names:
+    an object deleted whole leaves no copy a repair moved away from behind)."""
+    found = {}
+    for kind, name, rows in _stored(repo, client_index):
+        oid = object_id(kind, name)
+        shares = _shares(rows)
+        if oid in found:
+            shares += [place for place in found[oid][2] if place not in shares]
+        found[oid] = (kind, name, shares)
+    return found
 
 
 def named_shares(repo, client_index) -> set:

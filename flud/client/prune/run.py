@@ -168,7 +168,7 @@ class Prune:
         BEFORE any DELETE goes out: a later backup that needs their content
         stores it again instead of naming what may be half gone. Sizes are
         read first (the index is where an extent's length is)."""
-        self._size(None)
+        self._share_size(None)
         bundles = {oid[2:] for oid in ids if oid.startswith(BUNDLE + ":")}
         extents = {oid[2:] for oid in ids if oid.startswith(EXTENT + ":")}
         if bundles or extents:
@@ -177,6 +177,10 @@ class Prune:
     def _size(self, found) -> int:
         """The bytes an object takes on the nodes, as far as the records say
         (0 where this home has no record of it: the nodes' STATS are right)."""
+        return 0 if found is None else self._share_size(found) * len(found[2])
+
+    def _share_size(self, found) -> int:
+        """The bytes one of the object's shares takes (0 if not known)."""
         if self._stream_lengths is None:   # an extent: each share is a stream
             self._stream_lengths = {extent_id(record): stream_length(Extent.from_wire(record))
                                     for _, record in index_extents(self.ctx.index)}
@@ -184,10 +188,10 @@ class Prune:
                                    for bid, record in self.ctx.index.bundle_rows()}
         if found is None:
             return 0
-        kind, name, shares = found
+        kind, name, _ = found
         if kind == BUNDLE:
-            return self._bundle_blocks.get(name, 0) * len(shares)
-        return self._stream_lengths.get(name, 0) * len(shares)
+            return self._bundle_blocks.get(name, 0)
+        return self._stream_lengths.get(name, 0)
 
     def _mostly_dead(self, repo, reached):
         """[(bundle id, live bytes)] of reached bundles more than max_unused
@@ -223,16 +227,14 @@ class Prune:
                     yield self.ctx.network.call(bytes.fromhex(node_hex), "delete",
                                                 bytes.fromhex(key_hex))
                     self.summary["shares_deleted"] += 1
+                    self.summary["bytes_freed"] += self._share_size(found)
                 except RemoteError as err:
                     if err.code != ErrorCode.NOT_FOUND:
                         errors.append(f"{node_hex[:12]}: {err}")
                 except Exception as err:   # a node down: the next run tries again
                     errors.append(f"{node_hex[:12]}: {err}")
-            if errors:
-                outcomes[oid] = Outcome(FAILED, "; ".join(errors[:3]))
-            else:
-                self.summary["bytes_freed"] += self._size(found)
-                outcomes[oid] = Outcome(DELETED)
+            outcomes[oid] = Outcome(FAILED, "; ".join(errors[:3])) if errors else \
+                Outcome(DELETED)
             done = len(outcomes)
             if done % 100 == 0 or done == total:
                 self.say(f"prune: {done}/{total} objects deleted")

@@ -88,6 +88,8 @@ def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an
     write(os.path.join(src, "big.bin"), rng.randbytes(3 * 1024 * 1024))
     write(os.path.join(src, "gone", "g.bin"), rng.randbytes(2 * 1024 * 1024))
     run_backup(world, [src])
+    extents = {record["shares"][0][1]: {key for _, key, _ in record["shares"]}
+               for _, record in home.index.extent_rows()}
     os.unlink(os.path.join(src, "gone", "g.bin"))
     run_backup(world, [src])
     run_until(clock, forgetting.forget(ctx_of(world), Policy(last=1), False, UTC,
@@ -108,6 +110,12 @@ def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an
     # garbage went (and the map was rewritten from its newest rows: the
     # pages that named the victim's copies are gone); the copies were marked
     assert first["deleted"] >= 1 and first["surplus_deleted"] == 0
+    # g.bin's extent went whole: from its holders by the map and by the
+    # index both (the victim's old copy too, which the repair had moved)
+    gone = set(extents) - {record["shares"][0][1] for _, record in home.index.extent_rows()}
+    assert len(gone) == 1
+    g_keys = extents[gone.pop()]
+    assert not any(g_keys & keys_on(world, node) for node in network.nodes)
     marked = {oid for oid in PruneState.from_wire(home.index.get_meta(STATE_META)).marks
               if oid.startswith("s:")}
     assert marked >= {surplus_id(key, victim.hex()) for key in surplus}
