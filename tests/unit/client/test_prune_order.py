@@ -110,6 +110,12 @@ def test_a_delete_that_fails_on_one_holder_then_backup_prune_restore(world, tmp_
     second = prune(world, now=200.0)
     down.up = True
     assert second["failed"] >= 1 and shares_left(world, extent[1]) == 1
+    # pending, and gone from the index: its extent, its content, the file
+    # state naming it, its challenges (nothing a backup could count on)
+    index = world[1].index
+    assert index.extent_rows() == []
+    assert all(index.challenges(key) is None for key, _ in extent[1])
+    assert not any(b'"ext"' in record for _, record in index.content_rows())
     bring_back_and_check(world, tmp_path, src, extent, now=300.0)
 
 

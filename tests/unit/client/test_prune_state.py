@@ -10,7 +10,8 @@ import pytest
 
 from flud.client.prune_state import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
                                      TOMBSTONE_KEEP, Checkpoint, Outcome, PruneState,
-                                     PruneStateError, StoredObject, must_restore, plan_run,
+                                     PruneStateError, StoredObject, must_restore,
+                                     pending_object_ids, plan_run,
                                      record_deletes, second_look)
 
 HOUR = 3600
@@ -331,3 +332,31 @@ def test_after_the_backup_ends_two_runs_collect_all_garbage():
         world.now += STEP
     assert set(world.stored) == {"kept", "new", "old"}     # "old" is referenced again
     assert world.state.pending == {} and set(world.state.deleted) == {"junk"}
+
+
+# --- what check leaves out of its health counts
+
+class _Meta:
+    def __init__(self, value):
+        self.value = value
+
+    def get_meta(self, key, default=None):
+        assert key == "prune_state"
+        return self.value if self.value is not None else default
+
+
+def test_pending_object_ids_are_the_bundles_and_extents_prune_is_deleting():
+    objects = [StoredObject(i, "x", T0 - 100 * HOUR)
+               for i in ("b:b1", "x:x1", "s:key@node", "b:kept")]
+    plan = run(run(PruneState(), objects, referenced={"b:kept"}).state, objects,
+               referenced={"b:kept"}, now=T0 + 1)
+    state = record_deletes(plan.state, {"b:b1": Outcome(FAILED, "node down")}, T0 + 2)
+    assert set(state.pending) == {"b:b1", "x:x1", "s:key@node"}
+    # a surplus copy is one share, not an object check counts
+    assert state.pending_objects() == {"b1", "x1"}
+    assert pending_object_ids(_Meta(state.to_wire())) == {"b1", "x1"}
+    state = record_deletes(state, {"b:b1": Outcome(DELETED)}, T0 + 3)
+    assert pending_object_ids(_Meta(state.to_wire())) == {"x1"}
+    # none kept yet, or one that cannot be read: none left out (the safe side)
+    assert pending_object_ids(_Meta(None)) == frozenset()
+    assert pending_object_ids(_Meta({"v": 1})) == frozenset()
