@@ -41,16 +41,20 @@ referenced. Objects are content-addressed: storing a copy "as a new
 object" while its DELETE is pending is not possible, so the delete is
 cancelled, not raced.
 
-What a backup does for this to hold (the caller's part), in this order
-when it finishes: it writes a last checkpoint naming everything its
-snapshot will reference; then asks must_restore() which of those a prune
-has decided to delete or deleted; stores each of them again on other nodes
-(a new object: a prune's DELETE of the old copy, maybe in flight, cannot
-touch it); then publishes its snapshot. Either the prune's second look
-comes after that last checkpoint (and keeps the object), or the prune's
-state, written before its second look, is what must_restore reads. The
-client index forgets what prune deleted; the tombstones (TOMBSTONE_KEEP)
-cover backups that read the index before.
+What a backup on a second machine sharing the key would have to do (not
+wired: on one home the job lock orders a backup and a prune, and the
+index forgets decided objects first): write a last checkpoint naming
+everything its snapshot will reference; ask must_restore() which of those
+a prune has decided to delete or deleted; and publish only once each is
+either cancelled (a prune's second look saw the checkpoint) or confirmed
+gone and stored again. Storing a copy while the DELETE may be in flight is
+no answer: the copy has the same content key, so the DELETE removes it.
+The tombstones (TOMBSTONE_KEEP) cover backups that read the index before.
+
+Surplus copies (flud/client/prune/surplus.py: a share on a node that the
+map's newest row no longer names) are objects here too, "s:KEY@NODE", by
+the same rules; their marks and pending deletes are what remembers them
+once the map's pages are merged.
 """
 from typing import Mapping, NamedTuple, Optional, Tuple
 
