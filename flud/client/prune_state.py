@@ -69,6 +69,7 @@ TOMBSTONE_KEEP = 7 * 24 * 3600  # deletions remembered for backups that started 
 STATE_VERSION = 1
 
 DELETED, ABSENT, FAILED = "deleted", "absent", "failed"
+SURPLUS = "s"                   # a surplus copy's id: "s:KEY@NODE" (one share on one node)
 
 
 class PruneStateError(FludError):
@@ -279,6 +280,43 @@ def pending_object_ids(index) -> frozenset:
         return PruneState.from_wire(saved).pending_objects()
     except PruneStateError:
         return frozenset()
+
+
+def surplus_id(key: str, node: str) -> str:
+    return f"{SURPLUS}:{key}@{node}"
+
+
+def is_surplus(object_id: str) -> bool:
+    return object_id.startswith(SURPLUS + ":")
+
+
+def place_of(object_id: str):
+    """(share key, node id hex) of a surplus copy's id."""
+    key, node = object_id[len(SURPLUS) + 1:].split("@", 1)
+    return key, node
+
+
+def deleted_copies(index) -> frozenset:
+    """{(share key, node id hex)} of the surplus copies prune has deleted
+    (its tombstones, TOMBSTONE_KEEP), from the state kept in `index`:
+    `flud check` can stop reporting them as surplus."""
+    saved = index.get_meta(STATE_META)
+    try:
+        state = PruneState.from_wire(saved) if saved else PruneState()
+    except PruneStateError:
+        return frozenset()
+    return frozenset(place_of(oid) for oid in state.deleted if is_surplus(oid))
+
+
+def stored_again(state: PruneState, object_ids) -> PruneState:
+    """The state once a backup that stored these objects again (whole: it
+    found them nowhere in the index) published a snapshot naming them:
+    their pending deletes are cancelled and their tombstones dropped, as
+    the next prune run would find anyway. Ids as prune names them ("b:ID",
+    "x:ID")."""
+    ids = set(object_ids)
+    return state._replace(pending={k: p for k, p in state.pending.items() if k not in ids},
+                          deleted={k: t for k, t in state.deleted.items() if k not in ids})
 
 
 def must_restore(state: PruneState, refs) -> set:

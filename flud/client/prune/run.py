@@ -108,8 +108,8 @@ class Prune:
                      {object_id(EXTENT, x) for x in reached.extents}
         s["objects"], s["reached"] = len(objects), len(referenced & set(objects))
         state = self._state()
-        surplus, named_again = surplus_objects((yield superseded(repo)),
-                                               named_shares(repo, ctx.index), state)
+        named = named_shares(repo, ctx.index)
+        surplus, named_again = surplus_objects((yield superseded(repo, named)), named, state)
         objects.update(surplus)
         s["surplus"] = len(surplus)
         now = self.now()

@@ -18,25 +18,12 @@ import logging
 from twisted.internet import defer
 
 from flud.client.holders import MapPage
-from flud.client.prune.reach import object_id
+from flud.client.prune_state import SURPLUS, is_surplus, place_of, surplus_id
 
 log = logging.getLogger("flud.client")
 
-SURPLUS = "s"
-
-
-def surplus_id(key: str, node: str) -> str:
-    return object_id(SURPLUS, f"{key}@{node}")
-
-
-def place_of(oid: str):
-    """(share key, node id hex) of a surplus copy's id."""
-    key, node = oid[len(SURPLUS) + 1:].split("@", 1)
-    return key, node
-
-
-def is_surplus(oid: str) -> bool:
-    return oid.startswith(SURPLUS + ":")
+__all__ = ("SURPLUS", "is_surplus", "place_of", "surplus_id", "superseded",
+           "surplus_objects")
 
 
 def _rows(page: MapPage):
@@ -47,11 +34,11 @@ def _rows(page: MapPage):
 
 
 @defer.inlineCallbacks
-def superseded(repo):
-    """{(share key, node)} that any page of the map names (each page is
-    read again: the repository keeps only the newest row of each object).
-    A page that cannot be read now is left out: what it alone names is
-    found on a later run."""
+def superseded(repo, named):
+    """{(share key, node)} that a page of the map names and `named` does
+    not (each page is read again: the repository keeps only the newest row
+    of each object). A page that cannot be read now is left out: what it
+    alone names is found on a later run."""
     found = set()
     for ref, _ in repo.index.pages:
         try:
@@ -60,7 +47,8 @@ def superseded(repo):
             log.warning("prune: map page %s not read for surplus copies: %s",
                         ref.blob_id[:16], err)
             continue
-        found.update((h.key, h.node) for h in _rows(page))
+        found.update(place for place in ((h.key, h.node) for h in _rows(page))
+                     if place not in named)
     return found
 
 

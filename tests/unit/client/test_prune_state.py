@@ -11,7 +11,8 @@ import pytest
 from flud.client.prune_state import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
                                      TOMBSTONE_KEEP, Checkpoint, Outcome, PruneState,
                                      PruneStateError, StoredObject, must_restore,
-                                     pending_object_ids, plan_run,
+                                     deleted_copies, pending_object_ids, plan_run,
+                                     stored_again,
                                      record_deletes, second_look)
 
 HOUR = 3600
@@ -360,3 +361,15 @@ def test_pending_object_ids_are_the_bundles_and_extents_prune_is_deleting():
     # none kept yet, or one that cannot be read: none left out (the safe side)
     assert pending_object_ids(_Meta(None)) == frozenset()
     assert pending_object_ids(_Meta({"v": 1})) == frozenset()
+
+
+def test_a_backup_that_stored_a_pending_object_again_cancels_its_delete():
+    objects = [StoredObject(i, "x", T0 - 100 * HOUR) for i in ("x:a", "x:b", "s:k@n")]
+    plan = run(run(PruneState(), objects).state, objects, now=T0 + 1)
+    state = record_deletes(plan.state, {"x:b": Outcome(DELETED), "s:k@n": Outcome(DELETED),
+                                        "x:a": Outcome(FAILED, "down")}, T0 + 2)
+    assert set(state.pending) == {"x:a"} and set(state.deleted) == {"x:b", "s:k@n"}
+    assert deleted_copies(_Meta(state.to_wire())) == {("k", "n")}
+    again = stored_again(state, ["x:a", "x:b"])
+    assert again.pending == {} and set(again.deleted) == {"s:k@n"}
+    assert run(again, objects[:2], referenced={"x:a", "x:b"}, now=T0 + 3).delete == ()

@@ -12,7 +12,8 @@ import pytest
 from flud.client.prune import forget as forgetting
 from flud.client.prune.run import STATE_META
 from flud.client.prune.surplus import place_of, surplus_id, surplus_objects
-from flud.client.prune_state import (Mark, Pending, PruneState, pending_object_ids)
+from flud.client.prune_state import (Mark, Pending, PruneState, deleted_copies,
+                                     pending_object_ids)
 from flud.client.repair.run import Check
 from flud.client.retention import Policy
 from flud.client.snapshots import open_repository
@@ -134,6 +135,7 @@ def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an
     third = prune(world, now=400.0)
     assert third["surplus_deleted"] == len(marked) and third["failed"] == 0
     assert not keys_on(world, victim) & surplus
+    assert {place_of(oid) for oid in marked} <= deleted_copies(home.index)   # for check
     assert prune(world, now=500.0)["surplus"] == 0
     named, challenged = newest_map(world)
     everything = set().union(*named.values())
