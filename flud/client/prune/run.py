@@ -94,15 +94,39 @@ class Prune:
 
     @defer.inlineCallbacks
     def _run(self, repo):
-        ctx, s = self.ctx, self.summary
+        s = self.summary
         kept = yield repo.snapshots()
         if len(kept) != len(repo.index.snapshots):
             raise PruneError("a kept snapshot's record cannot be read: nothing is deleted "
                              "while what it reaches is unknown")
         s["snapshots"] = len(kept)
         self.say(f"prune: reading the trees of {len(kept)} snapshot(s)")
-        reached = yield Reach(repo, kept, ctx).run()
+        reached = yield Reach(repo, kept, self.ctx).run()
         s["records_read"] = reached.records
+        objects, plan = yield self._plan(repo, reached)
+        for oid in plan.delete:
+            self.say(f"  delete {oid[:2]}{oid[2:18]}  {self._size(objects.get(oid))} bytes")
+        dead_share = self._mostly_dead(repo, reached)
+        bundle_bytes = sum(b.length for bid in reached.bundles
+                           if (b := repo.cache.bundle(bid)) is not None)
+        s["live_bytes"] = sum(reached.bundles.values())
+        s["reached_bundle_bytes"] = bundle_bytes
+        s["live_extent_bytes"] = reached.extent_bytes
+        self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
+                 f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
+                 f"dead) and {reached.extent_bytes} bytes in extents, before n/k")
+        if self.dry_run:
+            for bundle_id, live in dead_share:
+                self.say(f"  would repack bundle {bundle_id[:16]} ({live} bytes live)")
+            return s
+        yield self._apply(repo, plan, objects, dead_share)
+        return s
+
+    @defer.inlineCallbacks
+    def _plan(self, repo, reached):
+        """(every object stored, surplus copies included: {id: (kind, name,
+        shares)}, this run's RunPlan)."""
+        ctx, s = self.ctx, self.summary
         objects = inventory(repo, ctx.index)
         referenced = {object_id(BUNDLE, b) for b in reached.bundles} | \
                      {object_id(EXTENT, x) for x in reached.extents}
@@ -123,21 +147,12 @@ class Prune:
                  f"unreferenced (deleted on a later run past the grace period), "
                  f"{len(plan.delete)} to delete now, {len(plan.revived)} pending deletes "
                  f"cancelled (referenced again)")
-        for oid in plan.delete:
-            self.say(f"  delete {oid[:2]}{oid[2:18]}  {self._size(objects.get(oid))} bytes")
-        dead_share = self._mostly_dead(repo, reached)
-        bundle_bytes = sum(b.length for bid in reached.bundles
-                           if (b := repo.cache.bundle(bid)) is not None)
-        s["live_bytes"] = sum(reached.bundles.values())
-        s["reached_bundle_bytes"] = bundle_bytes
-        s["live_extent_bytes"] = reached.extent_bytes
-        self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
-                 f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
-                 f"dead) and {reached.extent_bytes} bytes in extents, before n/k")
-        if self.dry_run:
-            for bundle_id, live in dead_share:
-                self.say(f"  would repack bundle {bundle_id[:16]} ({live} bytes live)")
-            return s
+        return objects, plan
+
+    @defer.inlineCallbacks
+    def _apply(self, repo, plan, objects, dead_share):
+        """The plan carried out: state, index, DELETEs, repack, map."""
+        ctx, s = self.ctx, self.summary
         self._save(plan.state)                 # decided deletes are pending from here on
         self._unindex(plan.delete)             # ... and no backup counts on them: both first
         outcomes = yield self._delete(plan.delete, objects)
@@ -161,7 +176,6 @@ class Prune:
                  f"copies; {s['shares_deleted']} shares, {s['bytes_freed']} bytes on the "
                  f"nodes), {s['failed']} failed (kept for a later run), repacked "
                  f"{s['repacked_members']} members of {s['repacked_bundles']} bundles")
-        return s
 
     def _unindex(self, ids) -> None:
         """This home's index forgets the objects prune has decided to delete,
