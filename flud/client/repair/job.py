@@ -30,7 +30,8 @@ from flud.client.gather import gather
 from flud.client.records import ShareHolder
 from flud.client.repair.answers import Probe, outcome_of  # noqa: F401 (Probe: callers' type)
 from flud.client.repair.health import (
-    CORRUPT, DEGRADED, HEALTHY, LOST, OK, UNREACHABLE, Observation, RepairPolicy)
+    CLASSES, CORRUPT, HEALTHY, LOST, OK, UNAVAILABLE, UNREACHABLE, Observation, RepairPolicy,
+    object_class)
 from flud.client.repair.plan import BUNDLE, by_node, place
 from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
@@ -47,17 +48,33 @@ REQUEST_TIMEOUT = 60.0    # a node silent this long on a challenge or fetch: unr
 STORE_TIMEOUT = 300.0
 STORE_ATTEMPTS = 3
 
+REPAIRED = "repaired"
+
+
 class ObjectResult(NamedTuple):
     health: object                # ObjectHealth as this run found it
     repaired: tuple = ()          # indexes stored on new nodes this run
     error: Optional[str] = None   # why a needed repair did not (fully) happen
+    n: int = 0                    # the object's n (0: not known, as health's count)
+
+    @property
+    def confirmed(self) -> int:
+        """Confirmed shares after this run's repair (a re-created share is
+        confirmed: it was stored under its key just now)."""
+        return self.health.healthy + len(self.repaired)
 
     @property
     def state(self) -> str:
-        """HEALTHY, DEGRADED, LOST, or "repaired" (all it needed was made)."""
+        """REPAIRED (all it needed was made), or the health class after this
+        run's repair: an object raised only part of the way (fewer nodes
+        than n) is reported by what it has now, never by what it had."""
         if self.repaired and not self.error:
-            return "repaired"
-        return self.health.state
+            return REPAIRED
+        if not self.repaired or not self.n:
+            return self.health.state
+        left = self.confirmed + self.health.unreachable - len(
+            set(self.repaired) & set(self.health.at_risk))
+        return object_class(self.health.k, self.n, self.confirmed, left)
 
 
 class CheckReport(NamedTuple):
@@ -73,10 +90,15 @@ class CheckReport(NamedTuple):
     surplus: list                 # [(object id, share key, node)]: prune may delete
 
     def counts(self) -> dict:
-        out = {HEALTHY: 0, DEGRADED: 0, LOST: 0, "repaired": 0}
+        out = dict.fromkeys(CLASSES + (REPAIRED,), 0)
         for result in self.objects:
             out[result.state] += 1
         return out
+
+    def unreadable(self) -> int:
+        """Objects a restore could not read now (unavailable or lost)."""
+        counts = self.counts()
+        return counts[UNAVAILABLE] + counts[LOST]
 
     def summary(self) -> dict:
         """The run as plain JSON values (`flud check --json`, the status page)."""
@@ -89,7 +111,7 @@ class CheckReport(NamedTuple):
             "objects": [{"id": r.health.object_id, "state": r.state,
                          "healthy": r.health.healthy, "unreachable": r.health.unreachable,
                          "lost": list(r.health.lost), "repaired": list(r.repaired),
-                         "error": r.error}
+                         "confirmed": r.confirmed, "n": r.n, "error": r.error}
                         for r in self.objects if r.state != HEALTHY],
             "nodes": [{"node": n.node, "reachable": n.reachable,
                        "unreachable_since": n.unreachable_since, "shares": n.shares,
@@ -185,11 +207,17 @@ class CheckJob:
         # else timed out on it: the unanswered ones are recorded first.
         for observation in sorted(seen, key=lambda o: o.outcome != UNREACHABLE):
             book.observe(observation)
+        # A node that answered nothing this run is failed for the rest of it:
+        # the repair's stores and the map page's bundle go to others at once
+        # instead of each finding it down (and running out of spares).
+        answered = {o.node for o in seen if o.outcome != UNREACHABLE}
+        for node in sorted({o.node for o in seen} - answered):
+            self.network.mark_failed(bytes.fromhex(node), "did not answer this check")
         state.rotation = rotation
         self.on_progress(state)
         now = self.now()
         healths = [book.classify(obj, now, self.policy) for obj in objects]
-        results = {h.object_id: ObjectResult(h) for h in healths}
+        results = {obj.object_id: ObjectResult(h, n=obj.n) for obj, h in zip(objects, healths)}
         # Nodes as this check found them (before repairs move shares off
         # them), with the surplus copies counted after this run's repairs.
         found = book.node_reports(objects, now, self.policy.grace)
@@ -327,7 +355,8 @@ class CheckJob:
         (object, {index: bytes})}); record what landed."""
         pending = {oid: set(shares) for oid, (obj, shares, _) in made.items()}
         landed = {oid: dict(before) for oid, (_, _, before) in made.items()}
-        avoid = {oid: set() for oid in made}
+        # never on a node that took one of its streams a moment ago (streams.py)
+        avoid = {oid: {p.node for p in before.values()} for oid, (_, _, before) in made.items()}
         for _ in range(STORE_ATTEMPTS):
             wanted = [(made[oid][0], sorted(idx)) for oid, idx in pending.items() if idx]
             if not wanted:

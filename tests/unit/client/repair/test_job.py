@@ -1,5 +1,6 @@
 """The check and repair job against the in-memory network."""
-from flud.client.repair.health import (CORRUPT, DAY, DEGRADED, HEALTHY, LOST, RepairPolicy)
+from flud.client.repair.health import (AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST,
+                                       UNAVAILABLE, RepairPolicy)
 from flud.client.repair.rotation import parse_subset
 from flud.client.repair.state import CheckState
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
@@ -11,7 +12,8 @@ def test_a_first_check_challenges_every_share_and_finds_all_healthy():
     objects = [world.add(first_node=i) for i in range(5)]
     report = world.check(objects)
     assert report.challenged == 40 and report.window == 1.0
-    assert report.counts() == {HEALTHY: 5, DEGRADED: 0, LOST: 0, "repaired": 0}
+    assert report.counts() == {HEALTHY: 5, DEGRADED: 0, AT_RISK: 0, UNAVAILABLE: 0, LOST: 0,
+                               "repaired": 0}
     assert all(r.reachable and r.corrupt == 0 for r in report.nodes)
 
 
@@ -221,9 +223,11 @@ def test_the_summary_is_plain_json_naming_what_is_not_healthy():
     bad = objects[1].shares[4]
     world.node(bad.node).corrupt.add(bytes.fromhex(bad.key))
     summary = json.loads(json.dumps(world.check(objects, repair=True).summary()))
-    assert summary["counts"] == {HEALTHY: 2, DEGRADED: 0, LOST: 0, "repaired": 1}
+    assert summary["counts"] == {HEALTHY: 2, DEGRADED: 0, AT_RISK: 0, UNAVAILABLE: 0, LOST: 0,
+                                 "repaired": 1}
     [row] = summary["objects"]
     assert row["id"] == objects[1].object_id and row["lost"] == [4] and row["repaired"] == [4]
+    assert (row["confirmed"], row["n"]) == (8, 8)
     assert summary["recreated"]["shares"] == 1
     assert {n["node"]: n["corrupt"] for n in summary["nodes"]}[bad.node] == 1
 
