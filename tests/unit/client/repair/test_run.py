@@ -176,3 +176,34 @@ def test_an_object_at_k_plus_one_is_at_risk_and_repaired_at_once(tmp_path):
     fixed = _check(world)
     mine = next(r for r in fixed.objects if r.health.object_id == obj.health.object_id)
     assert mine.state == "repaired" and mine.confirmed == 8
+
+
+def test_a_backup_after_a_repair_keeps_the_repaired_holders_of_unchanged_extents(
+        tmp_path, monkeypatch):
+    """Issue 25 finding 5: a large file that changed in part reuses its
+    unchanged extents from the client index; after a repair those rows name
+    the new holders, so the holder map does not go back to the old ones."""
+    import flud.client.backup.large as large
+    monkeypatch.setattr(large, "segments_per_extent", lambda segment_size: 2)
+    world = make_world(tmp_path, nodes=12)
+    clock, home, network = world
+    src = _tree(tmp_path, big=8 * 1024 * 1024, files=2)
+    run_backup(world, [src])
+    [big] = [json.loads(r) for _cid, r in home.index.content_rows() if json.loads(r)["t"] == "L"]
+    first = Extent.from_wire(big["ext"][0])
+    stopped = {h.node for h in first.holders[:2]}
+    for node in stopped:
+        network.nodes[bytes.fromhex(node)].up = False
+        network.mark_failed(bytes.fromhex(node), "gone")
+    report = _check(world, grace=0.0, m=home.config["n"])
+    extent_id = first.holders[0].key
+    assert extent_id in report.moved
+    with open(os.path.join(src, "big.bin"), "ab") as f:
+        f.write(random.Random(9).randbytes(1024 * 1024))   # the first extent is unchanged
+    clock.advance(60)
+    run_backup(world, [src])
+    holders = _the_map(world).extent(extent_id)
+    assert not {h.node for h in holders} & stopped, holders
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
