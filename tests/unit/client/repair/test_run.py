@@ -2,10 +2,13 @@
 repair does not wait while redundancy runs out, raises objects as far as
 the nodes allow when fewer than n answer, keeps every local copy of what it
 moved, and leaves prune's pending deletes out of its counts."""
+import argparse
 import json
 import os
 import random
 
+from flud.cli import check as cli_check
+from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
 from flud.client.backup.large import EXTENT_PREFIX
 from flud.client.records import Extent
 from flud.client.repair.health import AT_RISK, DEGRADED, LOST, UNAVAILABLE
@@ -152,12 +155,44 @@ def test_objects_prune_is_deleting_are_left_out_of_the_counts(tmp_path):
         network.nodes[bytes.fromhex(node)].store.delete(bytes.fromhex(key), network.client_id)
     lost = _check(world, repair=False)
     assert lost.unreadable() == 1     # without prune's word it is lost
+    assert _cli_check(world) == EXIT_ERROR
     home.index.set_meta("prune_state", {"v": 1, "run": 3, "marks": {}, "deleted": {},
                                         "pending": {f"b:{victim}": [2, 1.0, 1, "down"]}})
     assert being_pruned(home.index) == {victim}
     report = _check(world, repair=False)
     assert report.unreadable() == 0
     assert victim not in {r.health.object_id for r in report.objects}
+    assert _cli_check(world) == EXIT_OK
+
+
+def _cli_check(world, *flags):
+    """`flud check` as the CLI runs it: its exit code."""
+    args = argparse.Namespace(read_data_subset=None, unreachable_grace="3d", repair=False,
+                              repair_below=None, safety_margin=None, json=False)
+    for flag in flags:
+        setattr(args, flag, True)
+    return run_until(world[0], cli_check.check(ctx_of(world), args), limit=2_000_000)
+
+
+def test_check_exits_2_when_an_object_is_unavailable_whatever_the_grace(tmp_path):
+    """Holders away an hour, grace 3 days: '(3 healthy, 5 unreachable)' is
+    not 'degraded' and not exit 1 (issue 25), it cannot be read: exit 2."""
+    world = make_world(tmp_path, nodes=12)
+    clock, home, network = world
+    src = _tree(tmp_path, big=0, files=4)
+    run_backup(world, [src])
+    victim = next(json.loads(record)["b"] for _cid, record in home.index.content_rows()
+                  if json.loads(record)["t"] == "S")
+    assert _cli_check(world) == EXIT_OK
+    shares = home.index.bundle(victim)["shares"]
+    for _index, key, node in shares[:3]:
+        network.nodes[bytes.fromhex(node)].store.delete(bytes.fromhex(key), network.client_id)
+    home.index.set_meta("check_state", None)   # a new rotation: every share is asked
+    assert _cli_check(world) == EXIT_SKIPPED   # 5 confirmed: at risk, still readable
+    for _index, _key, node in shares[3:5]:
+        network.nodes[bytes.fromhex(node)].up = False
+    home.index.set_meta("check_state", None)
+    assert _cli_check(world) == EXIT_ERROR     # 3 confirmed, 2 away: unavailable
 
 
 def test_an_object_at_k_plus_one_is_at_risk_and_repaired_at_once(tmp_path):
