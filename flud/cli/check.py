@@ -66,7 +66,7 @@ def check(ctx, args):
               f"shares on nodes that answer): a restore of what they hold would fail "
               f"until their holders return")
         return EXIT_ERROR
-    reduced = [o for o in summary["objects"] if o["repaired"] and o["error"]]
+    reduced = [o for o in summary["objects"] if o["unplaced"]]
     if reduced:
         print(f"check: {len(reduced)} object(s) raised only as far as the reachable nodes "
               f"allow (fewer than n={n}): start more nodes to restore full redundancy")

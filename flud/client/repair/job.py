@@ -56,6 +56,7 @@ class ObjectResult(NamedTuple):
     repaired: tuple = ()          # indexes stored on new nodes this run
     error: Optional[str] = None   # why a needed repair did not (fully) happen
     n: int = 0                    # the object's n (0: not known, as health's count)
+    unplaced: int = 0             # shares no node could take (fewer nodes than n answer)
 
     @property
     def confirmed(self) -> int:
@@ -111,7 +112,8 @@ class CheckReport(NamedTuple):
             "objects": [{"id": r.health.object_id, "state": r.state,
                          "healthy": r.health.healthy, "unreachable": r.health.unreachable,
                          "lost": list(r.health.lost), "repaired": list(r.repaired),
-                         "confirmed": r.confirmed, "n": r.n, "error": r.error}
+                         "confirmed": r.confirmed, "n": r.n, "unplaced": r.unplaced,
+                         "error": r.error}
                         for r in self.objects if r.state != HEALTHY],
             "nodes": [{"node": n.node, "reachable": n.reachable,
                        "unreachable_since": n.unreachable_since, "shares": n.shares,
@@ -407,7 +409,8 @@ class CheckJob:
                 book.moved(obj.object_id, old[index], node)
             self.state.record_move(obj.object_id, rows)
             self.on_progress(self.state)
-        error = (f"shares {sorted(unplaced)} found no node to take them"
+        error = (f"shares {sorted(unplaced)} found no node to take them: redundancy "
+                 f"reduced until more nodes answer"
                  if unplaced else results[obj.object_id].error)
         results[obj.object_id] = results[obj.object_id]._replace(
-            repaired=tuple(sorted(landed)), error=error)
+            repaired=tuple(sorted(landed)), error=error, unplaced=len(unplaced))
