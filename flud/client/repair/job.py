@@ -148,6 +148,7 @@ class CheckJob:
         self.timeout, self.store_timeout = timeout, store_timeout
         self.stream_chunk = stream_chunk
         self._coders = {}
+        self._short = {}   # object id -> indexes no node could take this run
         self._slots = defer.DeferredSemaphore(IN_FLIGHT)
         self._downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
         self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
@@ -299,10 +300,15 @@ class CheckJob:
             for obj, health in batch:
                 # An index the map names no holder for has no known key to
                 # re-create it under: it counts as lost, but is not made here.
-                wanted[obj.object_id] = set(health.to_recreate()) & {s.index for s in obj.shares}
+                wanted[obj.object_id] = self._placeable(
+                    obj, set(health.to_recreate()) & {s.index for s in obj.shares}, candidates)
+            for obj, _ in batch:   # no node can take any of its shares: said, not fetched
+                if not wanted[obj.object_id]:
+                    self._record(obj, {}, self._short.get(obj.object_id, set()), results)
             # Extents of known length a range at a time, several at once;
             # what that could not land goes the whole-share way below.
-            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length]
+            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length
+                       and wanted[obj.object_id]]
             outcomes = yield gather([repair_streamed(self, obj, wanted[obj.object_id],
                                                      candidates, load, self.stream_chunk)
                                      for obj in streams])
@@ -320,9 +326,22 @@ class CheckJob:
                     error = value if ok else value.getErrorMessage()
                     results[obj.object_id] = results[obj.object_id]._replace(error=error)
             for object_id, done in landed.items():   # all streamed, or the rest failed
-                self._record(objects_by_id[object_id], done, set(), results)
+                self._record(objects_by_id[object_id], done, self._short.get(object_id, set()),
+                             results)
             if made:
                 yield self._store(made, candidates, load, results)
+
+    def _placeable(self, obj, wanted: set, candidates) -> set:
+        """The part of `wanted` that nodes answering and holding none of
+        the object can take (the lowest indexes); the rest is kept in
+        self._short, reported, and not fetched for: with fewer nodes than
+        n, an object is raised as far as they allow."""
+        taken = obj.holder_nodes()
+        free = sum(1 for node in candidates if node not in taken)
+        keep = set(sorted(wanted)[:free])
+        if len(keep) < len(wanted):
+            self._short[obj.object_id] = wanted - keep
+        return keep
 
     @defer.inlineCallbacks
     def _recode(self, obj, wanted):
@@ -390,7 +409,7 @@ class CheckJob:
                     self.counters["recreated_shares"] += 1
                     self.counters["recreated_bytes"] += size
         for oid, (obj, _, _) in made.items():
-            self._record(obj, landed[oid], pending[oid], results)
+            self._record(obj, landed[oid], pending[oid] | self._short.get(oid, set()), results)
 
     def _send_tar(self, node: str, group, made):
         writer = TarWriter()

@@ -310,3 +310,30 @@ def test_the_rotation_follows_the_injected_clock_not_the_reactor():
     daily = world.check(objects, clock=lambda: now[0])
     assert abs(daily.window - 1 / 7) < 1e-9
     assert 0 < daily.challenged < first.challenged
+
+
+def test_with_fewer_free_nodes_than_shares_to_make_only_what_they_take_is_fetched():
+    """9 nodes, 3 holders down: 5 confirmed (urgent), 3 to make, and one node
+    (holding none of it) answers: one share is made, two are reported as
+    found no node, and the object ends with 6 confirmed, not an error."""
+    world = World(nodes=9)
+    obj = world.add(kind="extent")
+    for s in obj.shares[:3]:
+        world.node(s.node).up = False
+    report = world.check([obj], repair=True, policy=RepairPolicy())
+    result = report.objects[0]
+    assert len(result.repaired) == 1 and result.unplaced == 2 and result.confirmed == 6
+    assert result.state == DEGRADED and "redundancy reduced" in result.error
+
+
+def test_no_free_node_at_all_fetches_nothing_and_says_so():
+    world = World(nodes=8)
+    obj = world.add()
+    for s in obj.shares[:3]:
+        world.node(s.node).up = False
+    fetched_before = world.network.calls.get("retrieve", 0)
+    report = world.check([obj], repair=True, policy=RepairPolicy())
+    result = report.objects[0]
+    assert result.repaired == () and result.unplaced == 3 and result.state == AT_RISK
+    assert world.network.calls.get("retrieve", 0) == fetched_before
+    assert report.recreated_shares == 0
