@@ -62,9 +62,12 @@ def check(ctx, args):
           + f", {counts[REPAIRED]} repaired; re-created {summary['recreated']['shares']} "
           f"shares ({human_bytes(summary['recreated']['bytes'])})")
     if report.unreadable():
-        print(f"check: {report.unreadable()} object(s) cannot be read now (fewer than k={k} "
-              f"shares on nodes that answer): a restore of what they hold would fail "
-              f"until their holders return")
+        message = (f"{report.unreadable()} object(s) cannot be read now (fewer than k={k} "
+                   f"shares on nodes that answer): a restore of what they hold would fail "
+                   f"until their holders return")
+        print(f"check: {message}")
+        # --json: an exit 2 carries its error object, as every command's does
+        vars(args)["summary"]["error"] = {"code": "OBJECTS_UNREADABLE", "message": message}
         return EXIT_ERROR
     reduced = [o for o in summary["objects"] if o["unplaced"]]
     if reduced:

@@ -166,13 +166,15 @@ def test_objects_prune_is_deleting_are_left_out_of_the_counts(tmp_path):
     assert _cli_check(world) == EXIT_OK
 
 
-def _cli_check(world, *flags):
-    """`flud check` as the CLI runs it: its exit code."""
+def _cli_check(world, summary=None):
+    """`flud check` as the CLI runs it: its exit code (its --json summary
+    into `summary`)."""
     args = argparse.Namespace(read_data_subset=None, unreachable_grace="3d", repair=False,
                               repair_below=None, safety_margin=None, json=False)
-    for flag in flags:
-        setattr(args, flag, True)
-    return run_until(world[0], cli_check.check(ctx_of(world), args), limit=2_000_000)
+    code = run_until(world[0], cli_check.check(ctx_of(world), args), limit=2_000_000)
+    if summary is not None:
+        summary.update(args.summary)
+    return code
 
 
 def test_check_exits_2_when_an_object_is_unavailable_whatever_the_grace(tmp_path):
@@ -193,7 +195,10 @@ def test_check_exits_2_when_an_object_is_unavailable_whatever_the_grace(tmp_path
     for _index, _key, node in shares[3:5]:
         network.nodes[bytes.fromhex(node)].up = False
     home.index.set_meta("check_state", None)
-    assert _cli_check(world) == EXIT_ERROR     # 3 confirmed, 2 away: unavailable
+    summary = {}
+    assert _cli_check(world, summary) == EXIT_ERROR     # 3 confirmed, 2 away: unavailable
+    assert summary["counts"]["unavailable"] == 1
+    assert summary["error"]["code"] == "OBJECTS_UNREADABLE"
 
 
 def test_an_object_at_k_plus_one_is_at_risk_and_repaired_at_once(tmp_path):
