@@ -151,7 +151,11 @@ class Check:
     @defer.inlineCallbacks
     def _record_moves(self, ctx, repo, holder_map, moved):
         """The repaired objects' new holders as a map page in a new head,
-        and in every local copy of them."""
+        and in every local copy of them: the local copies first, so no
+        backup in between reads the old holders (the shares are on the new
+        nodes already; a run killed before the page is written finds the
+        moves in the check state and writes it then)."""
+        ctx.index.repaired(moved)
         page = map_page(holder_map, moved)
         sealer = BlobSealer(ctx.secret)
         small = record_sender(ctx)
@@ -174,4 +178,4 @@ class Check:
                              newest_bundle=(newest, newest.bundle, bundle))
         finally:
             small.close()
-        ctx.index.repaired(moved)
+        ctx.index.add_bundles((bid, b.to_wire()) for bid, b in page.bundles)
