@@ -35,9 +35,10 @@ def check(ctx, args):
     margin = SAFETY_MARGIN if margin is None else margin
     if not 0 <= margin <= n - k:
         raise UserError(f"--safety-margin {margin}: give 0 to n-k={n - k}")
+    job = Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m, clock=wall_clock,
+                margin=margin)
     try:
-        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m,
-                             clock=wall_clock, margin=margin).run()
+        report = yield job.run()
     except FludError as err:
         raise UserError(str(err))
     summary = report.summary()
@@ -57,14 +58,17 @@ def check(ctx, args):
         if obj["repaired"]:
             line += f", re-created {len(obj['repaired'])}: {obj['confirmed']} of {obj['n']}"
         print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
+    if job.left_out:
+        print(f"check: {job.left_out} object(s) prune is deleting are not counted")
     names = {c: c.replace("_", " ") for c in CLASSES}
     print("objects: " + ", ".join(f"{counts[c]} {names[c]}" for c in CLASSES)
           + f", {counts[REPAIRED]} repaired; re-created {summary['recreated']['shares']} "
           f"shares ({human_bytes(summary['recreated']['bytes'])})")
     if report.unreadable():
         message = (f"{report.unreadable()} object(s) cannot be read now (fewer than k={k} "
-                   f"shares on nodes that answer): a restore of what they hold would fail "
-                   f"until their holders return")
+                   f"shares on nodes that answer): a restore of what they hold fails; "
+                   f"{counts['unavailable']} may come back with their holders, "
+                   f"{counts['lost']} are lost")
         print(f"check: {message}")
         # --json: an exit 2 carries its error object, as every command's does
         vars(args)["summary"]["error"] = {"code": "OBJECTS_UNREADABLE", "message": message}

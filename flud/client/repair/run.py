@@ -96,6 +96,7 @@ class Check:
         self.ctx, self.repair, self.subset = ctx, repair, subset
         self.clock = clock
         self.policy = RepairPolicy(m=m, grace=grace, margin=margin)
+        self.left_out = 0   # objects prune is deleting: not checked
         self.cycle, self.interval = cycle, interval
 
     def _state(self) -> CheckState:
@@ -121,7 +122,8 @@ class Check:
         holder_map = _holder_map(repo.cache)
         objects = objects_from_map(holder_map, ctx.coder.k, _stream_lengths(index))
         pruning = being_pruned(index)
-        objects = [obj for obj in objects if obj.object_id not in pruning]
+        kept = [obj for obj in objects if obj.object_id not in pruning]
+        self.left_out, objects = len(objects) - len(kept), kept
         challenges = IndexChallenges(index, repo.cache)
         state = self._state()
 
