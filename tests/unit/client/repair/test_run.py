@@ -248,3 +248,13 @@ def test_a_backup_after_a_repair_keeps_the_repaired_holders_of_unchanged_extents
     restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_a_safety_margin_beyond_n_minus_k_is_refused(tmp_path):
+    import pytest
+    from flud.cli.exits import UserError
+    world = make_world(tmp_path, nodes=12)
+    args = argparse.Namespace(read_data_subset=None, unreachable_grace="3d", repair=True,
+                              repair_below=None, safety_margin=5, json=False)
+    with pytest.raises(UserError, match="--safety-margin 5"):
+        run_until(world[0], cli_check.check(ctx_of(world), args))
