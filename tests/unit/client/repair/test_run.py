@@ -75,8 +75,8 @@ def test_the_issues_three_rounds_of_the_busiest_three_on_twenty_nodes(tmp_path):
         report = _check(world)
         counts = report.counts()
         assert counts[UNAVAILABLE] == counts[LOST] == 0, report.summary()
-        assert all(r.confirmed > home.config["k"] + 1 or r.health.healthy > 6
-                   for r in report.objects), report.summary()
+        # down to k + 2 = 6 confirmed is repaired at once: none is left below
+        assert all(r.confirmed >= 6 for r in report.objects), report.summary()
         repaired += counts["repaired"]
         clock.advance(3600)
     assert repaired > 0
