@@ -81,6 +81,9 @@ def add_client_commands(sub) -> None:
                        help="the repair threshold: repair objects with fewer than M healthy "
                             "shares (k < M <= n; default n-1, 7 for 4-of-8; n: restore full "
                             "redundancy at the first lost share)")
+    check.add_argument("--safety-margin", type=int, default=None, metavar="S",
+                       help="repair at once, whatever the grace, when an object has k+S "
+                            "or fewer confirmed shares (default 2: 6 for 4-of-8)")
     _job_flags(check)
     check.set_defaults(handler=lambda args: _network_job(args, "check"))
 
