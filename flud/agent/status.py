@@ -38,21 +38,26 @@ def run_line(record) -> str:
     found = health_of(summary) if job == "check" else None
     if found is not None:
         o = found["objects"]
-        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['lost']} lost, "
-                f"{found['repaired']} repaired")
+        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['at_risk']} at risk, "
+                f"{o['unavailable']} unavailable, {o['lost']} lost, {found['repaired']} repaired")
     return f"exit {record.get('exit')}"
+
+
+# What a check says of each object, best first (flud/client/repair/health.py's
+# classes; the agent reads them from the job's JSON, never imports the client).
+HEALTH_CLASSES = ("healthy", "degraded", "at_risk", "unavailable", "lost")
 
 
 def health_of(summary):
     """A check summary (CheckReport.summary(): counts {healthy, degraded,
-    lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
+    at_risk, unavailable, lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
     -> {objects, nodes, repaired, recreated_bytes}, or None."""
     if not isinstance(summary, dict):
         return None
     counts = summary.get("counts")
     if not isinstance(counts, dict):
         return None
-    objects = {k: int(counts.get(k, 0)) for k in ("healthy", "degraded", "lost")}
+    objects = {k: int(counts.get(k, 0)) for k in HEALTH_CLASSES}
     nodes = []
     rows = summary.get("nodes") or []
     if isinstance(rows, dict):
@@ -71,13 +76,19 @@ def health_of(summary):
 
 
 def series(records) -> dict:
-    """Time series: bytes stored [[t, bytes]], health [[t, healthy, degraded, lost]]."""
+    """Time series: bytes stored [[t, bytes]], health [[t, one count per
+    HEALTH_CLASSES]]."""
     stored, health, sent = [], [], 0
     for record in records:
         summary = record.get("summary") or {}
+        when = record.get("end") or record.get("start")
+        if record["job"] == "check" and record.get("exit") == 2 and "counts" in summary:
+            # objects unavailable or lost: the run is an error, its counts the news
+            found = health_of(summary)
+            health.append([when, *(found["objects"][k] for k in HEALTH_CLASSES)])
+            continue
         if record.get("exit") not in (0, 1) or summary.get("error"):
             continue
-        when = record.get("end") or record.get("start")
         if record["job"] == "backup" and "bytes_sent" in summary:
             sent += int(summary["bytes_sent"])
             stored.append([when, sent])
@@ -85,7 +96,7 @@ def series(records) -> dict:
             found = health_of(summary)
             if found is not None:
                 o = found["objects"]
-                health.append([when, o["healthy"], o["degraded"], o["lost"]])
+                health.append([when, *(o[k] for k in HEALTH_CLASSES)])
                 total = sum(n["bytes"] for n in found["nodes"])
                 if total:
                     sent = total

@@ -20,7 +20,7 @@ from flud.client.context import JobContext
 from flud.client.head import Head, record_sender, store_blobs, write_head
 from flud.client.holders import HolderMap, MapPage
 from flud.client.manifest import put_root_v2
-from flud.client.prune_state import PruneState
+from flud.client.prune_state import pending_object_ids
 from flud.client.records import Extent, ShareHolder
 from flud.client.repair.health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
 from flud.client.repair.job import CheckJob
@@ -34,7 +34,6 @@ from flud.coding import SegmentCoder
 from flud.errors import FludError
 
 STATE_META = "check_state"
-PRUNE_STATE_META = "prune_state"   # prune/run.py's STATE_META
 
 
 class CheckError(FludError):
@@ -46,17 +45,6 @@ def _holder_map(cache) -> HolderMap:
     extents = {xid: tuple(ShareHolder.from_wire(h) for h in holders)
                for xid, holders in cache.extent_rows()}
     return HolderMap([MapPage.of(bundles=bundles, extents=extents)])
-
-
-def being_pruned(client_index) -> set:
-    """The bundle and extent ids prune has decided to delete and not yet
-    confirmed (its pending deletes, "b:ID" / "x:ID"): a check leaves them
-    out, they are going on purpose. One small reader, to be swapped for
-    prune's own once it has one."""
-    saved = client_index.get_meta(PRUNE_STATE_META)
-    if not saved:
-        return set()
-    return {oid.partition(":")[2] for oid in PruneState.from_wire(saved).pending}
 
 
 def _narrowed(ctx, reachable: int):
@@ -121,7 +109,7 @@ class Check:
         ctx, index = self.ctx, self.ctx.index
         holder_map = _holder_map(repo.cache)
         objects = objects_from_map(holder_map, ctx.coder.k, _stream_lengths(index))
-        pruning = being_pruned(index)
+        pruning = pending_object_ids(index)
         kept = [obj for obj in objects if obj.object_id not in pruning]
         self.left_out, objects = len(objects) - len(kept), kept
         challenges = IndexChallenges(index, repo.cache)

@@ -12,7 +12,8 @@ from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
 from flud.client.backup.large import EXTENT_PREFIX
 from flud.client.records import Extent
 from flud.client.repair.health import AT_RISK, DEGRADED, LOST, UNAVAILABLE
-from flud.client.repair.run import Check, _holder_map, being_pruned
+from flud.client.prune_state import pending_object_ids
+from flud.client.repair.run import Check, _holder_map
 from flud.client.snapshots import open_repository
 from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tests.unit.client.test_check_run import ctx_of
@@ -159,7 +160,7 @@ def test_objects_prune_is_deleting_are_left_out_of_the_counts(tmp_path):
     assert _cli_check(world) == EXIT_ERROR
     home.index.set_meta("prune_state", {"v": 1, "run": 3, "marks": {}, "deleted": {},
                                         "pending": {f"b:{victim}": [2, 1.0, 1, "down"]}})
-    assert being_pruned(home.index) == {victim}
+    assert pending_object_ids(home.index) == {victim}
     report = _check(world, repair=False)
     assert report.unreadable() == 0
     assert victim not in {r.health.object_id for r in report.objects}
