@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapPage, RootRecord,
+from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapTooLarge, MapPage, RootRecord,
                                  is_root_v1, merge)
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import BadRecord, BlobRef, NewerFormat
@@ -92,9 +92,16 @@ def test_a_map_index_round_trips_and_is_bounded():
     assert MapIndex.decode(index.encode()) == index
     with pytest.raises(BadRecord):
         MapIndex.decode(index.encode().replace(hexid(7).encode(), b"nothex"))
-    too_many = MapIndex(((ref, bundle(2)),) * (MAX_PAGES + 1)).encode()
+    most = MapIndex(((ref, bundle(2)),) * MAX_PAGES)
+    assert len(MapIndex.decode(most.encode()).pages) == MAX_PAGES
+    # One page more: decode refuses it, and so does encode (a head nothing
+    # could open is never written).
+    with pytest.raises(MapTooLarge):
+        MapIndex(((ref, bundle(2)),) * (MAX_PAGES + 1)).encode()
+    value = json.loads(most.encode())
+    value["pages"].append(value["pages"][0])
     with pytest.raises(BadRecord):
-        MapIndex.decode(too_many)
+        MapIndex.decode(json.dumps(value).encode())
     with pytest.raises(NewerFormat):
         MapIndex.decode(b'{"v":3,"t":"map","pages":[]}')
 
