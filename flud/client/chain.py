@@ -19,10 +19,13 @@ last. The nodes' root is then one of:
 Roots and saved heads from before the chain (no home id, no digest) are
 compared by generation alone, as they were.
 """
+import json
+
 from flud.client.holders import RootRecord
 from flud.errors import FludError
 
 SAME, AHEAD, LEGACY, FIRST = "same", "ahead", "legacy", "first"
+REPO_META = "repo_v2"   # the index's copy of the repository head (meta key; client/head.py)
 
 
 class HeadError(FludError):
@@ -48,6 +51,28 @@ _NOTHING_CHANGED = "Nothing was changed or deleted."
 
 def _gen(root) -> str:
     return f"generation {root.generation}" + (f" (home {root.home[:8]})" if root.home else "")
+
+
+class Saved:
+    """Of the head this home saved: its generation (0: none), its root
+    (None: none, or saved before the chain), whether there is one."""
+
+    def __init__(self, client_index):
+        saved = client_index.get_meta(REPO_META)
+        self.present = bool(saved)
+        self.generation = saved["generation"] if saved else 0
+        root = saved.get("root") if saved else None
+        self.root = RootRecord.decode(json.dumps(root).encode()) if root else None
+        # a version-1 home (snapshots, no head saved): nothing to compare, as before
+        self.legacy = not saved and bool(client_index.snapshots())
+
+
+def judge_home(ctx, found) -> str:
+    """judge() of the nodes' root against the head ctx's home saved."""
+    saved = Saved(ctx.index)
+    if saved.legacy:
+        return LEGACY
+    return judge(saved.generation, saved.root, found, ctx.home.home_id, ctx.home.path)
 
 
 def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str = "H") -> str:

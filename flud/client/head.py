@@ -17,7 +17,7 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.chain import AHEAD, LEGACY, SAME, ForkedHead, HeadError, judge
+from flud.client.chain import REPO_META, SAME, ForkedHead, HeadError, judge, judge_home
 from flud.client.holders import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.manifest import ManifestMissing, RootNotStored, find_root, put_root_v2
 from flud.client.records import Bundle
@@ -25,7 +25,6 @@ from flud.client.tree import BlobRef
 
 log = logging.getLogger("flud.client")
 
-REPO_META = "repo_v2"   # the index's copy of the repository head (meta key)
 # A writer merges the map's pages when its index would list more than this
 # many (every backup appends one; MAX_PAGES is what a reader opens). Read
 # at call time: tests lower it.
@@ -94,15 +93,6 @@ class Head:
 def saved_head(client_index):
     """The head this home saved last, or None if it saved none."""
     return Head.load(client_index) if client_index.get_meta(REPO_META) else None
-
-
-def judge_found(ctx, found) -> str:
-    """client/chain.py's judge of the nodes' root against this home's head."""
-    saved = saved_head(ctx.index)
-    if saved is None and ctx.index.snapshots():
-        return LEGACY    # a version-1 home: its head is its manifests, as before
-    return judge(saved.generation if saved else 0, saved.root if saved else None, found,
-                 ctx.home.home_id, ctx.home.path)
 
 
 @defer.inlineCallbacks
@@ -242,7 +232,7 @@ def adopt_head(ctx):
 
     client_index = ctx.index
     found = yield nodes_root(ctx)
-    verdict = judge_found(ctx, found)
+    verdict = judge_home(ctx, found)
     saved = saved_head(client_index)
     if verdict == SAME or not isinstance(found, RootRecord) or (
             saved is not None and found.generation == saved.generation):

@@ -10,7 +10,7 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.chain import StaleRoot
+from flud.client.chain import Saved, StaleRoot, judge_home
 from flud.client.holders import RootRecord
 from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
 from flud.client.repo import Repository
@@ -62,17 +62,15 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
 
 @defer.inlineCallbacks
 def _judged_root(ctx, reading):
-    from flud.client.head import judge_found, saved_head
-
     try:
         found = yield find_root(ctx.network, ctx.secret)
     except ManifestMissing:
         found = None
     try:
-        judge_found(ctx, found)
+        judge_home(ctx, found)
     except StaleRoot:
-        saved = saved_head(ctx.index)
-        if not reading or saved is None or saved.root is None:
+        saved = Saved(ctx.index)
+        if not reading or saved.root is None:
             raise
         newest = f"generation {found.generation}" if isinstance(found, RootRecord) else "none"
         log.warning("the nodes' newest root (%s) is older than the head this home saved "
