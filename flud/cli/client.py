@@ -161,6 +161,10 @@ def _add_adopt(sub) -> None:
                     "refused from then on (backup, forget, tag, prune). For a home made "
                     "with `init --import-key`, or one that was refused with OTHER_WRITER.")
     adopt.add_argument("--home", required=True)
+    adopt.add_argument("--accept-older", action="store_true",
+                       help="take the nodes' head even if it is older than the one this home "
+                            "wrote last (refused with STALE_ROOT otherwise): only when the "
+                            "nodes that held the newest are gone for good")
     _job_flags(adopt)
     adopt.set_defaults(handler=lambda args: _network_job(args, "adopt"))
 

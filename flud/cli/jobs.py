@@ -221,7 +221,8 @@ def _adopt(reactor, home, network, pool, monitor, progress, args):
     from flud.client.manifest import ManifestMissing
 
     try:
-        head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress))
+        head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
+                                accept_older=args.accept_older)
     except ManifestMissing as err:
         raise UserError(str(err))
     snapshots = [s["id"] for s in home.index.snapshots()]

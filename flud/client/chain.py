@@ -89,7 +89,7 @@ def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str
         raise StaleRoot(
             f"the nodes that answered hold {what}, but this home last wrote the head at "
             f"generation {saved_generation}: the nodes holding it are away. {_NOTHING_CHANGED} "
-            f"Run it again when more nodes are up.")
+            f"Run it again when more nodes are up. {_older(home_path)}")
     if saved_root is not None and found.digest() == saved_root.digest():
         return SAME
     if found.generation < saved_generation:
@@ -98,7 +98,7 @@ def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str
             f"this home wrote last (generation {saved_generation}): the nodes holding the "
             f"newest are away, or a node answered with an old root. {_NOTHING_CHANGED} Run "
             f"it again when more nodes are up; `flud ls` and `flud restore` read this "
-            f"home's own head meanwhile.")
+            f"home's own head meanwhile. {_older(home_path)}")
     if saved_generation == 0 and saved_root is None:
         return _first_sight(found, home_id, home_path)
     if saved_root is None:   # saved before the chain: generations alone, as before
@@ -141,6 +141,11 @@ def _other(found: RootRecord, saved_generation: int, home_path: str) -> OtherWri
         f"(the nodes are at generation {found.generation}, this home wrote generation "
         f"{saved_generation}): that home is the writer now. {_NOTHING_CHANGED} "
         f"{_handover(home_path)}")
+
+
+def _older(home_path: str) -> str:
+    return (f"If those nodes are gone for good, `flud adopt --home {home_path} "
+            f"--accept-older` takes what the nodes hold (the snapshots after it are lost).")
 
 
 def _handover(home_path: str) -> str:

@@ -17,7 +17,8 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.chain import REPO_META, SAME, ForkedHead, HeadError, judge, judge_home
+from flud.client.chain import (REPO_META, SAME, ForkedHead, HeadError, StaleRoot, judge,
+                               judge_home)
 from flud.client.holders import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.manifest import ManifestMissing, RootNotStored, find_root, put_root_v2
 from flud.client.records import Bundle
@@ -111,19 +112,21 @@ def _check_unmoved(ctx, head: Head):
     just before a writer replaces it: another home, or this one's stale
     view, must not be written over). Returns it (None: there is none)."""
     found = yield nodes_root(ctx)
-    if head.root is not None and isinstance(found, RootRecord) \
-            and found.digest() == head.root.digest():
+    if _unmoved(head, found, ctx.home.home_id):
         return found
-    if head.root is None and (found is None and head.generation == 0 or isinstance(
-            found, RootRecord) and found.generation == head.generation
-            and found.home in ("", ctx.home.home_id)):
-        return found   # a head saved before the chain: generations, as before
-    verdict = judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)
-    if verdict != SAME:
-        raise ForkedHead(
-            f"the nodes' head changed while this job ran (now generation "
-            f"{getattr(found, 'generation', 0)}): nothing was replaced. Run it again.")
-    return found
+    judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)  # names it
+    raise ForkedHead(
+        f"the nodes' head changed while this job ran (now generation "
+        f"{getattr(found, 'generation', 0)}): nothing was replaced. Run it again.")
+
+
+def _unmoved(head: Head, found, home_id: str) -> bool:
+    if head.root is not None:
+        return isinstance(found, RootRecord) and found.digest() == head.root.digest()
+    # a head saved before the chain, or none: generations, as before
+    if not isinstance(found, RootRecord):
+        return head.generation == 0
+    return found.generation == head.generation and found.home in ("", home_id)
 
 
 @defer.inlineCallbacks
@@ -257,6 +260,8 @@ def take_head(ctx, repo, rebuild=False):
     head = Head.of_repository(repo)
     records = yield repo.snapshots()
     listed = {record.snapshot_id for _, record in records}
+    # ids this home gave (a head it wrote that the nodes lost) are not given again
+    issued = Head.load(client_index).next_snapshot_id(client_index) - 1
     client_index.remove_snapshots([s["id"] for s in client_index.snapshots()
                                    if s["id"] not in listed])
     for blob_id, record in records:
@@ -269,7 +274,7 @@ def take_head(ctx, repo, rebuild=False):
     for ref, bundle in head.index.pages:
         client_index.add_bundles([(ref.bundle, bundle.to_wire())])
     client_index.add_bundles((bid, b.to_wire()) for bid, b in head.final.items())
-    head.last_id = max([head.last_id, *listed, 0])
+    head.last_id = max([head.last_id, issued, *listed])
     head.save(client_index)
     return head
 
@@ -287,15 +292,30 @@ def _forget_unmapped(client_index, cache) -> int:
 
 
 @defer.inlineCallbacks
-def adopt(ctx):
+def adopt(ctx, accept_older=False):
     """`flud adopt`: this home becomes the writer of the nodes' head. Its
     index is rebuilt from the map (snapshots, and nothing the map does not
     hold), and a root one generation newer, naming this home, is put at
-    once: the home that wrote before is refused from then on. Returns
-    (the Head, the home id that wrote before or "")."""
+    once: the home that wrote before is refused from then on. A head older
+    than this home's own is taken only with accept_older (its newest's
+    holders are gone for good); with nothing on the nodes at all, that
+    starts a new repository. Returns (the Head, the home id that wrote
+    before or "")."""
     from flud.client.snapshots import open_repository
 
-    found = yield find_root(ctx.network, ctx.secret)
+    found = yield nodes_root(ctx)
+    try:
+        judge_home(ctx, found)
+    except StaleRoot:
+        if not accept_older:
+            raise
+    except HeadError:
+        pass   # forked, or another home's: what adopting resolves
+    if found is None:
+        if not accept_older:
+            raise ManifestMissing("no node holds a root record for this key: nothing to "
+                                  "adopt (the first backup makes one)")
+        return _start_over(ctx.index), ""
     if not isinstance(found, RootRecord):
         raise HeadError("the nodes hold only a version-1 repository for this key: back it "
                         "up once with this flud (nothing to adopt)")
@@ -309,6 +329,17 @@ def adopt(ctx):
     head.root, head.generation = root, root.generation
     head.save(ctx.index)
     return head, found.home if found.home != ctx.home.home_id else ""
+
+
+def _start_over(client_index) -> Head:
+    """No root anywhere and the user said the old head is gone: forget it
+    and everything stored under it; the next backup begins a repository."""
+    client_index.drop_stored([bid for bid, _ in client_index.bundle_rows()],
+                             [r["shares"][0][1] for _, r in client_index.extent_rows()
+                              if r["shares"]])
+    client_index.remove_snapshots([s["id"] for s in client_index.snapshots()])
+    client_index.set_meta(REPO_META, None)
+    return Head()
 
 
 def record_sender(ctx):

@@ -275,3 +275,35 @@ def test_writers_merge_the_map_pages_before_they_pile_up(world, tmp_path, monkey
     prune(world, now=2000.0)
     restored, _ = run_restore(world, str(tmp_path / "again"), snapshot_manifest(world, 1))
     assert restored["failed"] == 0
+
+
+def test_adopt_refuses_an_older_head_unless_told_it_is_gone_for_good(world, tmp_path):
+    src, after_first = _two_backups(world, tmp_path)
+    _replay(world[2], after_first)
+    ctx = ctx_of(world)
+    err = _refused(world, adopt(ctx), "STALE_ROOT")
+    assert "--accept-older" in str(err)
+    head, _ = run_until(world[0], adopt(ctx, accept_older=True))
+    assert [s["id"] for s in world[1].index.snapshots()] == [1]
+    assert head.last_id == 2       # snapshot 2 is gone, its id is not given again
+    write(os.path.join(src, "after.txt"), b"after")
+    summary, _, _ = run_backup(world, [src])
+    assert summary["snapshot"] == 3
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_a_home_whose_repository_is_gone_can_start_over(world, tmp_path):
+    src, _ = _two_backups(world, tmp_path)
+    for node in world[2].nodes.values():
+        node.roots.clear()                      # every root purged
+    with pytest.raises(FludError) as err:
+        run_backup(world, [src])
+    assert err.value.code == "STALE_ROOT"
+    run_until(world[0], adopt(ctx_of(world), accept_older=True))
+    summary, _, _ = run_backup(world, [src])
+    assert summary["snapshot"] == 1 and summary["new"] > 0   # everything stored again
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
