@@ -172,7 +172,8 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
             client_index.add_bundles((bid, b.to_wire()) for bid, b in stored.items())
             client_index.add_challenges(stored_challenges.items())
         client_index.add_blobs(list(refs.values()) + [page_ref])
-    if len(new_index.pages) > MERGE_AT:
+    new_index = _still_merged(head.index, new_index)
+    if new_index.appended() > MERGE_AT:
         new_index = yield merge_pages(ctx, small, new_index, sealer)
     index_id, index_sealed = sealer.seal(new_index.encode())
     refs, bundles, challenges = yield store_blobs(small, list(records) +
@@ -220,7 +221,15 @@ def merge_pages(ctx, small, new_index: MapIndex, sealer) -> MapIndex:
         located.append((ref, bundles[ref.bundle]))
     ctx.index.add_blobs(ref for ref, _ in located)
     log.info("map: %d pages merged into %d", len(new_index.pages), len(located))
-    return new_index._replace(pages=tuple(located))
+    return new_index._replace(pages=tuple(located), merged=len(located))
+
+
+def _still_merged(old: MapIndex, new: MapIndex) -> MapIndex:
+    """new, knowing that its first pages are still the old index's merged
+    ones (a writer that built it from the old pages need not say so)."""
+    if new.merged or not old.merged or new.pages[:old.merged] != old.pages[:old.merged]:
+        return new
+    return new._replace(merged=old.merged)
 
 
 @defer.inlineCallbacks

@@ -169,18 +169,29 @@ class MapIndex(NamedTuple):
     of the bundle that holds it, so any page is found from the index alone),
     the snapshots kept (their records' blob ids, oldest first: forget drops
     one by writing an index without it), and the version-1 snapshots made
-    before (id, created, manifest ref: listed and restored as before)."""
+    before (id, created, manifest ref: listed and restored as before).
+    merged: how many of the first pages are a merge's output (full pages:
+    merging them again gains nothing; the pages after them were appended
+    since, and those are what a writer counts before it merges)."""
     pages: Tuple[Tuple[BlobRef, Bundle], ...] = ()
     snapshots: Tuple[str, ...] = ()
     v1: tuple = ()
+    merged: int = 0
 
     def encode(self) -> bytes:
         if len(self.pages) > MAX_PAGES:   # decode would refuse it: so does the writer
             raise MapTooLarge(f"a map index of {len(self.pages)} pages (at most {MAX_PAGES} "
                               f"can be read): its pages must be merged first")
-        return _encode({"v": FORMAT_VERSION, "t": "map",
-                        "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
-                        "snapshots": list(self.snapshots), "v1": list(self.v1)}).encode("ascii")
+        value = {"v": FORMAT_VERSION, "t": "map",
+                 "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
+                 "snapshots": list(self.snapshots), "v1": list(self.v1)}
+        if self.merged:
+            value["m"] = self.merged
+        return _encode(value).encode("ascii")
+
+    def appended(self) -> int:
+        """Pages appended since the last merge."""
+        return len(self.pages) - self.merged
 
     @classmethod
     def decode(cls, data: bytes) -> "MapIndex":
@@ -198,7 +209,10 @@ class MapIndex(NamedTuple):
                 raise BadRecord("a map index page of the wrong shape")
             ref = BlobRef.from_wire(row[0])
             located.append((ref, _bundle(row[1])))
-        return cls(tuple(located), tuple(snapshots), tuple(v1))
+        merged = value.get("m", 0)
+        if type(merged) is not int or not 0 <= merged <= len(located):
+            raise BadRecord("a map index with a bad count of merged pages")
+        return cls(tuple(located), tuple(snapshots), tuple(v1), merged)
 
 
 class RootRecord(NamedTuple):

@@ -138,3 +138,15 @@ def test_a_newer_root_record_says_to_upgrade_and_a_version_1_one_is_recognised()
         RootRecord.decode(b'{"v": 3, "t": "root", "bundles": []}')
     assert is_root_v1({"snapshot": 3, "manifest": {"size": 1, "segs": []}, "created": 1.0})
     assert not is_root_v1(json.loads(root().encode()))
+
+
+def test_a_map_index_says_how_many_of_its_pages_a_merge_wrote():
+    ref = BlobRef(hexid(1), hexid(2), 0, 10)
+    pages = tuple((ref._replace(offset=i), bundle(2)) for i in range(3))
+    index = MapIndex(pages, merged=2)
+    assert MapIndex.decode(index.encode()) == index and index.appended() == 1
+    assert b'"m"' not in MapIndex(pages).encode()    # an index without a merge: as before
+    value = json.loads(index.encode())
+    value["m"] = 4                                     # more merged pages than pages
+    with pytest.raises(BadRecord, match="merged"):
+        MapIndex.decode(json.dumps(value).encode())
