@@ -17,8 +17,8 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.chain import (REPO_META, SAME, ForkedHead, HeadError, StaleRoot, judge,
-                               judge_home)
+from flud.client.chain import (REPO_META, SAME, ForkedHead, HeadError, Saved, StaleRoot,
+                               judge, judge_home)
 from flud.client.holders import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.manifest import ManifestMissing, RootNotStored, find_root, put_root_v2
 from flud.client.records import Bundle
@@ -244,12 +244,13 @@ def adopt_head(ctx):
 
     client_index = ctx.index
     found = yield nodes_root(ctx)
-    verdict = judge_home(ctx, found)
+    if judge_home(ctx, found) == SAME or not isinstance(found, RootRecord) \
+            or Saved(client_index).legacy:
+        return Head.load(client_index)   # (a version-1 home's history is its index, as before)
     saved = saved_head(client_index)
-    if verdict == SAME or not isinstance(found, RootRecord) or (
-            saved is not None and found.generation == saved.generation):
-        return Head.load(client_index)
-    del verdict   # AHEAD, or LEGACY and newer: the nodes' head is this home's to take
+    if saved is not None and found.generation == saved.generation:
+        return Head.load(client_index)   # saved before the chain: the same generation
+    # this home's own next head (AHEAD), or a newer one saved before the chain: take it
     _, repo = yield open_repository(ctx, root=found)
     try:
         head = yield take_head(ctx, repo)
@@ -268,7 +269,8 @@ def take_head(ctx, repo, rebuild=False):
     client_index = ctx.index
     head = Head.of_repository(repo)
     records = yield repo.snapshots()
-    listed = {record.snapshot_id for _, record in records}
+    listed = {record.snapshot_id for _, record in records} | {
+        entry.get("id") for entry in head.index.v1 if type(entry.get("id")) is int}
     # ids this home gave (a head it wrote that the nodes lost) are not given again
     issued = Head.load(client_index).next_snapshot_id(client_index) - 1
     client_index.remove_snapshots([s["id"] for s in client_index.snapshots()

@@ -317,3 +317,26 @@ def test_a_home_whose_repository_is_gone_can_start_over(world, tmp_path):
     restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_a_home_and_a_root_from_before_the_chain_write_on(world, tmp_path):
+    """An upgrade: the nodes hold a root without chain fields and the home
+    a head saved without its root; the next backup writes on and starts
+    the chain from that root."""
+    src = str(tmp_path / "src")
+    write(os.path.join(src, "a.txt"), b"alpha")
+    run_backup(world, [src])
+    clock, home, network = world
+    found = run_until(clock, find_root(network, home.secret))
+    legacy = found._replace(home="", prev="", last_id=0)
+    assert b'"home"' not in legacy.encode()
+    run_until(clock, put_root_v2(network, home.secret, home.config["n"], legacy))
+    saved = home.index.get_meta("repo_v2")
+    del saved["root"], saved["last_id"]
+    home.index.set_meta("repo_v2", saved)
+    write(os.path.join(src, "b.txt"), b"beta")
+    summary, _, _ = run_backup(world, [src])
+    assert summary["snapshot"] == 2
+    root = run_until(clock, find_root(network, home.secret))
+    assert root.generation == 2 and root.home == home.home_id
+    assert root.prev == legacy.digest() and root.last_id == 2
