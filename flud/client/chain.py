@@ -8,7 +8,8 @@ last. The nodes' root is then one of:
 
 - the same root: write on;
 - one this home wrote right after its own (chained to it) that the home did
-  not get to save (killed between ROOT_PUT and saving): take it, write on;
+  not get to save (killed between ROOT_PUT and saving, or a put that did
+  not reach a majority): take it, write on;
 - older than this home's (the nodes holding the newest are away, or a node
   replays an old, authentic root): STALE_ROOT, never written over;
 - another of the same generation, or one this home wrote that does not
@@ -26,6 +27,10 @@ from flud.errors import FludError
 
 SAME, AHEAD, LEGACY, FIRST = "same", "ahead", "legacy", "first"
 REPO_META = "repo_v2"   # the index's copy of the repository head (meta key; client/head.py)
+# The generation of the last root this home sent (meta key): a put that did
+# not reach a majority may still sit on a few nodes, so the next root this
+# home writes is newer than it and never ties with it.
+ATTEMPT_META = "root_attempt"
 
 
 class HeadError(FludError):
@@ -110,7 +115,7 @@ def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str
             f"the nodes hold another head of generation {found.generation} than the one this "
             f"home wrote: two homes wrote with this key. {_NOTHING_CHANGED} {_handover(home_path)}")
     if found.home == home_id:
-        if found.prev == saved_root.digest() and found.generation == saved_generation + 1:
+        if found.prev == saved_root.digest():
             return AHEAD
         raise ForkedHead(
             f"the nodes hold a head this home wrote ({_gen(found)}) that does not follow the "

@@ -17,8 +17,8 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.chain import (REPO_META, SAME, ForkedHead, HeadError, Saved, StaleRoot,
-                               judge, judge_home)
+from flud.client.chain import (ATTEMPT_META, REPO_META, SAME, ForkedHead, HeadError, Saved,
+                               StaleRoot, judge, judge_home)
 from flud.client.holders import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.manifest import ManifestMissing, RootNotStored, find_root, put_root_v2
 from flud.client.records import Bundle
@@ -187,15 +187,26 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     last_id = max(head.last_id, snapshot_id or 0)
     found = yield _check_unmoved(ctx, head)   # again: the stores above took a while
     root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
-                      head.generation + 1, ctx.home.home_id,
+                      _next_generation(client_index, head), ctx.home.home_id,
                       found.digest() if isinstance(found, RootRecord) else "", last_id)
-    yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
+    yield _put_root(ctx, root)
     client_index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
     client_index.add_challenges(challenges.items())
     client_index.add_blobs(refs.values())
     new_head = Head(root.generation, new_index, final, snapshot_ref, root, last_id)
     new_head.save(client_index)
     return new_head
+
+
+def _next_generation(client_index, head: Head) -> int:
+    """One more than the head's, and than any root this home sent before
+    (one that did not reach a majority may come back: it must not tie)."""
+    return max(head.generation, client_index.get_meta(ATTEMPT_META, 0)) + 1
+
+
+def _put_root(ctx, root: RootRecord):
+    ctx.index.set_meta(ATTEMPT_META, root.generation)   # before: a kill mid-put counts too
+    return put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
 
 
 @defer.inlineCallbacks
@@ -335,8 +346,9 @@ def adopt(ctx, accept_older=False):
         head = yield take_head(ctx, repo, rebuild=True)
     finally:
         repo.close()
-    root = found.successor(ctx.home.home_id, last_id=head.last_id)
-    yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
+    root = found.successor(ctx.home.home_id, last_id=head.last_id,
+                           generation=_next_generation(ctx.index, head))
+    yield _put_root(ctx, root)
     head.root, head.generation = root, root.generation
     head.save(ctx.index)
     return head, found.home if found.home != ctx.home.home_id else ""

@@ -247,9 +247,10 @@ class RootRecord(NamedTuple):
         return hashlib.sha256(self.encode()).hexdigest()
 
     def successor(self, home: str, **fields) -> "RootRecord":
-        """The root one generation newer, written by `home`, chained to this one."""
-        return self._replace(generation=self.generation + 1, home=home, prev=self.digest(),
-                             **fields)
+        """The root one generation newer (or `generation`), written by
+        `home`, chained to this one."""
+        fields.setdefault("generation", self.generation + 1)
+        return self._replace(home=home, prev=self.digest(), **fields)
 
     @classmethod
     def decode(cls, data: bytes) -> "RootRecord":

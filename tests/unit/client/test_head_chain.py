@@ -340,3 +340,63 @@ def test_a_home_and_a_root_from_before_the_chain_write_on(world, tmp_path):
     root = run_until(clock, find_root(network, home.secret))
     assert root.generation == 2 and root.home == home.home_id
     assert root.prev == legacy.digest() and root.last_id == 2
+
+
+def _put_on_one_node(network, node_id):
+    """A put_root_v2 that reaches one node and then fails (no majority)."""
+    def put(net, secret, n, root):
+        d = put_root_v2(_Only(network, node_id), secret, n, root)
+
+        def fail(_):
+            raise RootNotStored("only 1 node took the root")
+        return d.addCallback(fail)
+    return put
+
+
+def test_a_root_that_missed_its_majority_never_ties_with_the_next(world, tmp_path, monkeypatch):
+    src = str(tmp_path / "src")
+    write(os.path.join(src, "a.txt"), b"alpha")
+    run_backup(world, [src])
+    clock, home, network = world
+    orphan_node = list(network.nodes)[0]
+    monkeypatch.setattr(head_module, "put_root_v2", _put_on_one_node(network, orphan_node))
+    write(os.path.join(src, "b.txt"), b"beta")
+    with pytest.raises(RootNotStored):
+        run_backup(world, [src])
+    monkeypatch.undo()
+    # (what the failed run stored is not in a published map: finding 1 of
+    # issue 25, not this test's; its file is gone before the next backup)
+    os.unlink(os.path.join(src, "b.txt"))
+    orphan = run_until(clock, find_root(network, home.secret))
+    assert orphan.generation == 2                   # it sits on one node
+    network.nodes[orphan_node].up = False           # away for the next backup
+    write(os.path.join(src, "c.txt"), b"gamma")
+    run_backup(world, [src])
+    network.nodes[orphan_node].up = True            # and back
+    root = run_until(clock, find_root(network, home.secret))
+    assert root.generation == 3 and root.digest() != orphan.digest()
+    write(os.path.join(src, "d.txt"), b"delta")
+    summary, _, _ = run_backup(world, [src])       # no fork: the orphan is older
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_a_root_that_missed_its_majority_is_taken_when_seen(world, tmp_path, monkeypatch):
+    src = str(tmp_path / "src")
+    write(os.path.join(src, "a.txt"), b"alpha")
+    run_backup(world, [src])
+    clock, home, network = world
+    monkeypatch.setattr(head_module, "put_root_v2",
+                        _put_on_one_node(network, list(network.nodes)[0]))
+    write(os.path.join(src, "b.txt"), b"beta")
+    with pytest.raises(RootNotStored):
+        run_backup(world, [src])
+    monkeypatch.undo()
+    write(os.path.join(src, "c.txt"), b"gamma")
+    summary, _, _ = run_backup(world, [src])
+    root = run_until(clock, find_root(network, home.secret))
+    assert root.generation == 3 and root.home == home.home_id
+    restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, str(tmp_path / "out" / "src")) == []
