@@ -19,7 +19,8 @@ from flud.client.retention import Policy
 from flud.errors import FludError
 from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
-from tests.unit.client.test_prune import UTC, ctx_of, prune, stored_bytes, world, write  # noqa: F401
+from tests.unit.client.test_prune import (UTC, ctx_of, prune, stored_bytes,  # noqa: F401
+                                          world, write)
 from tools.treecmp import compare_trees
 
 
