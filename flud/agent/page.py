@@ -89,6 +89,7 @@ def render(status: dict) -> str:
     if running:
         out.append(f'<p id="running">running: <b>{e(running["job"])}</b> since '
                    f'{e(when(running["start"]))} (pid {e(running.get("pid"))})</p>')
+    out.append(_leases(status.get("leases")))
     out += _jobs(status["jobs"]), _snapshots(status["snapshots"]), _health(status)
     series = status["series"]
     out.append('<h2>Over time</h2>')
@@ -98,6 +99,17 @@ def render(status: dict) -> str:
     out.append('<p class="muted">The same data as JSON: <a href="/api/status">/api/status</a></p>')
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _leases(leases) -> str:
+    """Until when the nodes keep this home's data (flud/client/leases.py)."""
+    if not leases:
+        return ('<p id="leases" class="muted">leases not renewed yet: the nodes keep an '
+                'owner\'s data for their lease (a year by default) after a job last reached '
+                'them; every job renews it</p>')
+    day = time.strftime("%Y-%m-%d", time.localtime(leases["kept_until"]))
+    return (f'<p id="leases">the nodes keep this home\'s data until at least <b>{e(day)}</b> '
+            f'(leases renewed {e(when(leases.get("renewed")))}); every job renews them</p>')
 
 
 def _jobs(rows) -> str:

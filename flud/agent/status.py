@@ -4,7 +4,8 @@ Health and the nodes' share counts come from the newest `check` run's
 summary (`flud check --json`, read tolerantly: see health_of); until a
 check has run, health is None ("no check yet"). The newest `verify` run's per-node counts are shown beside it. The
 time series are read off the history: bytes stored (a check's total, or
-the sum of what backups sent) and health per check.
+the sum of what backups sent) and health per check. Until when the nodes
+keep this home's data is the newest job summary's `leases`.
 """
 
 LOG_RUNS = 20
@@ -92,6 +93,16 @@ def series(records) -> dict:
     return {"stored_bytes": stored[-SERIES_POINTS:], "health": health[-SERIES_POINTS:]}
 
 
+def leases_of(records):
+    """{renewed, lease_seconds, kept_until} from the newest run that reported
+    its renewal (every job's summary says: flud/client/leases.py), or None."""
+    for record in reversed(records):
+        leases = (record.get("summary") or {}).get("leases")
+        if isinstance(leases, dict) and isinstance(leases.get("kept_until"), (int, float)):
+            return {k: leases.get(k) for k in ("renewed", "lease_seconds", "kept_until")}
+    return None
+
+
 def build_status(now, home, jobs, states, next_runs, records, snapshots, running) -> dict:
     """jobs: name -> (every, at); states: name -> None or why it does not run;
     next_runs: name -> time; records: history, oldest first; snapshots: from
@@ -126,4 +137,5 @@ def build_status(now, home, jobs, states, next_runs, records, snapshots, running
             "snapshots": list(snapshots or []), "health": health,
             "repaired": sum((health_of(r.get("summary")) or {}).get("repaired", 0)
                             for r in checks),
-            "verify": verify, "series": series(records), "log": log}
+            "verify": verify, "series": series(records), "log": log,
+            "leases": leases_of(records)}

@@ -40,6 +40,10 @@ def run_client(args, job: str) -> int:
     except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
         return _json_result(as_json, job, EXIT_ERROR, args.summary, _error_code(err), str(err))
+    except BrokenPipeError:
+        raise   # the reader went away: main() says so (EXIT_BROKEN_PIPE)
+    except Exception as err:
+        return _crashed(as_json, job, args.summary, err)
     finally:
         lock.release()
         home.close()
@@ -59,6 +63,25 @@ def _refusals() -> tuple:
     could not move (no majority took the root): exit 2 with the message."""
     from flud.client.head import REFUSALS
     return REFUSALS
+
+
+def _crashed(as_json, job, summary, err) -> int:
+    """A job that ended in an error no handler turned into a message: the
+    job was not done (EXIT_ERROR, never 1's "done, something skipped"), and
+    --json still gets its one object. A typed error says what it is; any
+    other is a bug, and its traceback goes to stderr for the report."""
+    from flud.errors import FludError
+
+    if isinstance(err, FludError):
+        message = f"{job} could not be done: {err}"
+    else:
+        import traceback
+        traceback.print_exception(err, file=sys.stderr)
+        message = (f"{job} failed unexpectedly: {type(err).__name__}: {err} (a bug: please "
+                   f"report it with the traceback above)")
+    print(f"error: {message}", file=sys.stderr)
+    return _json_result(as_json, job, EXIT_ERROR, summary,
+                        getattr(err, "code", "UNEXPECTED"), message)
 
 
 def _summary(args) -> dict:
@@ -106,6 +129,7 @@ def _job(reactor, home, args, job):
         except NotEnoughNodes as err:
             raise UserError(str(err))
         args.job = job
+        yield _renew_leases(home, network, args, job)
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
@@ -121,6 +145,19 @@ def _job(reactor, home, args, job):
         network.close()
         pool.stop()
     return code
+
+
+@defer.inlineCallbacks
+def _renew_leases(home, network, args, job):
+    """Renew the nodes' leases before the job itself runs, so that a job that
+    then fails (a backup short of nodes, a restore that breaks) still kept
+    the data alive; its summary says until when (the status page shows it)."""
+    from types import SimpleNamespace
+    from flud.client.leases import JOBS_THAT_RENEW, kept_until, renew_leases
+
+    if job in JOBS_THAT_RENEW:
+        yield renew_leases(SimpleNamespace(index=home.index, network=network))
+        _summary(args)["leases"] = kept_until(home.index)
 
 
 # What each job runs, imported before the static sample: these and the
@@ -263,13 +300,16 @@ def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, pro
     """A snapshot as a version-1 manifest (a version-2 one flattened: for
     verify, which reads every share of the snapshot anyway)."""
     from flud.client.restore.tree import flatten
-    from flud.client.verify import IndexChallenges
+    from flud.client.verify import IndexChallenges, record_bundles
 
     found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
     try:
         if found.manifest is not None:
             return found.manifest
         manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+        # what a restore reads before any file: the head, the map, the records
+        manifest["bundles"].update(record_bundles(found.repo,
+                                                  manifest["records"] + [found.record_id]))
         # read now: the map's cache goes with the repository
         manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
                                            manifest)
@@ -314,7 +354,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     elapsed = reactor.seconds() - start
     _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
                           record_retrieves=record_retrieves[0],
-                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
+                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
+                          unmatched_paths=job.unmatched[:100],
+                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -327,6 +369,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
               f"or something that is not a directory (never followed), or is not a plain "
               f"relative path; the rest is restored")
         _listed(job.refused, "refused")
+    for path in job.unmatched[:20]:
+        print(f"  nothing in the snapshot matches {path}: not restored")
     for node_hex, key_hex, why in job.bad_shares[:20]:
         print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
     for node_hex, shares in job.unreachable.items():
@@ -336,7 +380,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] else EXIT_OK
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] else EXIT_OK
 
 
 def _listed(items, what, most=20) -> None:
@@ -349,7 +393,8 @@ def _listed(items, what, most=20) -> None:
 @defer.inlineCallbacks
 def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.segments import CHALLENGES_PER_SHARE
-    from flud.client.verify import challenge_index, describe_round, summary_line, verify
+    from flud.client.verify import (challenge_index, describe_round, short_of_k, summary_line,
+                                    verify)
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
                                    progress)
@@ -362,19 +407,43 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
                                  full=full)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
-    print(f"{'node':12} {'confirmed':>9} {'missing':>7} {'corrupt':>7} {'unreachable':>11}")
-    totals = {"confirmed": 0, "missing": 0, "corrupt": 0, "unreachable": 0}
-    for node_hex, counts in sorted(per_node.items()):
-        print(f"{node_hex[:12]} {counts['confirmed']:>9} {counts['missing']:>7} "
-              f"{counts['corrupt']:>7} {counts['unreachable']:>11}")
-        for key in totals:
-            totals[key] += counts[key]
-    print(f"{'total':12} {totals['confirmed']:>9} {totals['missing']:>7} "
-          f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
+    totals = _verify_table(per_node)
+    damaged = manifest.get("damaged", [])
     _summary(args).update(snapshot=manifest["snapshot"], full=full, round=round_number,
-                        totals=totals, nodes=per_node,
-                        bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
+                          totals=totals, nodes=per_node, unreadable=len(damaged),
+                          damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
+                          bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
+    # never healthier than a restore: what it could not rebuild (every share
+    # was asked; a sample says nothing of the rest)
+    short = short_of_k(manifest, bad) if args.sample >= 1.0 else []
+    _summary(args).update(short_of_k=len(short))
+    if short:
+        print(f"{len(short)} object(s) with fewer than k shares confirmed: a restore now "
+              f"could not rebuild them")
+        for what in short[:20]:
+            print(f"  {what}")
+    if damaged:
+        # what a restore could not read: its subtree (or file) was not checked
+        print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
+              f"and a restore would miss it")
+        _listed(damaged, "unreadable")
+    if damaged or short:
+        return EXIT_ERROR
     return EXIT_OK if not bad else EXIT_SKIPPED
+
+
+def _verify_table(per_node) -> dict:
+    """Print verify's counts per node and in total; the totals."""
+    from flud.client.verify import OUTCOMES
+
+    print(f"{'node':12} " + " ".join(f"{what:>11}" for what in OUTCOMES))
+    totals = dict.fromkeys(OUTCOMES, 0)
+    for node_hex, counts in sorted(per_node.items()):
+        print(f"{node_hex[:12]} " + " ".join(f"{counts[what]:>11}" for what in OUTCOMES))
+        for what in OUTCOMES:
+            totals[what] += counts[what]
+    print(f"{'total':12} " + " ".join(f"{totals[what]:>11}" for what in OUTCOMES))
+    return totals

@@ -375,10 +375,11 @@ class ClientIndex:
             "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%'")]
 
     def drop_stored(self, bundles, extents) -> int:
-        """Forget bundles and extents prune deleted, with every content
-        stored in them and every file state that names such a content: no
-        later backup may count on them (it reads those files again).
-        Returns how many contents were dropped."""
+        """Forget bundles and extents prune is deleting (called BEFORE its
+        first DELETE), with every content stored in them, every file state
+        that names such a content, their records' blobs and their shares'
+        challenges: no later backup may count on them (it reads those files
+        again and stores them again). Returns how many contents were dropped."""
         bundles, extents = set(bundles), set(extents)
         dropped = []
         for content_id, record in self._rows("SELECT content_id, record FROM contents"):
@@ -386,8 +387,12 @@ class ClientIndex:
             if record.get("b") in bundles or any(
                     e["shares"] and e["shares"][0][1] in extents for e in record.get("ext", ())):
                 dropped.append(content_id)
-        extent_keys = [key for key, record in self.extent_rows()
+        extent_rows = [(key, record) for key, record in self.extent_rows()
                        if record["shares"] and record["shares"][0][1] in extents]
+        share_keys = {row[1] for _, record in extent_rows for row in record["shares"]}
+        for bundle_id in bundles:
+            record = self.bundle(bundle_id)
+            share_keys.update(row[1] for row in (record or {}).get("shares", ()))
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM bundles WHERE bundle_id=?", ((b,) for b in bundles))
@@ -396,7 +401,9 @@ class ClientIndex:
                                 ((c,) for c in dropped))
             self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
             self.db.executemany("DELETE FROM segments WHERE seg_key=?",
-                                ((k,) for k in extent_keys))
+                                ((k,) for k, _ in extent_rows))
+            self.db.executemany("DELETE FROM challenges WHERE share_key=?",
+                                ((k,) for k in share_keys))
             if bundles or extents:   # a kept record may name what is gone: rebuild them all
                 self.db.execute("DELETE FROM dirs")
         return len(dropped)
@@ -441,3 +448,55 @@ class ClientIndex:
 
     def set_meta(self, key: str, value) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    # ---- repair -------------------------------------------------------------
+
+    def repaired(self, moves) -> None:
+        """Repair stored shares on new nodes: moves {object id: [(index,
+        share key, new node)]}, a bundle id or an extent id (its first
+        share's key). Every local copy of those holders follows (the bundle
+        rows, the extent rows a resumed backup reuses, the large contents'
+        extents a snapshot seals), in one transaction: an index that named
+        the old holders would hand them back to the holder map."""
+        moved = {oid: {index: node for index, _key, node in rows}
+                 for oid, rows in moves.items() if rows}
+        if not moved:
+            return
+
+        def follow(record) -> bool:
+            shares = record.get("shares") or ()
+            new = moved.get(shares[0][1]) if shares else None   # an extent, by its id
+            return self._moved_shares(record, new)
+
+        bundles, extents, contents = [], [], []
+        for bundle_id, record in self._rows("SELECT bundle_id, record FROM bundles"):
+            record = json.loads(record)
+            if self._moved_shares(record, moved.get(bundle_id)):
+                bundles.append((bundle_id, _pack(record)))
+        for key, record in self.extent_rows():
+            if follow(record):
+                extents.append((key, _pack(record)))
+        for content_id, record in self._rows("SELECT content_id, record FROM contents"):
+            record = json.loads(record)
+            if any([follow(extent) for extent in record.get("ext", ())]):
+                contents.append((content_id, _pack(record)))
+        with self.db:
+            self.db.execute("BEGIN")
+            self._replace_rows("bundles", 2, bundles, transaction=False)
+            self._replace_rows("segments", 2, extents, transaction=False)
+            self._replace_rows("contents", 2, contents, transaction=False)
+
+
+    @staticmethod
+    def _moved_shares(record, new) -> bool:
+        """Put record["shares"] ([index, key, node] rows) on the new nodes
+        ({index: node}); whether anything changed."""
+        if not new:
+            return False
+        changed = False
+        for row in record.get("shares") or ():
+            node = new.get(row[0])
+            if node is not None and row[2] != node:
+                row[2] = node
+                changed = True
+        return changed

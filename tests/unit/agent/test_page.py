@@ -104,3 +104,29 @@ def test_the_last_verify_is_shown_per_node():
     assert table.count("<tr") == 3 and "aaaaaaaaaaaaaaaa" in table
     assert '<tr class=bad><td><code>bbbbbbbbbbbbbbbb' in table
     assert "3 shares confirmed" in page and "1 missing" in page
+
+
+def test_the_date_the_nodes_keep_the_data_until_is_shown():
+    assert status([])["leases"] is None
+    assert "leases not renewed yet" in render(status([]))
+    day = 86400.0
+    renewed = 1_800_000_000.0
+    records = [
+        {"job": "backup", "start": 1, "end": 2, "exit": 0,
+         "summary": {"snapshot": 1, "leases": {"renewed": renewed - 7 * day,
+                                              "lease_seconds": 365 * day,
+                                              "kept_until": renewed + 358 * day}}},
+        # a job that failed after its renewal still reports it
+        {"job": "check", "start": 3, "end": 4, "exit": 2,
+         "summary": {"error": {"code": "X", "message": "no"},
+                     "leases": {"renewed": renewed, "lease_seconds": 365 * day,
+                                "kept_until": renewed + 365 * day}}},
+        {"job": "verify", "start": 5, "end": 6, "exit": 0, "summary": {"totals": {}}},
+    ]
+    s = status(records)
+    assert s["leases"]["kept_until"] == renewed + 365 * day
+    page = render(s)
+    section = page.split('<p id="leases">')[1].split("</p>")[0]
+    from time import localtime, strftime
+    assert strftime("%Y-%m-%d", localtime(renewed + 365 * day)) in section
+    json.dumps(s)
