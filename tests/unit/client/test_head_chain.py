@@ -106,11 +106,12 @@ def test_every_head_writer_refuses_a_stale_root(world, tmp_path):
     assert Saved(world[1].index).generation == 2  # nor did the home's head move back
 
 
-def test_a_reader_reads_the_homes_head_when_the_nodes_root_is_stale(world, tmp_path):
+def test_a_reader_reads_the_homes_head_when_the_nodes_root_is_stale(world, tmp_path, caplog):
     src, after_first = _two_backups(world, tmp_path)
     _replay(world[2], after_first)
     manifest = snapshot_manifest(world)        # the newest: the home's, not the nodes'
     assert manifest["snapshot"] == 2
+    assert "older than the head this home saved (generation 2)" in caplog.text  # and says so
     restored, _ = run_restore(world, str(tmp_path / "out"), manifest)
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
