@@ -198,6 +198,15 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     return new_head
 
 
+@defer.inlineCallbacks
+def put_root_again(ctx, repo):
+    """`check --repair`: the same root put again on the nodes that rank
+    highest now (its holders leave), only while it is still the nodes'
+    newest: put after another writer's, it would bring the head back."""
+    yield _check_unmoved(ctx, Head.of_repository(repo))
+    yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, repo.root)
+
+
 def _next_generation(client_index, head: Head) -> int:
     """One more than the head's, and than any root this home sent before
     (one that did not reach a majority may come back: it must not tie)."""

@@ -402,3 +402,23 @@ def test_a_root_that_missed_its_majority_is_taken_when_seen(world, tmp_path, mon
     restored, _ = run_restore(world, str(tmp_path / "out"), snapshot_manifest(world))
     assert restored["failed"] == 0
     assert compare_trees(src, str(tmp_path / "out" / "src")) == []
+
+
+def test_check_repairs_root_put_again_never_goes_over_a_newer_root(world, tmp_path):
+    """`check --repair` puts the root it opened again: only while it is
+    still the nodes' newest (another home may have written meanwhile)."""
+    from flud.client.head import put_root_again
+    from flud.client.snapshots import open_repository
+    _two_backups(world, tmp_path)
+    clock, home, network = world
+    ctx = ctx_of(world)
+    _, repo = run_until(clock, open_repository(ctx))
+    try:
+        run_until(clock, put_root_again(ctx, repo))       # the same root: put again
+        world_b = _second_home(world, tmp_path)
+        run_until(clock, adopt(ctx_of(world_b)))        # another home writes meanwhile
+        newer = run_until(clock, find_root(network, home.secret))
+        _refused(world, put_root_again(ctx, repo), "OTHER_WRITER")
+    finally:
+        repo.close()
+    assert run_until(clock, find_root(network, home.secret)) == newer
