@@ -153,6 +153,23 @@ def add_client_commands(sub) -> None:
                              "between that and a spot check of one 64 KiB span)")
     _job_flags(verify)
     verify.set_defaults(handler=cmd_verify)
+    _add_adopt(sub)
+
+
+def _add_adopt(sub) -> None:
+    adopt = sub.add_parser(
+        "adopt", help="make this home the one that writes the repository (one key, one writer)",
+        description="Take over the nodes' head: this home's index is rebuilt from it and "
+                    "this home becomes the writer; another home with the same key is "
+                    "refused from then on (backup, forget, tag, prune). For a home made "
+                    "with `init --import-key`, or one that was refused with OTHER_WRITER.")
+    adopt.add_argument("--home", required=True)
+    adopt.add_argument("--accept-older", action="store_true",
+                       help="take the nodes' head even if it is older than the one this home "
+                            "wrote last (refused with STALE_ROOT otherwise): only when the "
+                            "nodes that held the newest are gone for good")
+    _job_flags(adopt)
+    adopt.set_defaults(handler=lambda args: _network_job(args, "adopt"))
 
 
 def _prune_options(parser) -> None:
@@ -249,6 +266,10 @@ def cmd_init(args) -> int:
     print(f"the agent's settings (paths, schedules, limits): {agent_config}")
     if not args.import_key:
         print(f"keep a copy of your key: flud key export --home {args.home} FILE")
+    else:   # one key, one writer (README, "If you lose everything")
+        print(f"this home reads (ls, restore) what the key's backups hold; it writes "
+              f"(backup, forget, tag, prune) only after `flud adopt --home {args.home}`, which "
+              f"makes it the writer and refuses the home it replaces from then on")
     _init_lease_note(bool(args.import_key))
     return EXIT_OK
 

@@ -37,10 +37,9 @@ def run_client(args, job: str) -> int:
             lock.acquire()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
-    except (UserError, HomeBusy) as err:
+    except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
-        return _json_result(as_json, job, EXIT_ERROR, args.summary,
-                            getattr(err, "code", "JOB_FAILED"), str(err))
+        return _json_result(as_json, job, EXIT_ERROR, args.summary, _error_code(err), str(err))
     except BrokenPipeError:
         raise   # the reader went away: main() says so (EXIT_BROKEN_PIPE)
     except Exception as err:
@@ -49,6 +48,21 @@ def run_client(args, job: str) -> int:
         lock.release()
         home.close()
     return _json_result(as_json, job, code, args.summary)
+
+
+def _error_code(err) -> str:
+    """The stable code of what ended a job: its own, or that of the typed
+    error a job turned into a UserError (`raise UserError(...)` in an
+    `except FludError`), so --json says STALE_ROOT, not JOB_FAILED."""
+    return (getattr(err, "code", None) or getattr(err.__context__, "code", None)
+            or "JOB_FAILED")
+
+
+def _refusals() -> tuple:
+    """A head a job may not write after (stale, forked, another home's) or
+    could not move (no majority took the root): exit 2 with the message."""
+    from flud.client.head import REFUSALS
+    return REFUSALS
 
 
 def _crashed(as_json, job, summary, err) -> int:
@@ -121,7 +135,8 @@ def _job(reactor, home, args, job):
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify,
                   "ls": _browse, "find": _browse, "diff": _browse,
-                  "forget": _retain, "prune": _retain, "tag": _retain, "check": _check}[job]
+                  "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
+                  "adopt": _adopt}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -162,6 +177,7 @@ JOB_MODULES = {
     "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "check": ("flud.cli.check", "flud.client.backup.small", *_READ),
+    "adopt": ("flud.client.head", *_READ),
 }
 
 
@@ -233,6 +249,26 @@ def _check(reactor, home, network, pool, monitor, progress, args):
     # stdout is one JSON object with --json: the memory line goes to stderr then
     print(_memory_line(monitor), file=sys.stderr if args.json else sys.stdout)
     return code
+
+
+@defer.inlineCallbacks
+def _adopt(reactor, home, network, pool, monitor, progress, args):
+    """`flud adopt`: this home becomes the writer of the nodes' head."""
+    from flud.client.head import adopt
+    from flud.client.manifest import ManifestMissing
+
+    try:
+        head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
+                                accept_older=args.accept_older)
+    except ManifestMissing as err:
+        raise UserError(str(err))
+    snapshots = [s["id"] for s in home.index.snapshots()]
+    _summary(args).update(generation=head.generation, home_id=home.home_id,
+                          previous_writer=was or None, snapshots=snapshots)
+    print(f"this home ({home.home_id[:8]}) now writes the repository (generation "
+          f"{head.generation}); {len(snapshots)} snapshot(s) listed"
+          + (f"; home {was[:8]} is refused from now on" if was else ""))
+    return EXIT_OK
 
 
 def _context(reactor, home, network, pool, monitor, progress):

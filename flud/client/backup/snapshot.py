@@ -180,8 +180,7 @@ def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
     Returns (snapshot id, time, the snapshot record's blob id)."""
     index, sealer = ctx.index, BlobSealer(ctx.secret)
     head = Head.load(index)
-    previous = index.snapshots()
-    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
+    snapshot_id = head.next_snapshot_id(index)   # the head's ids go on, not the index's alone
     challenges = [(key, found) for key in sorted(shares)
                   if (found := index.challenges(key)) is not None]
     # This run's records, PAGE_ROWS to a page (read back from the index: a
@@ -210,7 +209,7 @@ def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
     old = head.index
     new_index = MapIndex(old.pages + located, old.snapshots + (snap_id.hex(),), old.v1)
     yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
-                     records=[(snap_id.hex(), snap_sealed)])
+                     records=[(snap_id.hex(), snap_sealed)], snapshot_id=snapshot_id)
     return snapshot_id, created, snap_id.hex()
 
 

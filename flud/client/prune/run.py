@@ -286,7 +286,8 @@ class Prune:
                 ref = refs[page_id.hex()]
                 located.append((ref, page_bundles[ref.bundle]))
             head = Head.of_repository(repo)
-            new_index = MapIndex(tuple(located), repo.index.snapshots, repo.index.v1)
+            new_index = MapIndex(tuple(located), repo.index.snapshots, repo.index.v1,
+                                 merged=len(located))   # whole pages: not merged again
             newest = head.snapshot
             bundle = bundles.get(newest.bundle) or head.final.get(newest.bundle)
             yield write_head(ctx, small, head, new_index, sealer, newest=newest.blob_id,

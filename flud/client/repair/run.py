@@ -17,9 +17,8 @@ from twisted.internet import defer
 
 from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
-from flud.client.head import Head, record_sender, store_blobs, write_head
+from flud.client.head import Head, put_root_again, record_sender, store_blobs, write_head
 from flud.client.holders import HolderMap, MapPage
-from flud.client.manifest import put_root_v2
 from flud.client.prune_state import pending_object_ids
 from flud.client.records import Extent, ShareHolder
 from flud.client.repair.health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
@@ -135,7 +134,7 @@ class Check:
         elif self.repair:
             # The root record too lives on nodes that leave: put it again on
             # the nodes that rank highest now (ROOT_PUT replaces, costs a few KiB).
-            yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, repo.root)
+            yield put_root_again(ctx, repo)   # (client/head.py: never over a newer root)
         return report
 
     @defer.inlineCallbacks
