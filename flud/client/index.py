@@ -12,10 +12,12 @@ import threading
 import zlib
 from typing import NamedTuple
 
+from flud.client import run_rows
+from flud.client.run_rows import EXTENT, ORPHAN, RUN_META
 from flud.client.tree import BlobRef
 from flud.errors import FludError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS = {
     1: [
@@ -53,6 +55,16 @@ _MIGRATIONS = {
     4: [
         """CREATE TABLE dirs (path TEXT PRIMARY KEY, local TEXT, subtree TEXT,
                blob_id TEXT, files INTEGER, bytes INTEGER)""",
+    ],
+    # Nothing counts as stored until the map that names it is published
+    # (run_rows.py): the rows a backup writes before its root are listed
+    # here, with what they replaced, and rolled back if it never published.
+    # Extent rows an older flud left may be a killed run's, named by no
+    # map: they become orphans ("O"), adopted (mapped) by the backup that
+    # reuses them, deleted by prune if nothing does.
+    5: [
+        """CREATE TABLE run_rows (tbl TEXT, key TEXT, old TEXT, PRIMARY KEY (tbl, key))""",
+        "UPDATE segments SET seg_key = 'O' || substr(seg_key, 2) WHERE seg_key LIKE 'E%'",
     ],
 }
 
@@ -116,6 +128,7 @@ class ClientIndex:
         # well (a 1 GiB backup's peak RSS -1.2 MB; 50000-row scans and inserts
         # took the same time).
         self.db.execute("PRAGMA cache_size=-256")
+        self._run_open = False   # a backup's writes are listed (run_rows.py)
         self._migrate()
 
     def _migrate(self) -> None:
@@ -212,12 +225,12 @@ class ClientIndex:
         self.db.execute("INSERT OR REPLACE INTO built_dirs SELECT path, local, subtree, ?, ?, ? "
                         "FROM seen_dirs WHERE path=?", (blob_id, files, nbytes, path))
 
-    def keep_built_dirs(self) -> None:
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO dirs SELECT * FROM built_dirs "
-                            "WHERE local IS NOT NULL")
-            self.db.execute("DELETE FROM built_dirs")
+    def _keep_built_dirs(self) -> None:
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS built_dirs (path TEXT PRIMARY KEY, "
+                        "local TEXT, subtree TEXT, blob_id TEXT, files INTEGER, bytes INTEGER)")
+        self.db.execute("INSERT OR REPLACE INTO dirs SELECT * FROM built_dirs "
+                        "WHERE local IS NOT NULL")
+        self.db.execute("DELETE FROM built_dirs")
 
     # ---- a run's files to send: a temporary table, so the run holds one
     # directory's listing at a time, never the tree's ---------------------------
@@ -260,6 +273,7 @@ class ClientIndex:
         as scanned (the pending row) is what the index remembers."""
         with self.db:
             self.db.execute("BEGIN")
+            self._track("files", [path for path, _ in landed])
             self.db.executemany(
                 "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, inode, "
                 "content_id, parent) SELECT path, size, mtime_ns, ctime_ns, inode, ?, ? "
@@ -338,12 +352,23 @@ class ClientIndex:
         """INSERT OR REPLACE rows into table, in a transaction of their own
         unless the caller is inside one (transaction=False)."""
         sql = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * columns)})"
+        if self._run_open and table in run_rows.TRACKED:
+            rows = [tuple(row) for row in rows]
         if not transaction:
+            self._track(table, rows)
             self.db.executemany(sql, rows)
             return
         with self.db:
             self.db.execute("BEGIN")
+            self._track(table, rows)
             self.db.executemany(sql, rows)
+
+    def _track(self, table: str, rows) -> None:
+        """While a backup is open, list the rows it writes (keys first in each
+        row) with what they replace (run_rows.py), in the write's transaction."""
+        if self._run_open and table in run_rows.TRACKED:
+            run_rows.track(self.db, table, [row if isinstance(row, str) else row[0]
+                                            for row in rows])
 
     def _rows(self, query: str):
         # A cursor of its own, read row by row: the table is never all in memory.
@@ -365,14 +390,80 @@ class ClientIndex:
         return _unpack(row[0]) if row else None
 
     def add_segment(self, seg_key: str, record) -> None:
-        self.db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)", (seg_key, _pack(record)))
+        self._replace_rows("segments", 2, [(seg_key, _pack(record))])
+
+    def orphan_extent(self, first_key: str):
+        """The record of an extent a killed run stored and no map names
+        (run_rows.py), by its first segment's key; None if there is none."""
+        return self.segment(ORPHAN + first_key)
+
+    def adopt_extent(self, first_key: str, record) -> None:
+        """An orphan extent this run reuses: it is this run's to map now
+        (listed as the run's write: a rollback makes it an orphan again)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM segments WHERE seg_key=?", (ORPHAN + first_key,))
+            self._replace_rows("segments", 2, [(EXTENT + first_key, _pack(record))],
+                               transaction=False)
 
     def extent_rows(self):
-        """(row key, extent record as written) of every extent that landed
-        (large.py writes each as it lands, so a backup killed half way
-        leaves them here for prune to find)."""
+        """(row key, extent record as written) of every extent this home
+        stored: those a published map names ("E") and the orphans of killed
+        runs ("O", see run_rows.py), which prune deletes if no map names
+        them."""
         return [(key, json.loads(record)) for key, record in self.db.execute(
-            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%'")]
+            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%' OR seg_key LIKE 'O%'")]
+
+    # ---- a backup run: nothing it wrote counts until its snapshot is published
+
+    def begin_run(self) -> None:
+        """A backup starts: what a killed one left is settled first
+        (recover_run), then this run's writes are listed."""
+        self.recover_run()
+        self.set_meta(RUN_META, {})
+        self._run_open = True
+
+    def publishing(self, snapshot_blob: str, snapshot_id: int, created: float,
+                   summary: dict) -> None:
+        """The run is about to write its root: what it will be, so a run
+        killed after the head was saved is adopted, not rolled back."""
+        self.set_meta(RUN_META, {"snapshot": snapshot_blob, "id": snapshot_id,
+                                 "created": created, "summary": summary})
+
+    def end_run(self, snapshot_id: int, created: float, summary: dict) -> None:
+        """The snapshot is published and the head saved: its rows count from
+        now on, in one step with its snapshot row and directory records."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self._add_snapshot_row(snapshot_id, created, summary, None)
+            self._keep_built_dirs()
+            self.db.execute("DELETE FROM run_rows")
+            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
+        self._run_open = False
+
+    def recover_run(self):
+        """Settle what a killed backup left: None if nothing, "adopted" if
+        the saved head names its snapshot, else "rolled back" (run_rows.py)."""
+        from flud.client.head import REPO_META   # head.py builds on this module
+        state = self.get_meta(RUN_META)
+        if state is None and not run_rows.leftover(self.db):
+            return None
+        head = self.get_meta(REPO_META) or {}
+        published = (state and state.get("snapshot") and head.get("snapshot")
+                     and head["snapshot"][0] == state["snapshot"])
+        with self.db:
+            self.db.execute("BEGIN")
+            if published:
+                if not any(s["id"] == state["id"] for s in self.snapshots()):
+                    self._add_snapshot_row(state["id"], state["created"],
+                                           {**state["summary"], "record": state["snapshot"]},
+                                           None)
+                self.db.execute("DELETE FROM run_rows")
+            else:
+                run_rows.roll_back(self.db)
+            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
+        self._run_open = False
+        return "adopted" if published else "rolled back"
 
     def drop_stored(self, bundles, extents) -> int:
         """Forget bundles and extents prune deleted, with every content
@@ -419,11 +510,13 @@ class ClientIndex:
     def add_snapshot(self, snapshot_id: int, created: float, summary: dict,
                      compressed_manifest: bytes) -> None:
         """compressed_manifest: zlib of the manifest's JSON (see manifest.py)."""
-        blob = compressed_manifest
         with self.db:
             self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",
-                            (snapshot_id, created, json.dumps(summary), blob))
+            self._add_snapshot_row(snapshot_id, created, summary, compressed_manifest)
+
+    def _add_snapshot_row(self, snapshot_id, created, summary, blob) -> None:
+        self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",
+                        (snapshot_id, created, json.dumps(summary), blob))
 
     def snapshots(self) -> list:
         return [{"id": r[0], "created": r[1], **json.loads(r[2])} for r in self.db.execute(

@@ -1,0 +1,92 @@
+"""What a backup wrote to the client index before its snapshot was published.
+
+Nothing counts as stored, for dedup or for "unchanged", until the map that
+names it is published (the root record points at it). A backup writes file
+states, contents, records' blobs and extents as they land, long before
+that; a run killed in between (SIGKILL, a power cut, a closed laptop) would
+leave rows a later run trusts: it would skip those files as unchanged and
+never map their bundles. So while a run is open every such write lists its
+row here first, with the row it replaces (run_rows: table, key, old row),
+in the same transaction as the write. The run's last step clears the list
+together with recording its snapshot.
+
+The next run (ClientIndex.recover_run) finds a list left over and either
+adopts it, if the saved head names the killed run's snapshot (it was
+published, only the bookkeeping after it was cut off), or rolls it back:
+new rows deleted, replaced rows put back, so those files are read again
+(content addressing makes sending them again cheap and idempotent). The
+killed run's extents become orphans (segments rows keyed "O" + first
+segment key): a later run that finds the same extent in a file adopts it
+(maps it) instead of sending it again; prune sees them in
+ClientIndex.extent_rows() and deletes what no map names. Its bundles keep
+their rows in `bundles` (an inventory of what this home stored, published
+or not: nothing reads it for dedup) and their contents are gone, so no
+later record names them until prune deletes them.
+"""
+import json
+
+# Tables a run's writes are listed for, by key column. Bundles and
+# challenges are not: no later run trusts them without a content, a blob
+# or an extent row that names them.
+TRACKED = {"files": "path", "contents": "content_id", "blobs": "blob_id",
+           "segments": "seg_key"}
+EXTENT = "E"            # a published extent's row: "E" + its first segment's key
+ORPHAN = "O"            # an extent no published map names (a killed run's)
+RUN_META = "run_open"   # meta key: a run is open; later also what it publishes
+PAGE = 1024             # run_rows read back this many at a time
+
+
+def _encode(row) -> str:
+    return json.dumps([{"x": v.hex()} if isinstance(v, bytes) else v for v in row],
+                      separators=(",", ":"))
+
+
+def _decode(text: str) -> list:
+    return [bytes.fromhex(v["x"]) if isinstance(v, dict) else v for v in json.loads(text)]
+
+
+def track(db, table: str, keys) -> None:
+    """List `keys` of `table` as written by the open run, each with the row
+    it had before (None: new). A key listed already keeps its first: the
+    row as it was before the run. Call inside the write's transaction."""
+    column = TRACKED[table]
+    for key in keys:
+        row = db.execute(f"SELECT * FROM {table} WHERE {column}=?", (key,)).fetchone()
+        db.execute("INSERT OR IGNORE INTO run_rows VALUES (?,?,?)",
+                   (table, key, None if row is None else _encode(row)))
+
+
+def leftover(db) -> bool:
+    return db.execute("SELECT 1 FROM run_rows LIMIT 1").fetchone() is not None
+
+
+def roll_back(db) -> int:
+    """Undo every listed write (inside the caller's transaction): new rows
+    deleted, replaced rows put back; a new extent row kept as an orphan.
+    Returns how many rows were undone."""
+    undone, after = 0, 0
+    while True:
+        rows = db.execute("SELECT rowid, tbl, key, old FROM run_rows WHERE rowid > ? "
+                          "ORDER BY rowid LIMIT ?", (after, PAGE)).fetchall()
+        if not rows:
+            break
+        after = rows[-1][0]
+        for _, table, key, old in rows:
+            _undo(db, table, key, old)
+            undone += 1
+    db.execute("DELETE FROM run_rows")
+    return undone
+
+
+def _undo(db, table, key, old) -> None:
+    column = TRACKED[table]
+    if table == "segments" and key.startswith(EXTENT):
+        row = db.execute("SELECT record FROM segments WHERE seg_key=?", (key,)).fetchone()
+        if row is not None and (old is None or _decode(old)[1] != row[0]):
+            db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)",
+                       (ORPHAN + key[len(EXTENT):], row[0]))
+    db.execute(f"DELETE FROM {table} WHERE {column}=?", (key,))
+    if old is not None:
+        values = _decode(old)
+        db.execute(f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * len(values))})",
+                   values)

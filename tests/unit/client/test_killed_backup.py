@@ -1,0 +1,137 @@
+"""A backup killed before it publishes its snapshot leaves nothing a later
+run can trust: what it wrote to the index (file states, contents, records'
+blobs, extents) counts as stored only once the map that names it is
+published. The next backup rolls those rows back (its files are read again),
+keeps the killed run's bundles and extents as orphans for prune, and its
+snapshot restores identical, from this home and from the key alone."""
+import os
+import random
+import shutil
+
+import pytest
+from twisted.internet import defer
+
+from flud.client import head as head_module
+from flud.client.backup import run as run_module
+from flud.client.backup import snapshot as snapshot_module
+from flud.client.backup.run import Backup
+from flud.client.home import create_home
+from flud.client.progress import Progress
+from flud.memory import MemoryMonitor
+from flud.workers import CPUPool
+from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
+from tests.unit.client.test_pipeline import MIB, run_backup, run_restore
+from tools.treecmp import compare_trees
+
+
+def _files(root, rng, tag, small=12, large=(MIB + 5,)):
+    os.makedirs(os.path.join(root, tag, "deep"), exist_ok=True)
+    for i in range(small):
+        folder = os.path.join(root, tag, "deep" if i % 2 else "")
+        with open(os.path.join(folder, f"s{i}.txt"), "wb") as f:
+            f.write(rng.randbytes(rng.randint(1, 20_000)))
+    for i, size in enumerate(large):
+        with open(os.path.join(root, tag, f"l{i}.bin"), "wb") as f:
+            f.write(rng.randbytes(size))
+
+
+def _hang(monkeypatch, module, name, after=0):
+    """module.name hangs forever from its (after+1)-th call on: the run stops
+    there as if killed (nothing after it happens). Returns a list that gets
+    True once it hung."""
+    real = getattr(module, name)
+    calls, hung = [0], []
+
+    def patched(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > after:
+            hung.append(True)
+            return defer.Deferred()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, patched)
+    return hung
+
+
+def _killed_backup(world, paths, hung):
+    """A backup driven until it hangs at the kill point, then dropped."""
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=64 * MIB)
+    job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
+                 Progress("backup", quiet=True), clock=clock.seconds)
+    d = job.run(paths)
+    for _ in range(200000):
+        if hung or d.called:
+            break
+        clock.advance(0.005)
+    assert hung and not d.called, "the backup never reached its kill point"
+    for _ in range(400):   # what was in flight lands (or not) as it would have
+        clock.advance(0.005)
+
+
+KILL_POINTS = {
+    # after every file's bundle landed, while directory records are sealed
+    "tree": (snapshot_module.TreeWriter, "_hand_over", 1),
+    # after the tree and the map page landed, before the head is written
+    "page": (snapshot_module, "write_head", 0),
+    # after the map index and snapshot record landed, before the root
+    "root": (head_module, "put_root_v2", 0),
+}
+
+
+def _fresh_home_world(tmp_path, world):
+    """A home made from the key alone (identity and secret), on the same network."""
+    clock, home, network = world
+    fresh = create_home(str(tmp_path / "fresh"), join=("127.0.0.1", 1),
+                        identity=home.identity, secret=home.secret)
+    return clock, fresh, network
+
+
+def _restores_identical(world, src, dest):
+    restored, _ = run_restore(world, dest, snapshot_manifest(world))
+    assert restored["failed"] == 0
+    assert compare_trees(src, os.path.join(dest, os.path.basename(src))) == []
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_a_backup_killed_before_it_publishes_breaks_no_later_snapshot(tmp_path, monkeypatch,
+                                                                        point):
+    world = make_world(tmp_path, nodes=12)
+    rng = random.Random(point)
+    src = str(tmp_path / "src")
+    _files(src, rng, "first")
+    run_backup(world, [src])
+    _files(src, rng, "second")
+    with monkeypatch.context() as patch:
+        target, name, after = KILL_POINTS[point]
+        _killed_backup(world, [src], _hang(patch, target, name, after))
+    again, _, _ = run_backup(world, [src])
+    assert again["skipped"] == 0
+    _restores_identical(world, src, str(tmp_path / "out"))
+    _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out-fresh"))
+    # and the snapshot after that, with nothing changed, still does
+    run_backup(world, [src])
+    shutil.rmtree(tmp_path / "out")
+    _restores_identical(world, src, str(tmp_path / "out"))
+
+
+def test_a_killed_runs_extents_are_kept_as_orphans_and_adopted(tmp_path, monkeypatch):
+    """The killed run's large file is not sent again (its extents are adopted
+    by the next run, which maps them); until then prune still finds them."""
+    world = make_world(tmp_path, nodes=12)
+    rng = random.Random(5)
+    src = str(tmp_path / "src")
+    _files(src, rng, "first", large=())
+    run_backup(world, [src])
+    _files(src, rng, "second", small=2, large=(3 * MIB,))
+    with monkeypatch.context() as patch:
+        _killed_backup(world, [src], _hang(patch, head_module, "put_root_v2"))
+    index = world[1].index
+    index.recover_run()
+    orphans = [key for key, _ in index.extent_rows()]
+    assert orphans and all(key.startswith("O") for key in orphans)
+    sent = world[2].calls.get("open_store", 0)
+    again, _, _ = run_backup(world, [src])
+    assert world[2].calls.get("open_store", 0) == sent   # no extent sent again
+    assert all(key.startswith("E") for key, _ in index.extent_rows())
+    _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out"))
