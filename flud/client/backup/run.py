@@ -71,7 +71,8 @@ class Backup:
         self.segment_size = cfg["segment_size"]
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
-        self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
+        self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
+                        "reduced_redundancy": 0}
         self.skipped = []
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
