@@ -162,6 +162,10 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
+    if s.get("reduced_redundancy"):
+        print(f"reduced redundancy: {s['reduced_redundancy']} bundles have fewer than "
+              f"n={home.config['n']} distinct holders (too few nodes were up); "
+              f"`flud check --repair` spreads them out once more nodes are up")
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
