@@ -15,11 +15,13 @@ from flud.client import head as head_module
 from flud.client.backup import run as run_module
 from flud.client.backup import snapshot as snapshot_module
 from flud.client.backup.run import Backup
+from flud.client.backup.small import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
+from tests.unit.client.fakes import (FakeNetwork, FakeReactor, make_world, run_until,
+                                     snapshot_manifest)
 from tests.unit.client.test_pipeline import MIB, run_backup, run_restore
 from tools.treecmp import compare_trees
 
@@ -53,23 +55,35 @@ def _hang(monkeypatch, module, name, after=0):
     return hung
 
 
-def _killed_backup(world, paths, hung):
-    """A backup driven until it hangs at the kill point, then dropped."""
+def _killed_backup(world, paths, hung=None, steps=None, tick=0.005):
+    """A backup killed: run on a clock and a network of its own (over the
+    same nodes and home) until it hangs at the kill point, or for `steps`
+    ticks; then that clock never moves again, so nothing of it (an answer
+    in flight, a timer) runs after. Returns True if it was cut off before
+    its end."""
     clock, home, network = world
-    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0, budget_bytes=64 * MIB)
-    job = Backup(clock, home, network, CPUPool(clock, inline=True), monitor,
-                 Progress("backup", quiet=True), clock=clock.seconds)
+    own_clock = FakeReactor()
+    own_clock.advance(clock.seconds())
+    own = FakeNetwork(own_clock, nodes=0, delay=network.delay)
+    own.nodes, own.client_id = network.nodes, network.client_id
+    monitor = MemoryMonitor(clock=own_clock.seconds, rss_reader=lambda: 0, budget_bytes=64 * MIB)
+    job = Backup(own_clock, home, own, CPUPool(own_clock, inline=True), monitor,
+                 Progress("backup", quiet=True), clock=own_clock.seconds)
     d = job.run(paths)
-    for _ in range(200000):
-        if hung or d.called:
+    for step in range(200000 if steps is None else steps):
+        if (hung is not None and hung) or d.called:
             break
-        clock.advance(0.005)
-    assert hung and not d.called, "the backup never reached its kill point"
-    for _ in range(400):   # what was in flight lands (or not) as it would have
-        clock.advance(0.005)
+        own_clock.advance(tick)
+    if hung is not None:
+        assert hung and not d.called, "the backup never reached its kill point"
+    clock.advance(own_clock.seconds() - clock.seconds())
+    d.addErrback(lambda _: None)
+    return not d.called
 
 
 KILL_POINTS = {
+    # while the files are sent: extents have landed, no file state yet
+    "files": (SmallFiles, "finish", 0),
     # after every file's bundle landed, while directory records are sealed
     "tree": (snapshot_module.TreeWriter, "_hand_over", 1),
     # after the tree and the map page landed, before the head is written
@@ -135,3 +149,19 @@ def test_a_killed_runs_extents_are_kept_as_orphans_and_adopted(tmp_path, monkeyp
     assert world[2].calls.get("open_store", 0) == sent   # no extent sent again
     assert all(key.startswith("E") for key, _ in index.extent_rows())
     _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("steps", [20, 45, 55, 62, 70, 80, 95, 110])
+def test_a_backup_killed_at_any_moment_breaks_no_later_snapshot(tmp_path, steps):
+    """Killed after `steps` ticks of 0.5 ms (the whole run takes about 135):
+    reading, sending, landing, the tree, the map, the head."""
+    world = make_world(tmp_path, nodes=12)
+    rng = random.Random(steps)
+    src = str(tmp_path / "src")
+    _files(src, rng, "first")
+    run_backup(world, [src])
+    _files(src, rng, "second", small=30, large=(MIB + 5, 2 * MIB + 1))
+    assert _killed_backup(world, [src], steps=steps, tick=0.0005)
+    run_backup(world, [src])
+    _restores_identical(world, src, str(tmp_path / "out"))
+    _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out-fresh"))
