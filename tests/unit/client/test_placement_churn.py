@@ -128,3 +128,22 @@ def test_fewer_live_nodes_than_k_is_a_typed_error(tmp_path):
     with pytest.raises(StoreFailed, match="nodes") as raised:
         run_backup(world, [src])
     assert isinstance(raised.value, FludError)
+
+
+def test_large_files_with_several_holders_down_before_the_backup(tmp_path):
+    """Every node that refuses an extent's stream is failed at once: with
+    three or more of an extent's nodes down (6 of 16 here), the next attempt
+    goes around them all (one blamed per attempt ran out of attempts)."""
+    world = _world(tmp_path, 16)
+    network = world[2]
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    rng = random.Random(8)
+    for i in range(4):
+        with open(os.path.join(src, f"big{i}.bin"), "wb") as f:
+            f.write(rng.randbytes(3 * 1024 * 1024 + i))
+    for node in list(network.nodes)[:6]:
+        network.nodes[node].up = False
+    summary, _, _ = run_backup(world, [src])
+    assert summary["skipped"] == 0
+    _restores(world, src, str(tmp_path / "out"))
