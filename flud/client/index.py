@@ -13,7 +13,6 @@ import zlib
 from typing import NamedTuple
 
 from flud.client import run_rows
-from flud.client.run_rows import EXTENT, ORPHAN, RUN_META
 from flud.client.tree import BlobRef
 from flud.errors import FludError
 
@@ -117,7 +116,7 @@ class ContentLookup:
             self._db.close()
 
 
-class ClientIndex:
+class ClientIndex(run_rows.OpenRun):
     def __init__(self, path: str):
         self.path = path
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -392,20 +391,6 @@ class ClientIndex:
     def add_segment(self, seg_key: str, record) -> None:
         self._replace_rows("segments", 2, [(seg_key, _pack(record))])
 
-    def orphan_extent(self, first_key: str):
-        """The record of an extent a killed run stored and no map names
-        (run_rows.py), by its first segment's key; None if there is none."""
-        return self.segment(ORPHAN + first_key)
-
-    def adopt_extent(self, first_key: str, record) -> None:
-        """An orphan extent this run reuses: it is this run's to map now
-        (listed as the run's write: a rollback makes it an orphan again)."""
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM segments WHERE seg_key=?", (ORPHAN + first_key,))
-            self._replace_rows("segments", 2, [(EXTENT + first_key, _pack(record))],
-                               transaction=False)
-
     def extent_rows(self):
         """(row key, extent record as written) of every extent this home
         stored: those a published map names ("E") and the orphans of killed
@@ -413,57 +398,6 @@ class ClientIndex:
         them."""
         return [(key, json.loads(record)) for key, record in self.db.execute(
             "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%' OR seg_key LIKE 'O%'")]
-
-    # ---- a backup run: nothing it wrote counts until its snapshot is published
-
-    def begin_run(self) -> None:
-        """A backup starts: what a killed one left is settled first
-        (recover_run), then this run's writes are listed."""
-        self.recover_run()
-        self.set_meta(RUN_META, {})
-        self._run_open = True
-
-    def publishing(self, snapshot_blob: str, snapshot_id: int, created: float,
-                   summary: dict) -> None:
-        """The run is about to write its root: what it will be, so a run
-        killed after the head was saved is adopted, not rolled back."""
-        self.set_meta(RUN_META, {"snapshot": snapshot_blob, "id": snapshot_id,
-                                 "created": created, "summary": summary})
-
-    def end_run(self, snapshot_id: int, created: float, summary: dict) -> None:
-        """The snapshot is published and the head saved: its rows count from
-        now on, in one step with its snapshot row and directory records."""
-        with self.db:
-            self.db.execute("BEGIN")
-            self._add_snapshot_row(snapshot_id, created, summary, None)
-            self._keep_built_dirs()
-            self.db.execute("DELETE FROM run_rows")
-            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
-        self._run_open = False
-
-    def recover_run(self):
-        """Settle what a killed backup left: None if nothing, "adopted" if
-        the saved head names its snapshot, else "rolled back" (run_rows.py)."""
-        from flud.client.head import REPO_META   # head.py builds on this module
-        state = self.get_meta(RUN_META)
-        if state is None and not run_rows.leftover(self.db):
-            return None
-        head = self.get_meta(REPO_META) or {}
-        published = (state and state.get("snapshot") and head.get("snapshot")
-                     and head["snapshot"][0] == state["snapshot"])
-        with self.db:
-            self.db.execute("BEGIN")
-            if published:
-                if not any(s["id"] == state["id"] for s in self.snapshots()):
-                    self._add_snapshot_row(state["id"], state["created"],
-                                           {**state["summary"], "record": state["snapshot"]},
-                                           None)
-                self.db.execute("DELETE FROM run_rows")
-            else:
-                run_rows.roll_back(self.db)
-            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
-        self._run_open = False
-        return "adopted" if published else "rolled back"
 
     def drop_stored(self, bundles, extents) -> int:
         """Forget bundles and extents prune deleted, with every content

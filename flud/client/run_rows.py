@@ -36,6 +36,10 @@ RUN_META = "run_open"   # meta key: a run is open; later also what it publishes
 PAGE = 1024             # run_rows read back this many at a time
 
 
+def _pack(record) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
 def _encode(row) -> str:
     return json.dumps([{"x": v.hex()} if isinstance(v, bytes) else v for v in row],
                       separators=(",", ":"))
@@ -90,3 +94,72 @@ def _undo(db, table, key, old) -> None:
         values = _decode(old)
         db.execute(f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * len(values))})",
                    values)
+
+
+class OpenRun:
+    """ClientIndex's part for a backup run (mixed in: it works on the
+    index's connection and tables)."""
+
+    def orphan_extent(self, first_key: str):
+        """The record of an extent a killed run stored and no map names
+        (see above), by its first segment's key; None if there is none."""
+        return self.segment(ORPHAN + first_key)
+
+    def adopt_extent(self, first_key: str, record) -> None:
+        """An orphan extent this run reuses: it is this run's to map now
+        (listed as the run's write: a rollback makes it an orphan again)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM segments WHERE seg_key=?", (ORPHAN + first_key,))
+            self._replace_rows("segments", 2, [(EXTENT + first_key, _pack(record))],
+                               transaction=False)
+
+    def begin_run(self) -> None:
+        """A backup starts: what a killed one left is settled first
+        (recover_run), then this run's writes are listed."""
+        self.recover_run()
+        self.set_meta(RUN_META, {})
+        self._run_open = True
+
+    def publishing(self, snapshot_blob: str, snapshot_id: int, created: float,
+                   summary: dict) -> None:
+        """The run is about to write its root: what it will be, so a run
+        killed after the head was saved is adopted, not rolled back."""
+        self.set_meta(RUN_META, {"snapshot": snapshot_blob, "id": snapshot_id,
+                                 "created": created, "summary": summary})
+
+    def end_run(self, snapshot_id: int, created: float, summary: dict) -> None:
+        """The snapshot is published and the head saved: its rows count from
+        now on, in one step with its snapshot row and directory records."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self._add_snapshot_row(snapshot_id, created, summary, None)
+            self._keep_built_dirs()
+            self.db.execute("DELETE FROM run_rows")
+            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
+        self._run_open = False
+
+    def recover_run(self):
+        """Settle what a killed backup left: None if nothing, "adopted" if
+        the saved head names its snapshot, else "rolled back" (see above)."""
+        from flud.client.head import REPO_META   # head.py builds on this module
+        state = self.get_meta(RUN_META)
+        if state is None and not leftover(self.db):
+            return None
+        head = self.get_meta(REPO_META) or {}
+        published = (state and state.get("snapshot") and head.get("snapshot")
+                     and head["snapshot"][0] == state["snapshot"])
+        with self.db:
+            self.db.execute("BEGIN")
+            if published:
+                if not any(s["id"] == state["id"] for s in self.snapshots()):
+                    self._add_snapshot_row(state["id"], state["created"],
+                                           {**state["summary"], "record": state["snapshot"]},
+                                           None)
+                self.db.execute("DELETE FROM run_rows")
+            else:
+                roll_back(self.db)
+            self.db.execute("DELETE FROM meta WHERE key=?", (RUN_META,))
+        self._run_open = False
+        return "adopted" if published else "rolled back"
+
