@@ -165,3 +165,30 @@ def test_a_backup_killed_at_any_moment_breaks_no_later_snapshot(tmp_path, steps)
     run_backup(world, [src])
     _restores_identical(world, src, str(tmp_path / "out"))
     _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out-fresh"))
+
+
+def test_what_a_killed_run_stored_is_pruned_and_later_snapshots_restore(tmp_path, monkeypatch):
+    """The killed run's bundles and extents (kept as orphans after the next
+    backup rolled its rows back) are found by prune and deleted; nothing a
+    published snapshot needs goes with them."""
+    from tests.unit.client.test_prune import prune, stored_bytes
+    world = make_world(tmp_path, nodes=12)
+    rng = random.Random(11)
+    src = str(tmp_path / "src")
+    _files(src, rng, "first")
+    run_backup(world, [src])
+    published = stored_bytes(world)
+    _files(src, rng, "second", small=20, large=(3 * MIB,))
+    with monkeypatch.context() as patch:
+        _killed_backup(world, [src], _hang(patch, head_module, "put_root_v2"))
+    killed = stored_bytes(world) - published
+    shutil.rmtree(os.path.join(src, "second"))      # what only the killed run had
+    run_backup(world, [src])                           # rolls it back: orphans
+    assert any(key.startswith("O") for key, _ in world[1].index.extent_rows())
+    before = stored_bytes(world)
+    for day in (1, 2):
+        prune(world, now=1_000_000.0 * day)
+    assert before - stored_bytes(world) > killed / 2
+    assert not any(key.startswith("O") for key, _ in world[1].index.extent_rows())
+    _restores_identical(world, src, str(tmp_path / "out"))
+    _restores_identical(_fresh_home_world(tmp_path, world), src, str(tmp_path / "out-fresh"))
