@@ -107,3 +107,15 @@ def test_holders_stopped_before_a_backup_are_never_named_and_four_down_still_bac
     restored = flud("restore", "--home", home, "--to", out)
     assert restored.returncode == 0, output(restored)
     assert compare_trees(src, out / "src") == []
+
+    # fewer live nodes than k: a typed error, exit 2, one JSON object, no traceback
+    for index in range(NODES):
+        if net.node_alive(index) and sum(net.node_alive(i) for i in range(NODES)) > 3:
+            net.stop(index)
+    _small_files(src, rng, "fourth", 20)
+    failed = flud("backup", src, "--home", home, "--json")
+    assert failed.returncode == 2, output(failed)
+    assert "Traceback" not in failed.stderr, output(failed)
+    error = _json_of(failed)["error"]
+    assert error["code"] and error["message"], error
+    print(f"\n3 of 16 nodes up: {error}")
