@@ -104,8 +104,10 @@ class Backup:
         index.begin_run()
         try:
             result = yield self._run(roots, excludes, tags, started)
-        except BaseException:
-            index.recover_run()   # nothing of a failed run counts
+        except Exception:
+            # Nothing of a failed run counts. Not on GeneratorExit: a run
+            # abandoned and collected must not undo the rows of a later one.
+            index.recover_run()
             raise
         return result
 
