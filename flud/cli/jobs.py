@@ -194,18 +194,27 @@ def _memory_line(monitor) -> str:
             f"(static {human_bytes(snap['static_rss'])})")
 
 
+def _typed(user_error, err):
+    """A UserError that keeps the FludError's stable code (for --json)."""
+    user_error.code = err.code
+    return user_error
+
+
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
     from flud.client.backup.run import Backup
     from flud.client.segments import StoreFailed
+    from flud.errors import FludError
 
     job = Backup(reactor, home, network, pool, monitor, progress,
                  parallel_files=args.parallel_files)
     try:
         result = yield job.run(args.paths, args.exclude, tags=args.tag)
     except StoreFailed as err:
-        raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
-                        f"run the backup again.")
+        raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
+                               f"run the backup again."), err)
+    except FludError as err:   # typed: exit 2 with its code under --json, no traceback
+        raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
     _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
@@ -215,6 +224,10 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
+    if s.get("reduced_redundancy"):
+        print(f"reduced redundancy: {s['reduced_redundancy']} bundles have fewer than "
+              f"n={home.config['n']} distinct holders (too few nodes were up); "
+              f"`flud check --repair` spreads them out once more nodes are up")
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
