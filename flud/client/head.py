@@ -19,8 +19,10 @@ from twisted.internet import defer
 
 from flud.client.chain import (ATTEMPT_META, REPO_META, SAME, ForkedHead, HeadError, Saved,
                                StaleRoot, judge, judge_home)
+from flud.client.context import wall_clock
 from flud.client.holders import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.manifest import ManifestMissing, RootNotStored, find_root, put_root_v2
+from flud.client.prune_state import remember_superseded
 from flud.client.records import Bundle
 from flud.client.tree import BlobRef
 
@@ -226,11 +228,15 @@ def merge_pages(ctx, small, new_index: MapIndex, sealer) -> MapIndex:
     from flud.client.repo import Repository
 
     repo = Repository(ctx)
+    superseded = set()
     try:
-        yield repo.load_pages(new_index.pages)
+        yield repo.load_pages(new_index.pages, superseded)
         pages = repo.merged_pages()
     finally:
         repo.close()
+    # The older rows go with the merge: the copies only they name are handed
+    # to prune's books first, or prune could never find them again.
+    remember_superseded(ctx.index, superseded, wall_clock())
     located = []
     for page in pages:
         page_id, sealed = sealer.seal(page.encode())
@@ -334,6 +340,7 @@ def adopt(ctx, accept_older=False):
     before or "")."""
     from flud.client.snapshots import open_repository
 
+    ctx.index.recover_run()   # a killed backup's rows settle before the index is rebuilt
     found = yield nodes_root(ctx)
     try:
         judge_home(ctx, found)

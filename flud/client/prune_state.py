@@ -334,3 +334,28 @@ def _span(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h {seconds % 3600 // 60}m"
     return f"{seconds // 60}m {seconds % 60}s"
+
+
+def remember_superseded(index, places, now: float) -> int:
+    """Copies (share key, node id hex) that a writer's page merge is about
+    to drop the only rows of (repair moved them away): marked as surplus in
+    the state kept in `index`, so prune finds them after the merge. A copy
+    still in use is not deleted for this: prune checks every surplus id
+    against the newest map and the index before it marks or deletes it
+    (surplus_objects). Returns how many were new to the state."""
+    if not places:
+        return 0
+    saved = index.get_meta(STATE_META)
+    try:
+        state = PruneState.from_wire(saved) if saved else PruneState()
+    except PruneStateError:
+        return 0    # a damaged state: prune reports it; nothing is lost but garbage
+    marks, added = dict(state.marks), 0
+    for key, node in places:
+        oid = surplus_id(key, node)
+        if oid not in marks and oid not in state.pending and oid not in state.deleted:
+            marks[oid] = Mark(state.run, now, None)
+            added += 1
+    if added:
+        index.set_meta(STATE_META, state._replace(marks=marks).to_wire())
+    return added

@@ -182,13 +182,33 @@ class Repository:
         yield self.load_pages(self.index.pages)
 
     @defer.inlineCallbacks
-    def load_pages(self, pages):
+    def load_pages(self, pages, superseded=None):
         """Pages ((BlobRef, Bundle), ...), oldest first, into the cache,
-        read newest first."""
+        read newest first. superseded: a set that receives each (share
+        key, node) an older row names and the object's newer row does not
+        (a copy repair moved away: a writer merging the pages drops those
+        rows, and prune must still find the copy)."""
         for ref, bundle in reversed(pages):
             self.cache.add_older([(ref.bundle, bundle)])
             page = MapPage.decode((yield self.open_ref(ref)))
+            if superseded is not None:
+                superseded.update(self._superseded_by_cache(page))
             self.cache.add_older(page=page)
+
+    def _superseded_by_cache(self, page: MapPage):
+        """(key, node) of `page`'s rows that a newer row already loaded
+        does not name."""
+        for bundle_id, bundle in page.bundles:
+            newer = self.cache.bundle(bundle_id)
+            if newer is not None:
+                kept = {(h.key, h.node) for h in newer.holders}
+                yield from ((h.key, h.node) for h in bundle.holders
+                            if (h.key, h.node) not in kept)
+        for extent_id, holders in page.extents:
+            newer = self.cache.extent(extent_id)
+            if newer is not None:
+                kept = {(key, node) for _, key, node in newer}
+                yield from ((h.key, h.node) for h in holders if (h.key, h.node) not in kept)
 
     def merged_pages(self, rows: int = PAGE_ROWS) -> list:
         """The map as loaded (the newest row of every object and challenge),

@@ -192,3 +192,38 @@ def test_surplus_rules_a_copy_named_again_leaves_the_state():
     done = state._replace(deleted={surplus_id("cc", "03"): 30.0})
     found, _ = surplus_objects({("cc", "03")}, set(), done)
     assert surplus_id("cc", "03") not in found
+
+
+def test_a_writers_page_merge_hands_the_copies_it_drops_to_prune(world, tmp_path, monkeypatch):
+    """Backups merge the map's pages (past head.MERGE_AT) and the merged
+    pages keep only the newest rows: the copies a repair moved away are
+    named by older rows alone. The merge marks them in prune's books, so a
+    prune after the merge still deletes them, and nothing a snapshot needs."""
+    from flud.client import head as head_module
+    monkeypatch.setattr(head_module, "MERGE_AT", 1, raising=False)
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    rng = random.Random(5)
+    for i in range(8):
+        write(os.path.join(src, f"f{i}.bin"), rng.randbytes(4000))
+    write(os.path.join(src, "big.bin"), rng.randbytes(3 * 1024 * 1024))
+    run_backup(world, [src])
+    counts = {node_id: len(keys_on(world, node_id)) for node_id in network.nodes}
+    victim = max(counts, key=counts.get)
+    mapped, _ = newest_map(world, pages_only=True)
+    old_copies = mapped[victim.hex()] & keys_on(world, victim)
+    repair_away(world, victim)
+    for i in range(3):   # each backup appends a page; past MERGE_AT they are merged
+        write(os.path.join(src, f"new{i}.bin"), rng.randbytes(3000))
+        run_backup(world, [src])
+    named, _ = newest_map(world)
+    moved = old_copies - named.get(victim.hex(), set()) - index_named(home, victim.hex())
+    assert moved                                          # the repair moved copies away
+    state = PruneState.from_wire(home.index.get_meta(STATE_META))
+    assert {surplus_id(key, victim.hex()) for key in moved} <= set(state.marks)
+    prune(world, now=1e10)
+    prune(world, now=2e10)
+    assert not moved & keys_on(world, victim)              # deleted, though no page names them
+    out = str(tmp_path / "out")
+    run_restore(world, out, snapshot_manifest(world))
+    assert compare_trees(src, os.path.join(out, os.path.basename(src))) == []
