@@ -198,11 +198,20 @@ class LargeFiles:
                     if committing:
                         extents.append((yield self._committed(read, committing[0])).record)
                         committing.pop(0)
-                finally:
+                except GeneratorExit:
+                    # the run was abandoned (a killed job's frames collected):
+                    # nothing may be waited for any more
+                    plans.close()
+                    raise
+                except BaseException:
                     yield plans.close()
+                    raise
+                yield plans.close()
             st = os.stat(entry.path)
             if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
                 raise FileChanged(f"{entry.path} changed while it was backed up")
+        except GeneratorExit:
+            raise
         except BaseException:
             # Their commits still count: a run that is started again then
             # finds those extents sent.
