@@ -10,6 +10,7 @@ FLUD_SIM_FAULTS=all (or a comma list) shows the others fail.
 """
 import argparse
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -118,13 +119,17 @@ def default_base() -> str:
 def run_history(seed: int, faults=DEFAULT_FAULTS, steps: int = 60, base: str = None) -> Outcome:
     outcome = Outcome(seed, frozenset(faults))
     base = base or os.path.join(os.environ.get("FLUD_SIM_DIR", default_base()), f"s{seed}")
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    try:
-        with small_extents(16 * KIB, 4):
-            Simulation(seed, outcome.faults, base, outcome).run(steps)
-    finally:
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    # the path is fixed (see default_base): two runs of one seed take turns
+    with open(base + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(base, ignore_errors=True)
+        os.makedirs(base)
+        try:
+            with small_extents(16 * KIB, 4):
+                Simulation(seed, outcome.faults, base, outcome).run(steps)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
     return outcome
 
 
@@ -340,8 +345,11 @@ class Simulation:
         """No object check calls readable is unreadable by a restore now."""
         states = {o["id"]: o["state"] for o in summary.get("objects", ())}
         head = self.head()
+        needed = oracle.needed_objects(self.world, self.oracle_home, head.listed)
         keys = _keysets(self.world)
         for obj in head.objects:
+            if obj.object_id not in needed:
+                continue   # garbage on its way out: what check says of it, a restore never reads
             state = states.get(obj.object_id, "healthy")
             if state in oracle.UNREADABLE_STATES:
                 continue

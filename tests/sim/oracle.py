@@ -58,6 +58,24 @@ def read_head(world, home_path) -> Head:
     return head
 
 
+def needed_objects(world, home_path, listed):
+    """The bundle and extent ids a restore of the listed snapshots reads
+    (their trees, records and the map itself), by prune's own reach walk
+    (whatever it misses, the restore of every listed snapshot finds)."""
+    from flud.client.prune.reach import Reach
+
+    @defer.inlineCallbacks
+    def job(clock, home, network, ctx):
+        _, repo = yield open_repository(ctx)
+        try:
+            reached = yield Reach(repo, listed, ctx).run()
+            return set(reached.bundles) | set(reached.extents)
+        finally:
+            repo.close()
+    result, _ = world.run_job(home_path, job, oracle=True)
+    return result
+
+
 def restore_record(world, home_path, record, dest, oracle=True):
     """Restore one snapshot record into dest (oracle: every node up and
     honest; else the nodes a job now finds). (summary, failed lines)."""
