@@ -46,15 +46,16 @@ stress: $(STAMP)
 # Lifecycle simulation (tests/sim/): SEEDS histories from seed FROM, real
 # client jobs on an in-memory network, invariants checked after every step.
 # FAULTS: a comma list of fault kinds, "all" or "none" (default: those the
-# pytest run has on); STEPS: steps per history. A failing seed prints the
-# command that replays it.
+# pytest run has on); STEPS: steps per history, or DAYS: simulated days per
+# history. A failing seed prints the command that replays it.
 SEEDS  ?= 100
 FROM   ?= 1
 STEPS  ?= 60
+DAYS   ?=
 FAULTS ?=
 simulate: $(STAMP)
 	$(PY) tools/simulate.py --seeds $(SEEDS) --from $(FROM) --steps $(STEPS) \
-		$(if $(FAULTS),--faults $(FAULTS)) $(SIM_ARGS)
+		$(if $(DAYS),--days $(DAYS)) $(if $(FAULTS),--faults $(FAULTS)) $(SIM_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""`make simulate SEEDS=N [FROM=S] [FAULTS=kinds] [STEPS=M]`: run N simulated
+"""`make simulate SEEDS=N [FROM=S] [FAULTS=kinds] [STEPS=M | DAYS=D]`: run N simulated
 lifecycle histories (tests/sim/), seeds S .. S+N-1, and print how many ran,
 the simulated days they covered, the violations, and each failing seed's
 history and replay command. Exit 1 if any history violated an invariant.
@@ -25,17 +25,20 @@ def main(argv=None) -> int:
                         help="comma list of " + ", ".join(sorted(FAULT_KINDS)) +
                              ", 'all' or 'none'")
     parser.add_argument("--steps", type=int, default=60, help="steps per history")
+    parser.add_argument("--days", type=float, default=None,
+                        help="simulated days per history instead of a number of steps")
     parser.add_argument("--quiet", action="store_true", help="no line per history")
     parser.add_argument("--stop", action="store_true", help="stop at the first violation")
     args = parser.parse_args(argv)
     faults = parse_faults(args.faults) if args.faults else faults_from_env()
-    print(f"simulate: seeds {args.start}..{args.start + args.seeds - 1}, {args.steps} steps "
-          f"each, faults: {','.join(sorted(faults)) or 'none'}", flush=True)
+    length = f"{args.days:g} days" if args.days else f"{args.steps} steps"
+    print(f"simulate: seeds {args.start}..{args.start + args.seeds - 1}, {length} each, "
+          f"faults: {','.join(sorted(faults)) or 'none'}", flush=True)
     started = time.monotonic()
     runs, days, failed = 0, 0.0, []
     for seed in range(args.start, args.start + args.seeds):
         t0 = time.monotonic()
-        outcome = run_history(seed, faults, args.steps)
+        outcome = run_history(seed, faults, args.steps, days=args.days)
         runs += 1
         days += outcome.sim_days
         if not args.quiet:
