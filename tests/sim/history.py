@@ -576,7 +576,7 @@ class Simulation:
             wrong = [s for s in obj.shares if _missing(self.world, s, keys)]
             if wrong:
                 raise Violation(f"the map names {obj.kind} {obj.object_id[:16]}'s shares on "
-                                f"nodes that never stored them: "
+                                f"nodes that do not hold them: "
                                 + ", ".join(f"#{s.index} on {s.node[:8]}" for s in wrong))
         self.last_objects = current
 
