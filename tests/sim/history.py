@@ -48,6 +48,11 @@ FAULT_KINDS = {
                    "beside the first (finding 7)",
     "clock": "the client's wall clock jumps forward or back (finding 9, client side)",
 }
+# Issue 25's health classes (healthy, degraded, at risk: k + 1 or fewer
+# reachable, unavailable, lost): with FLUD_SIM_HEALTH_CLASSES=1 a check that
+# calls an object "healthy" with k + 1 or fewer shares fetchable is a
+# violation too (today's check has no "at risk": off by default).
+HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES") == "1"
 DEFAULT_FAULTS = frozenset({"clock", "replay"})   # the kinds that pass on the code of today
 
 
@@ -354,14 +359,18 @@ class Simulation:
         states = {o["id"]: o["state"] for o in summary.get("objects", ())}
         head = self.head()
         needed = oracle.needed_objects(self.world, self.oracle_home, head.listed)
-        keys = _keysets(self.world)
+        keys = oracle.keysets(self.world)
         for obj in head.objects:
             if obj.object_id not in needed:
                 continue   # garbage on its way out: what check says of it, a restore never reads
             state = states.get(obj.object_id, "healthy")
             if state in oracle.UNREADABLE_STATES:
                 continue
-            readable = _readable(self.world, obj, keys)
+            readable = oracle.readable(self.world, obj, keys)
+            if HEALTH_CLASSES and state == "healthy" and readable <= obj.k + 1:
+                raise Violation(f"check calls {obj.kind} {obj.object_id[:16]} 'healthy' but "
+                                f"only {readable} of its shares can be fetched now (k={obj.k}: "
+                                f"at risk)")
             if readable < obj.k:
                 raise Violation(f"check calls {obj.kind} {obj.object_id[:16]} {state!r} but a "
                                 f"restore can fetch only {readable} of the {obj.k} shares "
@@ -567,41 +576,18 @@ class Simulation:
     def _new_objects_stored(self, head):
         """Every share of an object that first appears in the map now is on
         the node the map names (unless that node's disk is gone)."""
-        keys = _keysets(self.world)
+        keys = oracle.keysets(self.world)
         current = set()
         for obj in head.objects:
             current.add(obj.object_id)
             if obj.object_id in self.last_objects:
                 continue
-            wrong = [s for s in obj.shares if _missing(self.world, s, keys)]
+            wrong = [s for s in obj.shares if oracle.missing(s, keys)]
             if wrong:
                 raise Violation(f"the map names {obj.kind} {obj.object_id[:16]}'s shares on "
                                 f"nodes that do not hold them: "
                                 + ", ".join(f"#{s.index} on {s.node[:8]}" for s in wrong))
         self.last_objects = current
-
-
-def _keysets(world) -> dict:
-    return {node_id: set(node.store.keys(world.client_id))
-            for node_id, node in world.nodes.items() if not node.destroyed}
-
-
-def _missing(world, share, keys) -> bool:
-    node_id = bytes.fromhex(share.node)
-    return node_id in keys and bytes.fromhex(share.key) not in keys[node_id]
-
-
-def _readable(world, obj, keys) -> int:
-    found = set()
-    for share in obj.shares:
-        node_id = bytes.fromhex(share.node)
-        node = world.nodes.get(node_id)
-        if node is None or node.destroyed or not node.up:
-            continue
-        key = bytes.fromhex(share.key)
-        if key in keys[node_id] and key not in node.corrupt:
-            found.add(share.index)
-    return len(found)
 
 
 def _epoch(world) -> tuple:

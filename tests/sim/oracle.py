@@ -113,28 +113,27 @@ def restores_exactly(world, home_path, record, expected, scratch) -> list:
         shutil.rmtree(dest, ignore_errors=True)
 
 
-def readable_shares(world, obj) -> int:
-    """Distinct share indexes of obj that a restore could fetch right now."""
+def keysets(world) -> dict:
+    """node id -> the share keys it holds for our owner (nodes that exist)."""
+    return {node_id: set(node.store.keys(world.client_id))
+            for node_id, node in world.nodes.items() if not node.destroyed}
+
+
+def missing(share, keys) -> bool:
+    """The map names share on a node that exists but does not hold it."""
+    node_id = bytes.fromhex(share.node)
+    return node_id in keys and bytes.fromhex(share.key) not in keys[node_id]
+
+
+def readable(world, obj, keys) -> int:
+    """Distinct share indexes of obj a restore could fetch right now."""
     found = set()
     for share in obj.shares:
-        node = world.nodes.get(bytes.fromhex(share.node))
+        node_id = bytes.fromhex(share.node)
+        node = world.nodes.get(node_id)
         if node is None or node.destroyed or not node.up:
             continue
         key = bytes.fromhex(share.key)
-        if key in node.corrupt:
-            continue
-        if key in set(node.store.keys(world.client_id)):
+        if key in keys[node_id] and key not in node.corrupt:
             found.add(share.index)
     return len(found)
-
-
-def stored_on_named_nodes(world, obj) -> list:
-    """Shares the map names on a node that exists but does not hold them."""
-    wrong = []
-    for share in obj.shares:
-        node = world.nodes.get(bytes.fromhex(share.node))
-        if node is None or node.destroyed:
-            continue
-        if bytes.fromhex(share.key) not in set(node.store.keys(world.client_id)):
-            wrong.append(f"share {share.index} ({share.key[:12]}) on node {share.node[:8]}")
-    return wrong

@@ -275,7 +275,7 @@ def _observe(event):
 
 
 def _install_observer():
-    from twisted.logger import globalLogBeginner, globalLogPublisher
+    from twisted.logger import globalLogPublisher
     if not getattr(_install_observer, "done", False):
         globalLogPublisher.addObserver(_observe)
         _install_observer.done = True
