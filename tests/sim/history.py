@@ -486,6 +486,13 @@ class Simulation:
             return "no destroy (budget used: awaiting a clean check --repair)"
         count = self.rng.randint(1, min(2, budget))
         gone = self.rng.sample(self.world.existing(), count)
+        extents = [o for o in self.head().objects if o.kind == "extent"]
+        if extents and self.rng.random() < 0.5:
+            # an adversary's choice: holders of one large file's extent, the
+            # nodes whose loss a map that went back would not survive
+            named = sorted({bytes.fromhex(s.node) for s in self.rng.choice(extents).shares}
+                           & set(self.world.existing()))
+            gone = self.rng.sample(named, min(count, len(named))) or gone
         for node_id in gone:
             self.world.destroy(node_id)
             self.world.add_node()
