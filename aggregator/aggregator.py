@@ -26,8 +26,9 @@ from aggregator.bundle import (KEY_LENGTH, MIN_BLOCK_LENGTH, Encode, Hash,
                                OpenBundle, code_bundle)
 from aggregator.placement import BundlePlacement, checked_destinations
 from aggregator.policy import FlushPolicy
-from aggregator.records import (BundleRecord, DrainRequired, SealedTar,
-                                ShareMove, ShareRef, TarMember)
+from aggregator.records import (BundleRecord, DrainRequired,
+                                PlacementExhausted, SealedTar, ShareMove,
+                                ShareRef, TarMember)
 from aggregator.tarball import BLOCK_SIZE, END_OF_ARCHIVE, TarWriter
 
 Place = Callable[[bytes, int], list[str]]
@@ -71,7 +72,10 @@ class _Unconfirmed:
 class Aggregator:
     def __init__(self, policy: FlushPolicy, k: int, n: int, encode: Encode,
                  hash: Hash, place: Place, clock: Clock,
-                 spares: int = DEFAULT_SPARES) -> None:
+                 spares: int = DEFAULT_SPARES, min_distinct: int | None = None) -> None:
+        """min_distinct: the fewest distinct nodes a bundle's n shares may
+        go to when fewer than n live nodes are left (a node then takes more
+        than one share of it: reduced redundancy). None: n (never)."""
         if not 1 <= k <= n <= MAX_SHARES:
             raise ValueError(f"need 1 <= k <= n <= {MAX_SHARES}, "
                              f"got k={k}, n={n}")
@@ -79,6 +83,9 @@ class Aggregator:
             raise ValueError(f"spares must be >= 0, got {spares}")
         self.policy = policy
         self.k, self.n, self.spares = k, n, spares
+        self.min_distinct = n if min_distinct is None else min_distinct
+        if not 1 <= self.min_distinct <= n:
+            raise ValueError(f"min_distinct must be in 1..n, got {min_distinct}")
         self._encode, self._hash = encode, hash
         self._place, self._clock = place, clock
         self._bundle = OpenBundle()
@@ -167,8 +174,9 @@ class Aggregator:
 
     def replace(self, failed: SealedTar) -> list[ShareMove]:
         """The STORE of `failed` did not succeed: send each of its shares to
-        a spare of its bundle. Nothing changes if any bundle has no spare
-        left (PlacementExhausted). The failed node is never chosen again as
+        a spare of its bundle, or the next node place() ranks, or (with
+        min_distinct < n) a live holder of it. Nothing changes if a bundle
+        has nowhere left to go (PlacementExhausted). The failed node is never chosen again as
         a spare in this run; place() should skip it too.
         """
         entry = self._find_unconfirmed(failed)
@@ -181,7 +189,8 @@ class Aggregator:
             placement = self._placements[serial]
             holders = planned_holders.setdefault(serial,
                                                  list(placement.holders))
-            node = placement.choose_spare(holders, failed_nodes, failed.node)
+            node = self._new_holder(placement, holders, failed_nodes,
+                                    failed.node)
             holders[member.share_index] = node
             plan.append((member, serial, node))
         self._failed_nodes = failed_nodes
@@ -203,6 +212,28 @@ class Aggregator:
             # with nothing left in flight would find nothing to drain.
             self._seal_largest_open_tars()
         return moves
+
+    def _new_holder(self, placement: BundlePlacement, holders: list[str],
+                    failed_nodes: set[str], failed_node: str) -> str:
+        """Where a share of `placement` goes instead of `failed_node`: a
+        spare; once those are used, the next node place() ranks (two spares
+        a bundle run out when several nodes fail at once, while others are
+        up); with no other live node, the live holder with the fewest of
+        its shares, as long as min_distinct nodes hold the bundle."""
+        try:
+            return placement.choose_spare(holders, failed_nodes, failed_node)
+        except PlacementExhausted:
+            pass
+        ranked = self._place(placement.bundle_id, MAX_SHARES)
+        fresh = [node for node in ranked if node not in holders
+                 and node not in failed_nodes and node not in placement.spares]
+        if fresh:
+            placement.spares.extend(fresh)
+            return fresh[0]
+        live = [node for node in holders if node not in failed_nodes]
+        if len(set(live)) < self.min_distinct:
+            raise PlacementExhausted(placement.bundle_id, failed_node)
+        return min(live, key=live.count)
 
     # -- accounting ------------------------------------------------------
 
@@ -282,7 +313,11 @@ class Aggregator:
         coded = code_bundle(data, self.k, self.n, self._encode, self._hash)
         nodes = checked_destinations(
             self._place(coded.bundle_id, self.n + self.spares),
-            coded.bundle_id, self.n + self.spares, least=self.n)
+            coded.bundle_id, self.n + self.spares, least=self.min_distinct)
+        if len(nodes) < self.n:
+            # Fewer live nodes than shares: each takes its turn (the fewest
+            # shares a node, the most nodes a bundle), and no spare is left.
+            nodes = [nodes[i % len(nodes)] for i in range(self.n)]
         holders, spares = nodes[:self.n], nodes[self.n:]
         record = BundleRecord(
             bundle_id=coded.bundle_id, length=coded.length, k=self.k,

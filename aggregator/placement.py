@@ -11,7 +11,8 @@ def checked_destinations(nodes: list[str], bundle_id: bytes,
                          count: int, least: int = None) -> list[str]:
     """Validate what place() returned: from `least` (default: count) to
     `count` distinct node names (a network with fewer nodes than n + spares
-    still takes bundles; they have fewer spares)."""
+    still takes bundles; they have fewer spares, or with fewer than n nodes
+    and least < n, some node takes more than one share)."""
     nodes = list(nodes)
     least = count if least is None else least
     if not least <= len(nodes) <= count:
@@ -56,9 +57,12 @@ class BundlePlacement:
         raise PlacementExhausted(self.bundle_id, failed_node)
 
     def move(self, index: int, key: bytes, node: str) -> None:
-        """Share `index` now goes to spare `node`."""
+        """Share `index` now goes to `node` (a spare, or a node that holds
+        another share of the bundle already: reduced redundancy)."""
         self.holders[index] = node
-        self.spares.remove(node)
+        if node in self.spares:
+            self.spares.remove(node)
         if self.record is not None:
             self.record.shares[index] = ShareRef(index, key, node)
-            self.record.spares.remove(node)
+            if node in self.record.spares:
+                self.record.spares.remove(node)

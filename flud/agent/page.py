@@ -5,16 +5,18 @@ escaped."""
 import html
 import time
 
+from flud.agent.status import HEALTH_CLASSES
+
 REFRESH_SECONDS = 10
 PLOT_WIDTH, PLOT_HEIGHT, MARGIN = 560, 150, 40
-COLOURS = ("#2b6cb0", "#d69e2e", "#c53030")
+COLOURS = ("#2b6cb0", "#d69e2e", "#dd6b20", "#9b2c2c", "#c53030")
 
 STYLE = """
 body{font-family:sans-serif;margin:1.5em;color:#1a202c}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse}td,th{padding:.2em .7em;border-bottom:1px solid #e2e8f0;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
-.bad{color:#c53030}.ok{color:#2f855a}.muted{color:#718096}
+.bad{color:#c53030}.warn{color:#dd6b20}.ok{color:#2f855a}.muted{color:#718096}
 """
 
 
@@ -89,15 +91,28 @@ def render(status: dict) -> str:
     if running:
         out.append(f'<p id="running">running: <b>{e(running["job"])}</b> since '
                    f'{e(when(running["start"]))} (pid {e(running.get("pid"))})</p>')
+    out.append(_leases(status.get("leases")))
     out += _jobs(status["jobs"]), _snapshots(status["snapshots"]), _health(status)
     series = status["series"]
     out.append('<h2>Over time</h2>')
     out.append(plot(series["stored_bytes"], ["bytes stored"], "bytes stored"))
-    out.append(plot(series["health"], ["healthy", "degraded", "lost"], "objects by health"))
+    out.append(plot(series["health"], [k.replace("_", " ") for k in HEALTH_CLASSES],
+                    "objects by health"))
     out.append(_log(status["log"]))
     out.append('<p class="muted">The same data as JSON: <a href="/api/status">/api/status</a></p>')
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _leases(leases) -> str:
+    """Until when the nodes keep this home's data (flud/client/leases.py)."""
+    if not leases:
+        return ('<p id="leases" class="muted">leases not renewed yet: the nodes keep an '
+                'owner\'s data for their lease (a year by default) after a job last reached '
+                'them; every job renews it</p>')
+    day = time.strftime("%Y-%m-%d", time.localtime(leases["kept_until"]))
+    return (f'<p id="leases">the nodes keep this home\'s data until at least <b>{e(day)}</b> '
+            f'(leases renewed {e(when(leases.get("renewed")))}); every job renews them</p>')
 
 
 def _jobs(rows) -> str:
@@ -136,8 +151,11 @@ def _health(status) -> str:
     else:
         o = health["objects"]
         out.append(f'<p id="health">objects: <span class="ok">{e(o["healthy"])} healthy</span>, '
-                   f'{e(o["degraded"])} degraded, <span class="{"bad" if o["lost"] else ""}">'
-                   f'{e(o["lost"])} lost</span>; '
+                   f'{e(o["degraded"])} degraded, '
+                   f'<span class="{"warn" if o["at_risk"] else ""}">{e(o["at_risk"])} at risk</span>, '
+                   f'<span class="{"bad" if o["unavailable"] else ""}">'
+                   f'{e(o["unavailable"])} unavailable</span>, '
+                   f'<span class="{"bad" if o["lost"] else ""}">{e(o["lost"])} lost</span>; '
                    f'repairs done: {e(status["repaired"])} '
                    f'({e(human(health["recreated_bytes"]))} re-created in the last check)</p>')
         sized = any(n["bytes"] for n in health["nodes"])  # a check that reports bytes

@@ -4,7 +4,8 @@ Health and the nodes' share counts come from the newest `check` run's
 summary (`flud check --json`, read tolerantly: see health_of); until a
 check has run, health is None ("no check yet"). The newest `verify` run's per-node counts are shown beside it. The
 time series are read off the history: bytes stored (a check's total, or
-the sum of what backups sent) and health per check.
+the sum of what backups sent) and health per check. Until when the nodes
+keep this home's data is the newest job summary's `leases`.
 """
 
 LOG_RUNS = 20
@@ -37,21 +38,26 @@ def run_line(record) -> str:
     found = health_of(summary) if job == "check" else None
     if found is not None:
         o = found["objects"]
-        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['lost']} lost, "
-                f"{found['repaired']} repaired")
+        return (f"{o['healthy']} healthy, {o['degraded']} degraded, {o['at_risk']} at risk, "
+                f"{o['unavailable']} unavailable, {o['lost']} lost, {found['repaired']} repaired")
     return f"exit {record.get('exit')}"
+
+
+# What a check says of each object, best first (flud/client/repair/health.py's
+# classes; the agent reads them from the job's JSON, never imports the client).
+HEALTH_CLASSES = ("healthy", "degraded", "at_risk", "unavailable", "lost")
 
 
 def health_of(summary):
     """A check summary (CheckReport.summary(): counts {healthy, degraded,
-    lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
+    at_risk, unavailable, lost, repaired}, nodes [{node, reachable, shares, ok, corrupt, missing}])
     -> {objects, nodes, repaired, recreated_bytes}, or None."""
     if not isinstance(summary, dict):
         return None
     counts = summary.get("counts")
     if not isinstance(counts, dict):
         return None
-    objects = {k: int(counts.get(k, 0)) for k in ("healthy", "degraded", "lost")}
+    objects = {k: int(counts.get(k, 0)) for k in HEALTH_CLASSES}
     nodes = []
     rows = summary.get("nodes") or []
     if isinstance(rows, dict):
@@ -70,13 +76,19 @@ def health_of(summary):
 
 
 def series(records) -> dict:
-    """Time series: bytes stored [[t, bytes]], health [[t, healthy, degraded, lost]]."""
+    """Time series: bytes stored [[t, bytes]], health [[t, one count per
+    HEALTH_CLASSES]]."""
     stored, health, sent = [], [], 0
     for record in records:
         summary = record.get("summary") or {}
+        when = record.get("end") or record.get("start")
+        if record["job"] == "check" and record.get("exit") == 2 and "counts" in summary:
+            # objects unavailable or lost: the run is an error, its counts the news
+            found = health_of(summary)
+            health.append([when, *(found["objects"][k] for k in HEALTH_CLASSES)])
+            continue
         if record.get("exit") not in (0, 1) or summary.get("error"):
             continue
-        when = record.get("end") or record.get("start")
         if record["job"] == "backup" and "bytes_sent" in summary:
             sent += int(summary["bytes_sent"])
             stored.append([when, sent])
@@ -84,12 +96,22 @@ def series(records) -> dict:
             found = health_of(summary)
             if found is not None:
                 o = found["objects"]
-                health.append([when, o["healthy"], o["degraded"], o["lost"]])
+                health.append([when, *(o[k] for k in HEALTH_CLASSES)])
                 total = sum(n["bytes"] for n in found["nodes"])
                 if total:
                     sent = total
                     stored.append([when, total])
     return {"stored_bytes": stored[-SERIES_POINTS:], "health": health[-SERIES_POINTS:]}
+
+
+def leases_of(records):
+    """{renewed, lease_seconds, kept_until} from the newest run that reported
+    its renewal (every job's summary says: flud/client/leases.py), or None."""
+    for record in reversed(records):
+        leases = (record.get("summary") or {}).get("leases")
+        if isinstance(leases, dict) and isinstance(leases.get("kept_until"), (int, float)):
+            return {k: leases.get(k) for k in ("renewed", "lease_seconds", "kept_until")}
+    return None
 
 
 def build_status(now, home, jobs, states, next_runs, records, snapshots, running) -> dict:
@@ -126,4 +148,5 @@ def build_status(now, home, jobs, states, next_runs, records, snapshots, running
             "snapshots": list(snapshots or []), "health": health,
             "repaired": sum((health_of(r.get("summary")) or {}).get("repaired", 0)
                             for r in checks),
-            "verify": verify, "series": series(records), "log": log}
+            "verify": verify, "series": series(records), "log": log,
+            "leases": leases_of(records)}

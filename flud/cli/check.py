@@ -1,11 +1,18 @@
 """`flud check [--read-data-subset F|n/N] [--repair]`: challenge a rotating
 part of the shares (every share within a week of daily checks), report per
-object and per node, and re-create what is below the repair threshold."""
+object and per node, and re-create what is below the repair threshold.
+
+Exit codes: 0 every object healthy (or fully repaired); 1 some object is
+degraded or at risk (not repaired, or raised only as far as the reachable
+nodes allow); 2 some object is unavailable or lost: a restore would fail
+now (an error as much as any other: the data cannot be read)."""
 from twisted.internet import defer
 
-from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
+from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.context import wall_clock
 from flud.client.progress import human_bytes
+from flud.client.repair.health import CLASSES, HEALTHY, SAFETY_MARGIN
+from flud.client.repair.job import REPAIRED
 from flud.client.repair.rotation import BadDataSubset, parse_subset
 from flud.client.repair.run import Check
 from flud.client.retention import RetentionError, parse_duration
@@ -24,9 +31,14 @@ def check(ctx, args):
     k, n = ctx.coder.k, ctx.coder.n
     if m is not None and not k < m <= n:
         raise UserError(f"--repair-below {m}: give a threshold above k={k} and at most n={n}")
+    margin = getattr(args, "safety_margin", None)
+    margin = SAFETY_MARGIN if margin is None else margin
+    if not 0 <= margin <= n - k:
+        raise UserError(f"--safety-margin {margin}: give 0 to n-k={n - k}")
+    job = Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m, clock=wall_clock,
+                margin=margin)
     try:
-        report = yield Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m,
-                             clock=wall_clock).run()
+        report = yield job.run()
     except FludError as err:
         raise UserError(str(err))
     summary = report.summary()
@@ -44,11 +56,26 @@ def check(ctx, args):
         line = (f"  {obj['state']}: {obj['id'][:16]} ({obj['healthy']} healthy, "
                 f"{obj['unreachable']} unreachable")
         if obj["repaired"]:
-            line += f", re-created {len(obj['repaired'])}"
+            line += f", re-created {len(obj['repaired'])}: {obj['confirmed']} of {obj['n']}"
         print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
-    print(f"objects: {counts['healthy']} healthy, {counts['degraded']} degraded, "
-          f"{counts['lost']} lost, {counts['repaired']} repaired; re-created "
-          f"{summary['recreated']['shares']} shares "
-          f"({human_bytes(summary['recreated']['bytes'])})")
-    troubled = counts["degraded"] + counts["lost"]
+    if job.left_out:
+        print(f"check: {job.left_out} object(s) prune is deleting are not counted")
+    names = {c: c.replace("_", " ") for c in CLASSES}
+    print("objects: " + ", ".join(f"{counts[c]} {names[c]}" for c in CLASSES)
+          + f", {counts[REPAIRED]} repaired; re-created {summary['recreated']['shares']} "
+          f"shares ({human_bytes(summary['recreated']['bytes'])})")
+    if report.unreadable():
+        message = (f"{report.unreadable()} object(s) cannot be read now (fewer than k={k} "
+                   f"shares on nodes that answer): a restore of what they hold fails; "
+                   f"{counts['unavailable']} may come back with their holders, "
+                   f"{counts['lost']} are lost")
+        print(f"check: {message}")
+        # --json: an exit 2 carries its error object, as every command's does
+        vars(args)["summary"]["error"] = {"code": "OBJECTS_UNREADABLE", "message": message}
+        return EXIT_ERROR
+    reduced = [o for o in summary["objects"] if o["unplaced"]]
+    if reduced:
+        print(f"check: {len(reduced)} object(s) raised only as far as the reachable nodes "
+              f"allow (fewer than n={n}): start more nodes to restore full redundancy")
+    troubled = sum(counts[c] for c in CLASSES if c != HEALTHY)
     return EXIT_SKIPPED if troubled else EXIT_OK

@@ -81,6 +81,9 @@ def add_client_commands(sub) -> None:
                        help="the repair threshold: repair objects with fewer than M healthy "
                             "shares (k < M <= n; default n-1, 7 for 4-of-8; n: restore full "
                             "redundancy at the first lost share)")
+    check.add_argument("--safety-margin", type=int, default=None, metavar="S",
+                       help="repair at once, whatever the grace, when an object has k+S "
+                            "or fewer confirmed shares (default 2: 6 for 4-of-8)")
     _job_flags(check)
     check.set_defaults(handler=lambda args: _network_job(args, "check"))
 
@@ -150,6 +153,23 @@ def add_client_commands(sub) -> None:
                              "between that and a spot check of one 64 KiB span)")
     _job_flags(verify)
     verify.set_defaults(handler=cmd_verify)
+    _add_adopt(sub)
+
+
+def _add_adopt(sub) -> None:
+    adopt = sub.add_parser(
+        "adopt", help="make this home the one that writes the repository (one key, one writer)",
+        description="Take over the nodes' head: this home's index is rebuilt from it and "
+                    "this home becomes the writer; another home with the same key is "
+                    "refused from then on (backup, forget, tag, prune). For a home made "
+                    "with `init --import-key`, or one that was refused with OTHER_WRITER.")
+    adopt.add_argument("--home", required=True)
+    adopt.add_argument("--accept-older", action="store_true",
+                       help="take the nodes' head even if it is older than the one this home "
+                            "wrote last (refused with STALE_ROOT otherwise): only when the "
+                            "nodes that held the newest are gone for good")
+    _job_flags(adopt)
+    adopt.set_defaults(handler=lambda args: _network_job(args, "adopt"))
 
 
 def _prune_options(parser) -> None:
@@ -246,7 +266,24 @@ def cmd_init(args) -> int:
     print(f"the agent's settings (paths, schedules, limits): {agent_config}")
     if not args.import_key:
         print(f"keep a copy of your key: flud key export --home {args.home} FILE")
+    else:   # one key, one writer (README, "If you lose everything")
+        print(f"this home reads (ls, restore) what the key's backups hold; it writes "
+              f"(backup, forget, tag, prune) only after `flud adopt --home {args.home}`, which "
+              f"makes it the writer and refuses the home it replaces from then on")
+    _init_lease_note(bool(args.import_key))
     return EXIT_OK
+
+
+def _init_lease_note(imported: bool) -> None:
+    """What the nodes' leases mean for this home, said before it matters."""
+    if imported:
+        print("the nodes keep this key's data for their lease (a year by default) after a "
+              "job of the old home last reached them: restore now (every job renews the "
+              "leases; `flud ls` then says until when)")
+    else:
+        print("the nodes keep your data for their lease (a year by default) after a job "
+              "last reached them: run a backup, check or any other job at least that often "
+              "(`flud ls` says until when)")
 
 
 def cmd_key_export(args) -> int:
@@ -279,7 +316,14 @@ def cmd_key_export(args) -> int:
         return EXIT_ERROR
     print(f"key written to {args.file} (mode 0600); restore with "
           f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
+    _print_lease_line(home)
     return EXIT_OK
+
+
+def _print_lease_line(home) -> None:
+    """Until when the nodes keep this home's data (client/leases.py)."""
+    from flud.client.leases import kept_until_line
+    print(kept_until_line(home.index))
 
 
 def cmd_ls(args) -> int:
@@ -304,7 +348,9 @@ def _list(home, args) -> int:
         if not snapshots:
             print("no snapshots in the local index (after a total loss, `flud ls --remote` "
                   "lists those the nodes hold, and `flud restore` fetches them)")
-        return list_local(home.index)
+        code = list_local(home.index)
+        _print_lease_line(home)
+        return code
     manifest = None
     if snapshots and any("manifest_ref" in s for s in snapshots):
         sid = args.snapshot or snapshots[-1]["id"]
@@ -328,10 +374,12 @@ def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
     import json
     if args.snapshot is None and not args.path:
+        from flud.client.leases import kept_until
         print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
-             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots]}))
+             "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots],
+            "leases": kept_until(home.index)}))
         return EXIT_OK
     sid = args.snapshot or (snapshots[-1]["id"] if snapshots else None)
     manifest = home.index.manifest(sid) if sid is not None else None

@@ -37,14 +37,51 @@ def run_client(args, job: str) -> int:
             lock.acquire()
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
-    except (UserError, HomeBusy) as err:
+    except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
-        return _json_result(as_json, job, EXIT_ERROR, args.summary,
-                            getattr(err, "code", "JOB_FAILED"), str(err))
+        return _json_result(as_json, job, EXIT_ERROR, args.summary, _error_code(err), str(err))
+    except BrokenPipeError:
+        raise   # the reader went away: main() says so (EXIT_BROKEN_PIPE)
+    except Exception as err:
+        return _crashed(as_json, job, args.summary, err)
     finally:
         lock.release()
         home.close()
     return _json_result(as_json, job, code, args.summary)
+
+
+def _error_code(err) -> str:
+    """The stable code of what ended a job: its own, or that of the typed
+    error a job turned into a UserError (`raise UserError(...)` in an
+    `except FludError`), so --json says STALE_ROOT, not JOB_FAILED."""
+    return (getattr(err, "code", None) or getattr(err.__context__, "code", None)
+            or "JOB_FAILED")
+
+
+def _refusals() -> tuple:
+    """A head a job may not write after (stale, forked, another home's) or
+    could not move (no majority took the root): exit 2 with the message."""
+    from flud.client.head import REFUSALS
+    return REFUSALS
+
+
+def _crashed(as_json, job, summary, err) -> int:
+    """A job that ended in an error no handler turned into a message: the
+    job was not done (EXIT_ERROR, never 1's "done, something skipped"), and
+    --json still gets its one object. A typed error says what it is; any
+    other is a bug, and its traceback goes to stderr for the report."""
+    from flud.errors import FludError
+
+    if isinstance(err, FludError):
+        message = f"{job} could not be done: {err}"
+    else:
+        import traceback
+        traceback.print_exception(err, file=sys.stderr)
+        message = (f"{job} failed unexpectedly: {type(err).__name__}: {err} (a bug: please "
+                   f"report it with the traceback above)")
+    print(f"error: {message}", file=sys.stderr)
+    return _json_result(as_json, job, EXIT_ERROR, summary,
+                        getattr(err, "code", "UNEXPECTED"), message)
 
 
 def _summary(args) -> dict:
@@ -92,12 +129,14 @@ def _job(reactor, home, args, job):
         except NotEnoughNodes as err:
             raise UserError(str(err))
         args.job = job
+        yield _renew_leases(home, network, args, job)
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify,
                   "ls": _browse, "find": _browse, "diff": _browse,
-                  "forget": _retain, "prune": _retain, "tag": _retain, "check": _check}[job]
+                  "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
+                  "adopt": _adopt}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
         monitor.sample()
@@ -106,6 +145,19 @@ def _job(reactor, home, args, job):
         network.close()
         pool.stop()
     return code
+
+
+@defer.inlineCallbacks
+def _renew_leases(home, network, args, job):
+    """Renew the nodes' leases before the job itself runs, so that a job that
+    then fails (a backup short of nodes, a restore that breaks) still kept
+    the data alive; its summary says until when (the status page shows it)."""
+    from types import SimpleNamespace
+    from flud.client.leases import JOBS_THAT_RENEW, kept_until, renew_leases
+
+    if job in JOBS_THAT_RENEW:
+        yield renew_leases(SimpleNamespace(index=home.index, network=network))
+        _summary(args)["leases"] = kept_until(home.index)
 
 
 # What each job runs, imported before the static sample: these and the
@@ -125,6 +177,7 @@ JOB_MODULES = {
     "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
     "check": ("flud.cli.check", "flud.client.backup.small", *_READ),
+    "adopt": ("flud.client.head", *_READ),
 }
 
 
@@ -141,18 +194,27 @@ def _memory_line(monitor) -> str:
             f"(static {human_bytes(snap['static_rss'])})")
 
 
+def _typed(user_error, err):
+    """A UserError that keeps the FludError's stable code (for --json)."""
+    user_error.code = err.code
+    return user_error
+
+
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
     from flud.client.backup.run import Backup
     from flud.client.segments import StoreFailed
+    from flud.errors import FludError
 
     job = Backup(reactor, home, network, pool, monitor, progress,
                  parallel_files=args.parallel_files)
     try:
         result = yield job.run(args.paths, args.exclude, tags=args.tag)
     except StoreFailed as err:
-        raise UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
-                        f"run the backup again.")
+        raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
+                               f"run the backup again."), err)
+    except FludError as err:   # typed: exit 2 with its code under --json, no traceback
+        raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
     _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
@@ -162,6 +224,10 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
+    if s.get("reduced_redundancy"):
+        print(f"reduced redundancy: {s['reduced_redundancy']} bundles have fewer than "
+              f"n={home.config['n']} distinct holders (too few nodes were up); "
+              f"`flud check --repair` spreads them out once more nodes are up")
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
@@ -198,6 +264,26 @@ def _check(reactor, home, network, pool, monitor, progress, args):
     return code
 
 
+@defer.inlineCallbacks
+def _adopt(reactor, home, network, pool, monitor, progress, args):
+    """`flud adopt`: this home becomes the writer of the nodes' head."""
+    from flud.client.head import adopt
+    from flud.client.manifest import ManifestMissing
+
+    try:
+        head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
+                                accept_older=args.accept_older)
+    except ManifestMissing as err:
+        raise UserError(str(err))
+    snapshots = [s["id"] for s in home.index.snapshots()]
+    _summary(args).update(generation=head.generation, home_id=home.home_id,
+                          previous_writer=was or None, snapshots=snapshots)
+    print(f"this home ({home.home_id[:8]}) now writes the repository (generation "
+          f"{head.generation}); {len(snapshots)} snapshot(s) listed"
+          + (f"; home {was[:8]} is refused from now on" if was else ""))
+    return EXIT_OK
+
+
 def _context(reactor, home, network, pool, monitor, progress):
     from flud.client.context import JobContext
     from flud.coding import SegmentCoder
@@ -227,13 +313,16 @@ def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, pro
     """A snapshot as a version-1 manifest (a version-2 one flattened: for
     verify, which reads every share of the snapshot anyway)."""
     from flud.client.restore.tree import flatten
-    from flud.client.verify import IndexChallenges
+    from flud.client.verify import IndexChallenges, record_bundles
 
     found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
     try:
         if found.manifest is not None:
             return found.manifest
         manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
+        # what a restore reads before any file: the head, the map, the records
+        manifest["bundles"].update(record_bundles(found.repo,
+                                                  manifest["records"] + [found.record_id]))
         # read now: the map's cache goes with the repository
         manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
                                            manifest)
@@ -278,7 +367,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     elapsed = reactor.seconds() - start
     _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
                           record_retrieves=record_retrieves[0],
-                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable))
+                          bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
+                          unmatched_paths=job.unmatched[:100],
+                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -291,6 +382,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
               f"or something that is not a directory (never followed), or is not a plain "
               f"relative path; the rest is restored")
         _listed(job.refused, "refused")
+    for path in job.unmatched[:20]:
+        print(f"  nothing in the snapshot matches {path}: not restored")
     for node_hex, key_hex, why in job.bad_shares[:20]:
         print(f"  bad share {key_hex[:16]} on node {node_hex[:12]}: {why}")
     for node_hex, shares in job.unreachable.items():
@@ -300,7 +393,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] else EXIT_OK
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] else EXIT_OK
 
 
 def _listed(items, what, most=20) -> None:
@@ -313,7 +406,8 @@ def _listed(items, what, most=20) -> None:
 @defer.inlineCallbacks
 def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.segments import CHALLENGES_PER_SHARE
-    from flud.client.verify import challenge_index, describe_round, summary_line, verify
+    from flud.client.verify import (challenge_index, describe_round, short_of_k, summary_line,
+                                    verify)
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
                                    progress)
@@ -326,19 +420,43 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
                                  full=full)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
-    print(f"{'node':12} {'confirmed':>9} {'missing':>7} {'corrupt':>7} {'unreachable':>11}")
-    totals = {"confirmed": 0, "missing": 0, "corrupt": 0, "unreachable": 0}
-    for node_hex, counts in sorted(per_node.items()):
-        print(f"{node_hex[:12]} {counts['confirmed']:>9} {counts['missing']:>7} "
-              f"{counts['corrupt']:>7} {counts['unreachable']:>11}")
-        for key in totals:
-            totals[key] += counts[key]
-    print(f"{'total':12} {totals['confirmed']:>9} {totals['missing']:>7} "
-          f"{totals['corrupt']:>7} {totals['unreachable']:>11}")
+    totals = _verify_table(per_node)
+    damaged = manifest.get("damaged", [])
     _summary(args).update(snapshot=manifest["snapshot"], full=full, round=round_number,
-                        totals=totals, nodes=per_node,
-                        bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
+                          totals=totals, nodes=per_node, unreadable=len(damaged),
+                          damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
+                          bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
+    # never healthier than a restore: what it could not rebuild (every share
+    # was asked; a sample says nothing of the rest)
+    short = short_of_k(manifest, bad) if args.sample >= 1.0 else []
+    _summary(args).update(short_of_k=len(short))
+    if short:
+        print(f"{len(short)} object(s) with fewer than k shares confirmed: a restore now "
+              f"could not rebuild them")
+        for what in short[:20]:
+            print(f"  {what}")
+    if damaged:
+        # what a restore could not read: its subtree (or file) was not checked
+        print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
+              f"and a restore would miss it")
+        _listed(damaged, "unreadable")
+    if damaged or short:
+        return EXIT_ERROR
     return EXIT_OK if not bad else EXIT_SKIPPED
+
+
+def _verify_table(per_node) -> dict:
+    """Print verify's counts per node and in total; the totals."""
+    from flud.client.verify import OUTCOMES
+
+    print(f"{'node':12} " + " ".join(f"{what:>11}" for what in OUTCOMES))
+    totals = dict.fromkeys(OUTCOMES, 0)
+    for node_hex, counts in sorted(per_node.items()):
+        print(f"{node_hex[:12]} " + " ".join(f"{counts[what]:>11}" for what in OUTCOMES))
+        for what in OUTCOMES:
+            totals[what] += counts[what]
+    print(f"{'total':12} " + " ".join(f"{totals[what]:>11}" for what in OUTCOMES))
+    return totals

@@ -1,7 +1,7 @@
 """`flud node run`: its arguments, made into a NodeConfig, and the node
 process run on it."""
 from flud.node import process
-from flud.node.config import DAY, DEFAULT_CAPACITY, NodeConfig
+from flud.node.config import DAY, DEFAULT_CAPACITY, MIN_LEASE, MIN_TRASH, NodeConfig
 
 GIB = 1024 ** 3
 
@@ -28,6 +28,20 @@ def _duration(text: str) -> float:
     return number * factor
 
 
+def _at_least(minimum: float, why: str):
+    """A _duration of at least `minimum` seconds (argparse prints `why` below that)."""
+    import argparse
+
+    def parse(text: str) -> float:
+        seconds = _duration(text)
+        if seconds < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is less than {minimum / DAY:g} days: {why}")
+        return seconds
+    parse.__name__ = "_duration"  # what argparse names in "invalid ... value"
+    return parse
+
+
 def parse_address(text: str):
     """'HOST:PORT' -> (host, port); ':PORT' means 127.0.0.1."""
     host, sep, port = text.rpartition(":")
@@ -48,11 +62,16 @@ def add_node_commands(sub) -> None:
     run.add_argument("--memory-log", metavar="FILE", help="write memory samples as CSV")
     run.add_argument("--memory-budget", type=_size, default=None, metavar="SIZE",
                      help="bytes of transfer buffers held at once, e.g. 64M (default 64 MiB)")
-    run.add_argument("--lease", type=_duration, default=DAY * 90, metavar="DURATION",
+    run.add_argument("--lease", default=NodeConfig.lease_seconds, metavar="DURATION",
+                     type=_at_least(MIN_LEASE, "clients renew once a week, and a lease must "
+                                               "outlast two renewals"),
                      help="an owner not seen this long has its data moved to the trash, "
-                          "e.g. 90d (default 90 days)")
-    run.add_argument("--trash-time", type=_duration, default=DAY * 7, metavar="DURATION",
-                     help="data stays in the trash this long before it is deleted (default 7d)")
+                          "e.g. 180d (default 365d; at least 14d)")
+    run.add_argument("--trash-time", default=NodeConfig.trash_seconds, metavar="DURATION",
+                     type=_at_least(MIN_TRASH, "the trash must outlast two of the clients' "
+                                               "weekly renewals"),
+                     help="data stays in the trash this long before it is deleted "
+                          "(default 30d; at least 14d)")
     run.add_argument("--lease-sweep-interval", type=_duration, default=3600.0, metavar="DURATION",
                      help="how often leases are checked (default 1h)")
     run.add_argument("-v", "--verbose", action="store_true")

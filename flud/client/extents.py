@@ -106,11 +106,16 @@ class ExtentUpload:
             [self.network.open_store(node, self.size) for node in self.nodes],
             consumeErrors=True)
         self.streams = [value if ok else None for ok, value in results]
-        for (ok, value), node in zip(results, self.nodes):
-            if not ok:
-                self._blame(node, value)
-                self.cancel()
-                raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}")
+        # Every node that refused is blamed, not only the first: the next
+        # attempt must not be placed on another of them (with 4 of 16 nodes
+        # freshly stopped, one blamed per attempt ran out of attempts).
+        refused = [(node, value) for (ok, value), node in zip(results, self.nodes) if not ok]
+        for node, value in refused:
+            self._blame(node, value)
+        if refused:
+            self.cancel()
+            node, value = refused[0]
+            raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}")
 
     def feed(self, shares, indexes) -> defer.Deferred:
         """Fires once stream i has taken shares[i], for every i in indexes."""

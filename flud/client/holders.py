@@ -8,13 +8,15 @@ pages, each a sealed blob: a backup appends a page of what it stored, repair
 a page of what it moved, and for an object the newest page wins. merge()
 folds pages into fewer (the map index lists at most MAX_PAGES).
 """
+import hashlib
 import json
 from typing import NamedTuple, Tuple
 
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import FORMAT_VERSION, BadRecord, BlobRef, is_hex, record_head
+from flud.errors import FludError
 
-MAX_PAGES = 4096   # the index stays one blob of at most ~5 MB; prune merges pages
+MAX_PAGES = 4096   # the index stays one blob of at most ~5 MB; writers merge pages long before
 PAGE_ROWS = 4096   # objects per page when pages are merged
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
@@ -155,20 +157,41 @@ def merge(pages, rows: int = PAGE_ROWS) -> list:
     return HolderMap(pages).pages(rows)
 
 
+class MapTooLarge(FludError):
+    """A map index with more pages than any reader opens: refused when
+    written, never stored as a head nothing can read."""
+
+    code = "MAP_TOO_LARGE"
+
+
 class MapIndex(NamedTuple):
     """The repository's head: the map's pages (each a blob, with the record
     of the bundle that holds it, so any page is found from the index alone),
     the snapshots kept (their records' blob ids, oldest first: forget drops
     one by writing an index without it), and the version-1 snapshots made
-    before (id, created, manifest ref: listed and restored as before)."""
+    before (id, created, manifest ref: listed and restored as before).
+    merged: how many of the first pages are a merge's output (full pages:
+    merging them again gains nothing; the pages after them were appended
+    since, and those are what a writer counts before it merges)."""
     pages: Tuple[Tuple[BlobRef, Bundle], ...] = ()
     snapshots: Tuple[str, ...] = ()
     v1: tuple = ()
+    merged: int = 0
 
     def encode(self) -> bytes:
-        return _encode({"v": FORMAT_VERSION, "t": "map",
-                        "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
-                        "snapshots": list(self.snapshots), "v1": list(self.v1)}).encode("ascii")
+        if len(self.pages) > MAX_PAGES:   # decode would refuse it: so does the writer
+            raise MapTooLarge(f"a map index of {len(self.pages)} pages (at most {MAX_PAGES} "
+                              f"can be read): its pages must be merged first")
+        value = {"v": FORMAT_VERSION, "t": "map",
+                 "pages": [[ref.to_wire(), bundle.to_wire()] for ref, bundle in self.pages],
+                 "snapshots": list(self.snapshots), "v1": list(self.v1)}
+        if self.merged:
+            value["m"] = self.merged
+        return _encode(value).encode("ascii")
+
+    def appended(self) -> int:
+        """Pages appended since the last merge."""
+        return len(self.pages) - self.merged
 
     @classmethod
     def decode(cls, data: bytes) -> "MapIndex":
@@ -186,23 +209,48 @@ class MapIndex(NamedTuple):
                 raise BadRecord("a map index page of the wrong shape")
             ref = BlobRef.from_wire(row[0])
             located.append((ref, _bundle(row[1])))
-        return cls(tuple(located), tuple(snapshots), tuple(v1))
+        merged = value.get("m", 0)
+        if type(merged) is not int or not 0 <= merged <= len(located):
+            raise BadRecord("a map index with a bad count of merged pages")
+        return cls(tuple(located), tuple(snapshots), tuple(v1), merged)
 
 
 class RootRecord(NamedTuple):
     """What ROOT_PUT keeps for this owner (docs/snapshots.md): where the
     newest snapshot record and the map index are, and the holders of the
-    bundles that hold them (the map cannot locate itself)."""
+    bundles that hold them (the map cannot locate itself).
+
+    The chain (a head never goes back): `home` is the writer's home id
+    (made at init, kept in the home), `prev` the digest of the root this
+    one replaced, `last_id` the highest snapshot id the repository has
+    issued. Roots written before the chain have them empty (""/0)."""
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
     generation: int = 0   # one more each time the repository's head changes: the newest wins
+    home: str = ""
+    prev: str = ""
+    last_id: int = 0
 
     def encode(self) -> bytes:
-        return _encode({"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
-                        "map": self.map_index.to_wire(),
-                        "bundles": [[bid, b.to_wire()] for bid, b in self.bundles],
-                        "gen": self.generation}).encode("ascii")
+        value = {"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
+                 "map": self.map_index.to_wire(),
+                 "bundles": [[bid, b.to_wire()] for bid, b in self.bundles],
+                 "gen": self.generation}
+        if self.home or self.prev or self.last_id:   # a pre-chain root keeps its encoding
+            value.update(home=self.home, prev=self.prev, sid=self.last_id)
+        return _encode(value).encode("ascii")
+
+    def digest(self) -> str:
+        """What the next root names as `prev`: a hash of this one's encoding
+        (the sealed form has a random nonce; the encoding is canonical)."""
+        return hashlib.sha256(self.encode()).hexdigest()
+
+    def successor(self, home: str, **fields) -> "RootRecord":
+        """The root one generation newer (or `generation`), written by
+        `home`, chained to this one."""
+        fields.setdefault("generation", self.generation + 1)
+        return self._replace(home=home, prev=self.digest(), **fields)
 
     @classmethod
     def decode(cls, data: bytes) -> "RootRecord":
@@ -225,7 +273,14 @@ class RootRecord(NamedTuple):
         generation = value.get("gen", 0)
         if type(generation) is not int or generation < 0:
             raise BadRecord("a root record with a bad generation")
-        return cls(snapshot, map_index, tuple(sorted(bundles)), generation)
+        home, prev, last_id = value.get("home", ""), value.get("prev", ""), value.get("sid", 0)
+        if not ((home == "" or is_hex(home, HOME_ID_HEX)) and (prev == "" or is_hex(prev))
+                and type(last_id) is int and last_id >= 0):
+            raise BadRecord("a root record with a bad chain (home, prev or sid)")
+        return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id)
+
+
+HOME_ID_HEX = 32   # a home id: 16 random bytes, in hex
 
 
 def is_root_v1(value) -> bool:

@@ -4,9 +4,13 @@
     secret.key    32 random bytes (0600): convergent keys, manifest keys
     config.json   coding parameters and how to find the nodes
     index.sqlite  the local index
+    home.id       16 random bytes in hex, made at init: this home's name as
+                  the writer of the repository's head (one key, one writer:
+                  a home made from the exported key has another id)
 """
 import json
 import os
+import secrets
 
 from flud.client.index import ClientIndex
 from flud.crypto import new_user_secret
@@ -43,6 +47,14 @@ class ClientHome:
         with open(os.path.join(self.path, "secret.key"), "rb") as f:
             self.secret = f.read()
         self._index = None
+        self._home_id = None
+
+    @property
+    def home_id(self) -> str:
+        """This home's id (a home made before ids were kept gets one now)."""
+        if self._home_id is None:
+            self._home_id = load_home_id(self.path)
+        return self._home_id
 
     @property
     def index(self) -> ClientIndex:
@@ -70,6 +82,31 @@ class ClientHome:
             self._index = None
 
 
+HOME_ID_FILE = "home.id"
+
+
+def load_home_id(path: str) -> str:
+    """The home id kept in `path`, made (and kept, crash-safe) if there is none."""
+    where = os.path.join(path, HOME_ID_FILE)
+    try:
+        with open(where) as f:
+            home_id = f.read().strip()
+    except FileNotFoundError:
+        home_id = None
+    if home_id is not None:
+        if len(home_id) != 32 or not all(c in "0123456789abcdef" for c in home_id):
+            raise HomeError(f"{where} is damaged: it should hold 32 hex digits")
+        return home_id
+    home_id = secrets.token_hex(16)
+    temp = where + ".tmp"
+    with open(temp, "w") as f:
+        f.write(home_id + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, where)
+    return home_id
+
+
 def create_home(path: str, testnet=None, join=None, identity=None, secret=None,
                 overrides=None) -> ClientHome:
     path = os.path.abspath(path)
@@ -86,4 +123,6 @@ def create_home(path: str, testnet=None, join=None, identity=None, secret=None,
     config["bootstrap"] = [list(join)] if join else []
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
-    return ClientHome(path)
+    home = ClientHome(path)
+    home.home_id   # made now: a new home, a new writer
+    return home

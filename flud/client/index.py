@@ -12,10 +12,11 @@ import threading
 import zlib
 from typing import NamedTuple
 
+from flud.client import run_rows
 from flud.client.tree import BlobRef
 from flud.errors import FludError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS = {
     1: [
@@ -53,6 +54,16 @@ _MIGRATIONS = {
     4: [
         """CREATE TABLE dirs (path TEXT PRIMARY KEY, local TEXT, subtree TEXT,
                blob_id TEXT, files INTEGER, bytes INTEGER)""",
+    ],
+    # Nothing counts as stored until the map that names it is published
+    # (run_rows.py): the rows a backup writes before its root are listed
+    # here, with what they replaced, and rolled back if it never published.
+    # Extent rows an older flud left may be a killed run's, named by no
+    # map: they become orphans ("O"), adopted (mapped) by the backup that
+    # reuses them, deleted by prune if nothing does.
+    5: [
+        """CREATE TABLE run_rows (tbl TEXT, key TEXT, old TEXT, PRIMARY KEY (tbl, key))""",
+        "UPDATE segments SET seg_key = 'O' || substr(seg_key, 2) WHERE seg_key LIKE 'E%'",
     ],
 }
 
@@ -105,7 +116,7 @@ class ContentLookup:
             self._db.close()
 
 
-class ClientIndex:
+class ClientIndex(run_rows.OpenRun):
     def __init__(self, path: str):
         self.path = path
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -116,6 +127,7 @@ class ClientIndex:
         # well (a 1 GiB backup's peak RSS -1.2 MB; 50000-row scans and inserts
         # took the same time).
         self.db.execute("PRAGMA cache_size=-256")
+        self._run_open = False   # a backup's writes are listed (run_rows.py)
         self._migrate()
 
     def _migrate(self) -> None:
@@ -212,12 +224,12 @@ class ClientIndex:
         self.db.execute("INSERT OR REPLACE INTO built_dirs SELECT path, local, subtree, ?, ?, ? "
                         "FROM seen_dirs WHERE path=?", (blob_id, files, nbytes, path))
 
-    def keep_built_dirs(self) -> None:
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO dirs SELECT * FROM built_dirs "
-                            "WHERE local IS NOT NULL")
-            self.db.execute("DELETE FROM built_dirs")
+    def _keep_built_dirs(self) -> None:
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS built_dirs (path TEXT PRIMARY KEY, "
+                        "local TEXT, subtree TEXT, blob_id TEXT, files INTEGER, bytes INTEGER)")
+        self.db.execute("INSERT OR REPLACE INTO dirs SELECT * FROM built_dirs "
+                        "WHERE local IS NOT NULL")
+        self.db.execute("DELETE FROM built_dirs")
 
     # ---- a run's files to send: a temporary table, so the run holds one
     # directory's listing at a time, never the tree's ---------------------------
@@ -260,6 +272,7 @@ class ClientIndex:
         as scanned (the pending row) is what the index remembers."""
         with self.db:
             self.db.execute("BEGIN")
+            self._track("files", [path for path, _ in landed])
             self.db.executemany(
                 "INSERT OR REPLACE INTO files (path, size, mtime_ns, ctime_ns, inode, "
                 "content_id, parent) SELECT path, size, mtime_ns, ctime_ns, inode, ?, ? "
@@ -338,12 +351,23 @@ class ClientIndex:
         """INSERT OR REPLACE rows into table, in a transaction of their own
         unless the caller is inside one (transaction=False)."""
         sql = f"INSERT OR REPLACE INTO {table} VALUES ({','.join('?' * columns)})"
+        if self._run_open and table in run_rows.TRACKED:
+            rows = [tuple(row) for row in rows]
         if not transaction:
+            self._track(table, rows)
             self.db.executemany(sql, rows)
             return
         with self.db:
             self.db.execute("BEGIN")
+            self._track(table, rows)
             self.db.executemany(sql, rows)
+
+    def _track(self, table: str, rows) -> None:
+        """While a backup is open, list the rows it writes (keys first in each
+        row) with what they replace (run_rows.py), in the write's transaction."""
+        if self._run_open and table in run_rows.TRACKED:
+            run_rows.track(self.db, table, [row if isinstance(row, str) else row[0]
+                                            for row in rows])
 
     def _rows(self, query: str):
         # A cursor of its own, read row by row: the table is never all in memory.
@@ -365,20 +389,22 @@ class ClientIndex:
         return _unpack(row[0]) if row else None
 
     def add_segment(self, seg_key: str, record) -> None:
-        self.db.execute("INSERT OR REPLACE INTO segments VALUES (?,?)", (seg_key, _pack(record)))
+        self._replace_rows("segments", 2, [(seg_key, _pack(record))])
 
     def extent_rows(self):
-        """(row key, extent record as written) of every extent that landed
-        (large.py writes each as it lands, so a backup killed half way
-        leaves them here for prune to find)."""
+        """(row key, extent record as written) of every extent this home
+        stored: those a published map names ("E") and the orphans of killed
+        runs ("O", see run_rows.py), which prune deletes if no map names
+        them."""
         return [(key, json.loads(record)) for key, record in self.db.execute(
-            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%'")]
+            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'E%' OR seg_key LIKE 'O%'")]
 
     def drop_stored(self, bundles, extents) -> int:
-        """Forget bundles and extents prune deleted, with every content
-        stored in them and every file state that names such a content: no
-        later backup may count on them (it reads those files again).
-        Returns how many contents were dropped."""
+        """Forget bundles and extents prune is deleting (called BEFORE its
+        first DELETE), with every content stored in them, every file state
+        that names such a content, their records' blobs and their shares'
+        challenges: no later backup may count on them (it reads those files
+        again and stores them again). Returns how many contents were dropped."""
         bundles, extents = set(bundles), set(extents)
         dropped = []
         for content_id, record in self._rows("SELECT content_id, record FROM contents"):
@@ -386,8 +412,12 @@ class ClientIndex:
             if record.get("b") in bundles or any(
                     e["shares"] and e["shares"][0][1] in extents for e in record.get("ext", ())):
                 dropped.append(content_id)
-        extent_keys = [key for key, record in self.extent_rows()
+        extent_rows = [(key, record) for key, record in self.extent_rows()
                        if record["shares"] and record["shares"][0][1] in extents]
+        share_keys = {row[1] for _, record in extent_rows for row in record["shares"]}
+        for bundle_id in bundles:
+            record = self.bundle(bundle_id)
+            share_keys.update(row[1] for row in (record or {}).get("shares", ()))
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM bundles WHERE bundle_id=?", ((b,) for b in bundles))
@@ -396,7 +426,9 @@ class ClientIndex:
                                 ((c,) for c in dropped))
             self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
             self.db.executemany("DELETE FROM segments WHERE seg_key=?",
-                                ((k,) for k in extent_keys))
+                                ((k,) for k, _ in extent_rows))
+            self.db.executemany("DELETE FROM challenges WHERE share_key=?",
+                                ((k,) for k in share_keys))
             if bundles or extents:   # a kept record may name what is gone: rebuild them all
                 self.db.execute("DELETE FROM dirs")
         return len(dropped)
@@ -419,11 +451,13 @@ class ClientIndex:
     def add_snapshot(self, snapshot_id: int, created: float, summary: dict,
                      compressed_manifest: bytes) -> None:
         """compressed_manifest: zlib of the manifest's JSON (see manifest.py)."""
-        blob = compressed_manifest
         with self.db:
             self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",
-                            (snapshot_id, created, json.dumps(summary), blob))
+            self._add_snapshot_row(snapshot_id, created, summary, compressed_manifest)
+
+    def _add_snapshot_row(self, snapshot_id, created, summary, blob) -> None:
+        self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?)",
+                        (snapshot_id, created, json.dumps(summary), blob))
 
     def snapshots(self) -> list:
         return [{"id": r[0], "created": r[1], **json.loads(r[2])} for r in self.db.execute(
@@ -441,3 +475,55 @@ class ClientIndex:
 
     def set_meta(self, key: str, value) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, json.dumps(value)))
+
+    # ---- repair -------------------------------------------------------------
+
+    def repaired(self, moves) -> None:
+        """Repair stored shares on new nodes: moves {object id: [(index,
+        share key, new node)]}, a bundle id or an extent id (its first
+        share's key). Every local copy of those holders follows (the bundle
+        rows, the extent rows a resumed backup reuses, the large contents'
+        extents a snapshot seals), in one transaction: an index that named
+        the old holders would hand them back to the holder map."""
+        moved = {oid: {index: node for index, _key, node in rows}
+                 for oid, rows in moves.items() if rows}
+        if not moved:
+            return
+
+        def follow(record) -> bool:
+            shares = record.get("shares") or ()
+            new = moved.get(shares[0][1]) if shares else None   # an extent, by its id
+            return self._moved_shares(record, new)
+
+        bundles, extents, contents = [], [], []
+        for bundle_id, record in self._rows("SELECT bundle_id, record FROM bundles"):
+            record = json.loads(record)
+            if self._moved_shares(record, moved.get(bundle_id)):
+                bundles.append((bundle_id, _pack(record)))
+        for key, record in self.extent_rows():
+            if follow(record):
+                extents.append((key, _pack(record)))
+        for content_id, record in self._rows("SELECT content_id, record FROM contents"):
+            record = json.loads(record)
+            if any([follow(extent) for extent in record.get("ext", ())]):
+                contents.append((content_id, _pack(record)))
+        with self.db:
+            self.db.execute("BEGIN")
+            self._replace_rows("bundles", 2, bundles, transaction=False)
+            self._replace_rows("segments", 2, extents, transaction=False)
+            self._replace_rows("contents", 2, contents, transaction=False)
+
+
+    @staticmethod
+    def _moved_shares(record, new) -> bool:
+        """Put record["shares"] ([index, key, node] rows) on the new nodes
+        ({index: node}); whether anything changed."""
+        if not new:
+            return False
+        changed = False
+        for row in record.get("shares") or ():
+            node = new.get(row[0])
+            if node is not None and row[2] != node:
+                row[2] = node
+                changed = True
+        return changed

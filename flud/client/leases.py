@@ -1,34 +1,96 @@
 """Keeping this owner's leases alive on every node (DESIGN.md "Leases,
 trash and compaction"): a node trashes the data of an owner it has not
-heard from for its lease period (90 days by default), and a backup talks
-only to the nodes it stores on that run. So, at most once every
-RENEW_EVERY, a job asks every node it knows one small authenticated
-question (ROOT_GET, a few KiB): a client that backs up (or checks) at least
-once per lease period keeps everything it stored alive."""
+heard from for its lease period (a year by default), and a job talks only
+to the nodes it needs. So every client job (backup, restore, verify,
+check, forget, prune, tag: flud/cli/jobs.py) starts by asking, when due,
+every node it knows one small authenticated question (STATS, which also
+says how long that node keeps an owner's data): a client that runs any job
+at least once per lease period keeps everything it stored alive, even when
+the job itself then fails.
+
+A renewal is due a week after the last one recorded, or at once when this
+machine's clock reads earlier than that record (a clock set back must not
+stop renewals for as long as it went back). It is recorded only when most
+known nodes answered: a run with the network down renews nothing and must
+not count, the next job tries again.
+
+What the user is told (`flud ls`, `key export`, the status page): the
+nodes keep this home's data at least until the last recorded renewal plus
+the shortest lease the answering nodes reported (`kept_until`); the
+renewal's start, not its end, is the time recorded."""
+import time
+
 from twisted.internet import defer
 
 from flud.client.context import wall_clock
-from flud.protocol.errors import ErrorCode
 
-RENEW_EVERY = 7 * 86400.0
-META = "leases_renewed"
+DAY = 86400.0
+RENEW_EVERY = 7 * DAY
+META = "leases_renewed"        # wall time at which the last recorded renewal started
+META_LEASE = "lease_seconds"   # the shortest lease the nodes answering it reported
 AT_ONCE = 16
+# What a node that does not report its lease is taken to keep: the least a
+# node accepts (flud/node/config.py MIN_LEASE), so the date shown is never late.
+LEAST_LEASE = 14 * DAY
+JOBS_THAT_RENEW = ("backup", "restore", "verify", "check", "forget", "prune", "tag")
+
+
+def renewal_due(last, now: float, force: bool = False) -> bool:
+    """last: the recorded renewal's time (None: never)."""
+    return force or last is None or now < last or now - last >= RENEW_EVERY
 
 
 @defer.inlineCallbacks
 def renew_leases(ctx, now=None, force=False):
-    """Returns how many nodes answered (0 if it was not due). now: the wall
-    clock (default: client/context.py's, read when called)."""
+    """Ask every node ctx.network knows, if a renewal is due. Returns how
+    many nodes answered (0 if it was not due). now: the wall clock
+    (default: client/context.py's, read when called)."""
     now = now or wall_clock
-    index = ctx.index
-    if not force and now() - index.get_meta(META, 0) < RENEW_EVERY:
+    index, network = ctx.index, ctx.network
+    started = now()
+    if not renewal_due(index.get_meta(META), started, force):
         return 0
     slots = defer.DeferredSemaphore(AT_ONCE)
     results = yield defer.DeferredList(
-        [slots.run(ctx.network.call, node_id, "root_get") for node_id in ctx.network.alive_ids()],
+        [slots.run(network.call, node_id, "stats") for node_id in network.alive_ids()],
         consumeErrors=True)
-    # NOT_FOUND (no root record there) renews the lease all the same
-    answered = sum(1 for ok, value in results
-                   if ok or getattr(value.value, "code", None) == ErrorCode.NOT_FOUND)
-    index.set_meta(META, now())
-    return answered
+    answers = [value for ok, value in results if ok]
+    if 2 * len(answers) > len(network.nodes):
+        index.set_meta(META, started)
+        index.set_meta(META_LEASE, min(_lease_of(a) for a in answers))
+    return len(answers)
+
+
+def _lease_of(stats) -> float:
+    """The lease a node's STATS answer reports (LEAST_LEASE if it does not)."""
+    try:
+        seconds = float(stats["leases"]["lease_seconds"])
+    except (KeyError, TypeError, ValueError):
+        return LEAST_LEASE
+    return seconds if seconds > 0 else LEAST_LEASE
+
+
+def kept_until(index):
+    """{renewed, lease_seconds, kept_until} of the last recorded renewal, or None."""
+    renewed = index.get_meta(META)
+    if renewed is None:
+        return None
+    lease = index.get_meta(META_LEASE) or LEAST_LEASE
+    return {"renewed": renewed, "lease_seconds": lease, "kept_until": renewed + lease}
+
+
+def _date(t: float) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(t))
+
+
+def kept_until_line(index) -> str:
+    """One sentence for the user: until when the nodes keep this home's data."""
+    jobs = ", ".join(JOBS_THAT_RENEW[:-1]) + " or " + JOBS_THAT_RENEW[-1]
+    known = kept_until(index)
+    if known is None:
+        return (f"leases: not renewed yet; the nodes keep an owner's data for their lease "
+                f"(a year by default) after a job last reached them, and every {jobs} "
+                f"renews it")
+    return (f"leases: the nodes keep this home's data until at least "
+            f"{_date(known['kept_until'])} (renewed {_date(known['renewed'])}, "
+            f"{known['lease_seconds'] / DAY:.0f}-day lease); every {jobs} renews it")

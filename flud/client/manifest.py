@@ -181,15 +181,30 @@ def root_place_key(network) -> bytes:
     return network.client_id + b"root"
 
 
+class RootNotStored(ManifestMissing):
+    """Fewer than a majority of the nodes a root record was sent to took it."""
+
+    code = "ROOT_QUORUM"
+
+
+def root_quorum(sent: int) -> int:
+    """How many of the `sent` nodes must accept a root: a majority, so two
+    majorities share a node and a reader that asks every node finds it."""
+    return sent // 2 + 1
+
+
 @defer.inlineCallbacks
 def put_root(network, secret, n, root):
     record = _seal_json(secret, "root", root)
     targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
     results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
                                        consumeErrors=True)
-    if not any(ok for ok, _ in results):
-        raise ManifestMissing("no node accepted the root record; the snapshot is stored "
-                              "but cannot be found from the key alone. Run the backup again.")
+    accepted = sum(1 for ok, _ in results if ok)
+    if not targets or accepted < root_quorum(len(targets)):
+        raise RootNotStored(
+            f"only {accepted} of the {len(targets)} nodes asked took the new root record "
+            f"({root_quorum(len(targets))} are needed): the head did not move, and what this "
+            f"run stored is kept for the next run. Run it again when more nodes are up.")
 
 
 def put_root_v2(network, secret, n, root: RootRecord):
@@ -199,10 +214,12 @@ def put_root_v2(network, secret, n, root: RootRecord):
 
 def _root_rank(root) -> tuple:
     """Version 2 after version 1 (a repository moves forward only); within a
-    version, the newest generation or snapshot."""
+    version, the newest generation or snapshot; two different roots of one
+    generation (a fork) are ordered by their digest, so every reader picks
+    the same one whatever order the nodes answer in."""
     if isinstance(root, RootRecord):
-        return (2, root.generation)
-    return (1, root["snapshot"])
+        return (2, root.generation, root.digest())
+    return (1, root["snapshot"], json.dumps(root, sort_keys=True))
 
 
 @defer.inlineCallbacks

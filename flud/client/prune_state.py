@@ -28,20 +28,33 @@ any point leaves every decided object pending, and the next run sends its
 DELETE again (a DELETE of what is already gone is done, not an error:
 deletes are idempotent). A DELETE that fails (its node is
 down) stays pending for later runs; the node's lease expiry is the
-backstop. A pending object that something references again is "revived":
-it is taken off the list and the caller stores it again (some of its nodes
-may already have dropped it).
+backstop.
 
-What a backup does for this to hold (the caller's part), in this order
-when it finishes: it writes a last checkpoint naming everything its
-snapshot will reference; then asks must_restore() which of those a prune
-has decided to delete or deleted; stores each of them again on other nodes
-(a new object: a prune's DELETE of the old copy, maybe in flight, cannot
-touch it); then publishes its snapshot. Either the prune's second look
-comes after that last checkpoint (and keeps the object), or the prune's
-state, written before its second look, is what must_restore reads. The
-client index forgets what prune deleted; the tombstones (TOMBSTONE_KEEP)
-cover backups that read the index before.
+No backup names an object that a prune has begun to delete: the caller
+takes every decided object out of the client index together with writing
+this state, before the first DELETE (restic's order). A backup that needs
+such content again finds it nowhere in the index and stores it again; its
+id is its content's, so it is the same object, now whole again. A pending
+object that a kept snapshot references again is "revived": its DELETE is
+cancelled (never sent again), since only such a backup can have made it
+referenced. Objects are content-addressed: storing a copy "as a new
+object" while its DELETE is pending is not possible, so the delete is
+cancelled, not raced.
+
+What a backup on a second machine sharing the key would have to do (not
+wired: on one home the job lock orders a backup and a prune, and the
+index forgets decided objects first): write a last checkpoint naming
+everything its snapshot will reference; ask must_restore() which of those
+a prune has decided to delete or deleted; and publish only once each is
+either cancelled (a prune's second look saw the checkpoint) or confirmed
+gone and stored again. Storing a copy while the DELETE may be in flight is
+no answer: the copy has the same content key, so the DELETE removes it.
+The tombstones (TOMBSTONE_KEEP) cover backups that read the index before.
+
+Surplus copies (flud/client/prune/surplus.py: a share on a node that the
+map's newest row no longer names) are objects here too, "s:KEY@NODE", by
+the same rules; their marks and pending deletes are what remembers them
+once the map's pages are merged.
 """
 from typing import Mapping, NamedTuple, Optional, Tuple
 
@@ -51,10 +64,12 @@ CHECKPOINT_INTERVAL = 15 * 60   # a running backup writes a checkpoint at least 
 CHECKPOINT_STALE = 3 * CHECKPOINT_INTERVAL  # silent this long: the backup is dead
 CLOCK_SKEW = 5 * 60             # how far two machines' clocks may disagree
 DEFAULT_GRACE = 24 * 3600
+STATE_META = "prune_state"      # the client index's meta key the state is kept under
 TOMBSTONE_KEEP = 7 * 24 * 3600  # deletions remembered for backups that started before them
 STATE_VERSION = 1
 
 DELETED, ABSENT, FAILED = "deleted", "absent", "failed"
+SURPLUS = "s"                   # a surplus copy's id: "s:KEY@NODE" (one share on one node)
 
 
 class PruneStateError(FludError):
@@ -100,6 +115,11 @@ class PruneState(NamedTuple):
     pending: Mapping[str, Pending] = {}
     deleted: Mapping[str, float] = {}          # tombstones: id -> when confirmed
 
+    def pending_objects(self) -> frozenset:
+        """Bare bundle and extent ids of the pending deletes ("b:ID", "x:ID";
+        a surplus copy, "s:KEY@NODE", is one share, not an object)."""
+        return frozenset(oid[2:] for oid in self.pending if oid[:2] in ("b:", "x:"))
+
     def to_wire(self) -> dict:
         return {"v": STATE_VERSION, "run": self.run,
                 "marks": {k: list(m) for k, m in sorted(self.marks.items())},
@@ -126,8 +146,8 @@ class RunPlan(NamedTuple):
     """run: this run's number. state: to be written BEFORE any delete.
     delete: ids to DELETE now (decided now, or pending from earlier runs).
     marked: first found unreferenced now. waiting: {id: why} unreferenced
-    but not deletable yet. revived: pending deletes referenced again: store
-    them again. protected: {id: why} unreferenced by snapshots but kept for
+    but not deletable yet. revived: pending deletes referenced again: their
+    DELETEs are cancelled (a backup stored them again). protected: {id: why} unreferenced by snapshots but kept for
     a live backup."""
     run: int
     state: PruneState
@@ -245,6 +265,58 @@ def record_deletes(state: PruneState, outcomes: Mapping[str, Outcome],
         else:
             raise ValueError(f"unknown outcome {outcome.status!r}")
     return state._replace(pending=pending, deleted=deleted)
+
+
+def pending_object_ids(index) -> frozenset:
+    """The bundle and extent ids (as the holder map names them) that prune
+    has decided to delete and not yet confirmed gone, from the state kept
+    in `index` (anything with get_meta). `flud check` leaves them out of
+    its health counts: some of their shares may be gone already, by design.
+    A state that cannot be read gives none (counting them is the safe side)."""
+    saved = index.get_meta(STATE_META)
+    if not saved:
+        return frozenset()
+    try:
+        return PruneState.from_wire(saved).pending_objects()
+    except PruneStateError:
+        return frozenset()
+
+
+def surplus_id(key: str, node: str) -> str:
+    return f"{SURPLUS}:{key}@{node}"
+
+
+def is_surplus(object_id: str) -> bool:
+    return object_id.startswith(SURPLUS + ":")
+
+
+def place_of(object_id: str):
+    """(share key, node id hex) of a surplus copy's id."""
+    key, node = object_id[len(SURPLUS) + 1:].split("@", 1)
+    return key, node
+
+
+def deleted_copies(index) -> frozenset:
+    """{(share key, node id hex)} of the surplus copies prune has deleted
+    (its tombstones, TOMBSTONE_KEEP), from the state kept in `index`:
+    `flud check` can stop reporting them as surplus."""
+    saved = index.get_meta(STATE_META)
+    try:
+        state = PruneState.from_wire(saved) if saved else PruneState()
+    except PruneStateError:
+        return frozenset()
+    return frozenset(place_of(oid) for oid in state.deleted if is_surplus(oid))
+
+
+def stored_again(state: PruneState, object_ids) -> PruneState:
+    """The state once a backup that stored these objects again (whole: it
+    found them nowhere in the index) published a snapshot naming them:
+    their pending deletes are cancelled and their tombstones dropped, as
+    the next prune run would find anyway. Ids as prune names them ("b:ID",
+    "x:ID")."""
+    ids = set(object_ids)
+    return state._replace(pending={k: p for k, p in state.pending.items() if k not in ids},
+                          deleted={k: t for k, t in state.deleted.items() if k not in ids})
 
 
 def must_restore(state: PruneState, refs) -> set:

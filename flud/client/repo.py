@@ -17,8 +17,8 @@ import tempfile
 from twisted.internet import defer
 
 from flud.client.blobs import BlobDamaged, BlobSealer
-from flud.client.holders import MapIndex, MapPage, RootRecord
-from flud.client.records import Bundle, SmallContent
+from flud.client.holders import PAGE_ROWS, MapIndex, MapPage, RootRecord
+from flud.client.records import Bundle, ShareHolder, SmallContent
 from flud.client.restore.small import SmallFetch
 from flud.client.tree import BadRecord, BlobRef, NewerFormat, SnapshotRecord
 from flud.errors import FludError
@@ -179,10 +179,31 @@ class Repository:
         self.root = root
         self.cache.add_older(root.bundles)
         self.index = MapIndex.decode((yield self.open_ref(root.map_index)))
-        for ref, bundle in reversed(self.index.pages):
+        yield self.load_pages(self.index.pages)
+
+    @defer.inlineCallbacks
+    def load_pages(self, pages):
+        """Pages ((BlobRef, Bundle), ...), oldest first, into the cache,
+        read newest first."""
+        for ref, bundle in reversed(pages):
             self.cache.add_older([(ref.bundle, bundle)])
             page = MapPage.decode((yield self.open_ref(ref)))
             self.cache.add_older(page=page)
+
+    def merged_pages(self, rows: int = PAGE_ROWS) -> list:
+        """The map as loaded (the newest row of every object and challenge),
+        as pages of at most `rows` objects: what merging the pages writes.
+        The bundles that held the merged pages are rows of it too: prune
+        finds them unreferenced and deletes them, as any superseded record."""
+        bundles = {}
+        for bundle_id in self.cache.bundle_ids():
+            bundles[bundle_id] = self.cache.bundle(bundle_id)
+        extents = {xid: tuple(ShareHolder(*h) for h in holders)
+                   for xid, holders in self.cache.extent_rows()}
+        return MapPage.of(bundles=bundles, extents=extents, blobs=self.cache.blob_rows(),
+                          challenges=[(key, tuple(items))
+                                      for key, items in self.cache.challenge_rows()]
+                          ).split(rows)
 
     @defer.inlineCallbacks
     def sealed(self, ref: BlobRef):

@@ -1,12 +1,22 @@
 """Finding snapshots: the repository the nodes hold (version 2) or the
 manifests of version 1, by id or the newest, from the local index when it
-knows and from the nodes (the key alone) when it does not."""
+knows and from the nodes (the key alone) when it does not.
+
+A writer (forget, tag, prune, check) opens the nodes' head only if this
+home may write after it (client/chain.py); a reader (restore, ls, verify)
+that finds the nodes' head older than the one this home saved says so and
+reads this home's own."""
+import logging
+
 from twisted.internet import defer
 
+from flud.client.chain import Saved, StaleRoot, judge_home
 from flud.client.holders import RootRecord
-from flud.client.manifest import fetch_manifest, find_root
+from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
 from flud.client.repo import Repository
 from flud.errors import FludError
+
+log = logging.getLogger("flud.client")
 
 
 class NoSuchSnapshot(FludError):
@@ -31,10 +41,14 @@ class Found:
 
 @defer.inlineCallbacks
 def open_repository(ctx, report_bad=lambda node, key, why: None,
-                    count_retrieves=lambda n: None):
-    """(root, Repository or None): the newest root record on the nodes; a
-    Repository (opened) if it is version 2."""
-    root = yield find_root(ctx.network, ctx.secret)
+                    count_retrieves=lambda n: None, reading=False, root=None):
+    """(root, Repository or None): the newest root record on the nodes
+    (or `root`, as given); a Repository (opened) if it is version 2.
+    The nodes' root is judged against this home's head (client/chain.py):
+    a writer gets StaleRoot, ForkedHead or OtherWriter; a reader
+    (reading=True) gets this home's own head where the nodes' is older."""
+    if root is None:
+        root = yield _judged_root(ctx, reading)
     if not isinstance(root, RootRecord):
         return root, None
     repo = Repository(ctx, report_bad, count_retrieves)
@@ -44,6 +58,34 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
         repo.close()
         raise
     return root, repo
+
+
+@defer.inlineCallbacks
+def _judged_root(ctx, reading):
+    try:
+        found = yield find_root(ctx.network, ctx.secret)
+    except ManifestMissing:
+        found = None
+    try:
+        judge_home(ctx, found)
+    except StaleRoot:
+        saved = Saved(ctx.index)
+        if not reading or saved.root is None:
+            raise
+        newest = f"generation {found.generation}" if isinstance(found, RootRecord) else "none"
+        log.warning("the nodes' newest root (%s) is older than the head this home saved "
+                    "(generation %d): the nodes holding the newest are away, or one answered "
+                    "with an old root. Reading this home's head instead.", newest,
+                    saved.generation)
+        return saved.root
+    except FludError:
+        if not reading:
+            raise   # a reader reads the nodes' newest, whoever wrote it
+    if found is None:
+        raise ManifestMissing(
+            "no node holds a manifest for this key. Check that you imported the right key "
+            "and that the nodes you joined are the ones you backed up to.")
+    return found
 
 
 @defer.inlineCallbacks
@@ -57,7 +99,7 @@ def find_snapshot(ctx, snapshot=None, report_bad=lambda node, key, why: None,
         manifest = index.manifest(chosen["id"])
         if manifest is not None:
             return Found(manifest=manifest)
-    root, repo = yield open_repository(ctx, report_bad, count_retrieves)
+    root, repo = yield open_repository(ctx, report_bad, count_retrieves, reading=True)
     if repo is None:
         manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
                                         root["manifest"])

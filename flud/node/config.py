@@ -6,6 +6,15 @@ from dataclasses import dataclass
 
 DEFAULT_CAPACITY = 10 * 1024 ** 3
 DAY = 86400.0
+# How often a client renews its leases on every node it knows
+# (flud/client/leases.py RENEW_EVERY; client and node may not import each
+# other, tests/unit/node/test_leases.py holds the two equal). The trash
+# keeps an owner's data for at least two of its renewal periods, so one
+# renewal missed (a week away, a run with the network down) loses nothing.
+CLIENT_RENEWAL_PERIOD = 7 * DAY
+MIN_TRASH = 2 * CLIENT_RENEWAL_PERIOD
+# A lease shorter than this would trash clients that renew on time.
+MIN_LEASE = 2 * CLIENT_RENEWAL_PERIOD
 
 
 @dataclass(frozen=True)
@@ -19,6 +28,6 @@ class NodeConfig:
     memory_budget: int | None = None  # bytes of transfer buffers held at once (None: the default)
     verbose: bool = False         # log at DEBUG
     # Leases (flud/node/leases.py; docs/DESIGN.md says why these defaults):
-    lease_seconds: float = 90 * DAY   # an owner not seen this long goes to the trash
-    trash_seconds: float = 7 * DAY    # ... and is deleted after this much more
+    lease_seconds: float = 365 * DAY  # an owner not seen this long goes to the trash
+    trash_seconds: float = 30 * DAY   # ... and is deleted after this much more
     lease_sweep_interval: float = 3600.0  # seconds between sweeps

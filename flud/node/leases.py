@@ -5,15 +5,27 @@ glue decides when. Every authenticated request of an owner renews its lease
 (`seen`), but a renewal is a sqlite commit (an fsync of the WAL: ~1 ms here,
 ~10 ms on a spinning disk), and a node serves thousands of requests a second
 during a restore; so an owner's lease is written at most once per
-RENEW_EVERY of lease clock. An hour is 1/2160 of the default 90-day lease:
-the lease loses nothing of its meaning, and a crash forgets at most an hour
-of renewals. An owner whose data is in the trash is renewed at once, on the
-reactor thread, before its request is served: the request that brings an
-owner back is answered from its data.
+RENEW_EVERY of lease clock. An hour is 1/8760 of the default one-year
+lease: the lease loses nothing of its meaning, and a crash forgets at most
+an hour of renewals. An owner whose data is in the trash is renewed at
+once, on the reactor thread, before its request is served: the request
+that brings an owner back is answered from its data.
 
 The sweep runs every `sweep_interval` on the injected clock, in a worker
 (a purge can take a while). The first one also credits the time the node was
 not running to every lease (nobody could renew while it was down).
+
+The lease clock is wall time (it is what the rows hold), and wall time
+jumps: NTP steps it, a user sets it, a laptop suspended for a month wakes
+up a month later. Nothing that deletes data may trust it alone (a jump of
+a year would trash every owner at once), so every sweep also reads a
+monotonic clock (injected; time.monotonic, which stands still while the
+machine sleeps) and compares the two gaps since the previous sweep
+(`measure_gap`): a gap longer than a sweep interval was not time owners
+could reach this node (it slept, was stopped, or its clock jumped), and is
+credited to every lease as the first sweep credits downtime; a sweep whose
+two clocks disagree trashes and purges nobody (the next one, on a clock
+that is steady again, does what is due).
 
 The lease clock is the reactor's clock plus an offset, 0 except under the
 developer switch FLUD_NODE_CLOCK_FILE (docs/DESIGN.md): tests move a real
@@ -21,8 +33,10 @@ node's lease clock forward by writing seconds into that file, read at each
 sweep.
 """
 import logging
+import time
+from dataclasses import dataclass
 
-from storage.leases import LeaseTerms
+from storage.leases import LeaseTerms, SweepReport
 
 log = logging.getLogger("flud.leases")
 
@@ -31,6 +45,33 @@ RENEW_EVERY = 3600.0
 # Owners whose last renewal is remembered; past this the memory is cleared
 # (each owner then writes its lease once more): bounds the map, not the owners.
 RENEWALS_REMEMBERED = 16384
+# Two clocks that disagree by more than this over one sweep interval: the
+# wall clock jumped (or the machine slept). NTP slews at most 500 ppm, so an
+# hour's interval drifts by 1.8 s; a minute is far from both.
+JUMP_BOUND = 60.0
+# A sweep may start this late (a busy reactor, a long purge before it)
+# before the extra is credited to the leases.
+LATE_BOUND = 60.0
+
+
+@dataclass(frozen=True)
+class Gap:
+    """What one gap between sweeps holds against the leases."""
+    charged: float  # seconds of lease clock the leases are held to
+    jumped: bool    # the wall clock and the monotonic clock disagreed
+
+
+def measure_gap(wall_delta: float, mono_delta: float, interval: float) -> Gap:
+    """wall_delta, mono_delta: seconds since the previous sweep on each clock.
+    Owners can only have been reaching this node for the monotonic time,
+    and for at most one interval (plus LATE_BOUND) between two sweeps: the
+    rest of the wall gap (a suspend, a stopped process, a jump forward) is
+    not held against them. A jump backwards charges nothing."""
+    jumped = abs(wall_delta - mono_delta) > JUMP_BOUND
+    if not jumped and mono_delta <= interval + LATE_BOUND:
+        return Gap(charged=wall_delta, jumped=False)  # the usual sweep: nothing to credit
+    return Gap(charged=max(0.0, min(wall_delta, mono_delta, interval + LATE_BOUND)),
+               jumped=jumped)
 
 
 def offset_file_reader(path: str):
@@ -48,11 +89,12 @@ def offset_file_reader(path: str):
 class LeaseKeeper:
     def __init__(self, leases, clock, run_blocking, terms: LeaseTerms,
                  sweep_interval: float = DEFAULT_SWEEP_INTERVAL, read_offset=None,
-                 on_purged=None):
-        """leases: a storage.leases.StoreLeases; clock: IReactorTime;
-        run_blocking(fn, *args) -> Deferred; read_offset() -> seconds or None;
-        on_purged(owner): told of each owner whose data a sweep deleted (the
-        node forgets its root record too)."""
+                 on_purged=None, monotonic=time.monotonic):
+        """leases: a storage.leases.StoreLeases; clock: IReactorTime (the
+        wall clock); run_blocking(fn, *args) -> Deferred; read_offset() ->
+        seconds or None; on_purged(owner): told of each owner whose data a
+        sweep deleted (the node forgets its root record too); monotonic():
+        seconds on a clock that never jumps (tests drive their own)."""
         self._on_purged = on_purged
         self._leases = leases
         self._clock = clock
@@ -64,9 +106,11 @@ class LeaseKeeper:
         self._renewed = {}  # owner -> lease clock of its last renewal written
         self._call = None
         self._running = False
-        self._first = True
+        self._monotonic = monotonic
+        self._previous = None  # (wall, monotonic, offset) of the last sweep that credited
         self.counters = {"sweeps": 0, "renewals": 0, "restored": 0, "trashed": 0,
-                         "purged": 0, "freed_bytes": 0, "sweep_errors": 0}
+                         "purged": 0, "freed_bytes": 0, "sweep_errors": 0,
+                         "clock_jumps": 0, "credited_seconds": 0.0}
 
     def now(self) -> float:
         return self._clock.seconds() + self.offset
@@ -77,7 +121,10 @@ class LeaseKeeper:
         """An authenticated request of `owner`: renew its lease if due."""
         now = self.now()
         last = self._renewed.get(owner)
-        if last is not None and now - last < RENEW_EVERY and not self._leases.is_trashed(owner):
+        # a clock that went back since (now < last) writes at once: the row
+        # then holds the time the sweeps will compare with
+        if last is not None and 0 <= now - last < RENEW_EVERY \
+                and not self._leases.is_trashed(owner):
             return
         try:
             restored = self._leases.renew(owner, now)
@@ -113,15 +160,32 @@ class LeaseKeeper:
     def sweep(self):
         """One sweep now; returns a Deferred firing with its SweepReport."""
         self._refresh_offset()
-        now = self.now()
-        first, self._first = self._first, False
-        if first:
-            d = self._run_blocking(self._leases.credit_downtime, now, self.sweep_interval)
-            d.addCallback(lambda _: self._run_blocking(self._leases.sweep, now, self.terms))
+        wall, mono, offset = self._clock.seconds(), self._monotonic(), self.offset
+        now = wall + offset
+        if self._previous is None:  # the first sweep since the node started
+            gap, allowance = None, self.sweep_interval
         else:
-            d = self._run_blocking(self._leases.sweep, now, self.terms)
+            last_wall, last_mono, last_offset = self._previous
+            gap = measure_gap(wall - last_wall, mono - last_mono, self.sweep_interval)
+            # The offset file moves the lease clock on purpose: never credited.
+            allowance = gap.charged + (offset - last_offset)
+        d = self._run_blocking(self._leases.credit_downtime, now, allowance)
+        d.addCallback(self._credited, (wall, mono, offset))
+        if gap is not None and gap.jumped:
+            self.counters["clock_jumps"] += 1
+            log.warning("the wall clock moved %.0f s while the monotonic clock moved %.0f s "
+                        "(a clock jump or a suspend): credited to every lease, and nobody is "
+                        "trashed or purged in this sweep", wall - self._previous[0],
+                        mono - self._previous[1])
+            d.addCallback(lambda _: SweepReport())
+        else:
+            d.addCallback(lambda _: self._run_blocking(self._leases.sweep, now, self.terms))
         d.addCallback(self._swept)
         return d
+
+    def _credited(self, credit, reference) -> None:
+        self._previous = reference
+        self.counters["credited_seconds"] += credit
 
     def _swept(self, report):
         self.counters["sweeps"] += 1
@@ -151,4 +215,5 @@ class LeaseKeeper:
 
     def stats(self) -> dict:
         return {"clock": round(self.now(), 3), "lease_seconds": self.terms.lease,
-                "trash_seconds": self.terms.trash, **self.counters}
+                "trash_seconds": self.terms.trash, **self.counters,
+                "credited_seconds": round(self.counters["credited_seconds"], 3)}

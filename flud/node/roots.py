@@ -9,6 +9,17 @@ from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import MAX_ROOT_RECORD
 
 
+def _sync_directory(directory: str) -> None:
+    """fsync the directory: the rename that replaced a root is on disk only
+    once its directory is (a power cut could otherwise bring back the old
+    root, an authentic and stale one, after the client was told it was kept)."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class RootStore:
     def __init__(self, directory: str):
         self.directory = directory
@@ -27,6 +38,7 @@ class RootStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)
+        _sync_directory(self.directory)
 
     def get(self, owner: bytes) -> bytes:
         try:

@@ -139,7 +139,7 @@ class NodeService(Service):
             LeaseTerms(self.config.lease_seconds, self.config.trash_seconds),
             self.config.lease_sweep_interval,
             read_offset=offset_file_reader(clock_file) if clock_file else None,
-            on_purged=self.roots.remove)
+            on_purged=self.roots.remove, monotonic=time.monotonic)
         self.compactions = CompactionScheduler(self.store, self.reactor, self.workers.run)
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
                                    stats=self.stats, monitor=self.monitor, inline_commits=True,

@@ -65,6 +65,9 @@ def test_the_agent_backs_up_on_schedule_and_refuses_a_twin(home, tmp_path):
         page = agent.page()
         assert f"{health['objects']['healthy']} healthy" in page
         assert "snapshot 1: 2 files" in page
+        # the backup renewed the leases first: until when the nodes keep the data
+        assert status["leases"]["kept_until"] - status["leases"]["renewed"] == 365 * 86400
+        assert 'id="leases">the nodes keep this home' in page
         # a second agent on the same home
         twin = flud("agent", "--home", home, "--listen", "127.0.0.1:0", timeout=30)
         assert twin.returncode == 2

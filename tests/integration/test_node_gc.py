@@ -10,18 +10,23 @@
   (FLUD_NODE_CLOCK_FILE) passes the lease, A's data is in the trash and B's
   untouched; A coming back gets everything again, or, once the trash time
   has passed too, A's data is gone and its space free.
+- A client job renews its leases on every node before it runs, so one that
+  fails at once still renewed, and says until when the nodes keep the data
+  (the shortest lease the nodes reported).
 
 Owners are client identities (a home directory each) acting through
 tests/integration/peer_tool.py; a third identity only asks for STATS.
 """
 import hashlib
+import json
 import os
 import signal
 import time
 
 import pytest
 
-from tests.integration.helpers import NodeProcess, flud, output, tool, tool_popen, wait_until
+from tests.integration.helpers import (NodeProcess, flud, init_client, output, tool, tool_popen,
+                                       wait_until)
 
 pytestmark = pytest.mark.integration
 
@@ -186,7 +191,7 @@ def owners(tmp_path, monkeypatch):
     nodes = []
     try:
         for name in ("n0", "n1"):
-            node = NodeProcess(tmp_path / name, extra=("--lease", "90d", "--trash-time", "7d",
+            node = NodeProcess(tmp_path / name, extra=("--lease", "90d", "--trash-time", "14d",
                                                        "--lease-sweep-interval", "0.2"))
             nodes.append(node)
             node.wait_ready()
@@ -228,7 +233,7 @@ def test_an_owner_that_stops_is_trashed_then_restored_or_deleted(owners, a_retur
             assert owners.stats(node)["store"]["trashed_owners"] == 0
             assert all_ok(owners.check(owners.a, node))
         return
-    owners.advance_to(99)  # past 91 + 7 days in the trash
+    owners.advance_to(106)  # past 91 + 14 days in the trash
     owners.b_comes()
     for i, node in enumerate(owners.nodes):
         stats = wait_until(lambda: (s := owners.stats(node))["leases"]["purged"] >= 1 and s,
@@ -276,3 +281,41 @@ def test_testnet_status_shows_the_space_a_compaction_frees(testnet_factory, tmp_
     freed = (len(dead) + 1) * SPAN / 1e6
     assert after["stored"] == pytest.approx(before["stored"] - freed, abs=0.1)
     assert after["free"] == pytest.approx(before["free"] + freed, abs=0.1)
+
+
+def test_a_job_that_fails_still_renews_and_says_until_when(tmp_path):
+    first = NodeProcess(tmp_path / "r0", extra=("--lease", "200d"))
+    nodes = [first]
+    try:
+        first.wait_ready()
+        nodes += [NodeProcess(tmp_path / f"r{i}", join=first.addr, extra=("--lease", "300d"))
+                  for i in (1, 2)]
+        for node in nodes[1:]:
+            node.wait_ready()
+        observer = str(tmp_path / "observer")
+        wait_until(lambda: tool("stats-one", first.addr, observer)["peers_alive"] >= 2, 30,
+                   "the nodes to know each other", interval=0.3)
+        home = tmp_path / "home"
+        init_client(home, join=first.addr)
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "a.txt").write_bytes(b"alpha")
+        renewals = {node.addr: tool("stats-one", node.addr, observer)["leases"]["renewals"]
+                    for node in nodes}  # the observer's own renewal counted: once an hour
+        before = time.time()
+        proc = flud("backup", src, "--home", home, "--json")  # 3 nodes, n=8: refused
+        assert proc.returncode == 2 and "only 3 nodes are known" in proc.stderr, output(proc)
+        leases = json.loads(proc.stdout)["leases"]
+        assert leases["lease_seconds"] == 200 * DAY  # the shortest the nodes reported
+        assert before <= leases["renewed"] <= time.time()
+        assert leases["kept_until"] == leases["renewed"] + 200 * DAY
+        for node in nodes[1:]:  # only the renewal reached these two
+            assert tool("stats-one", node.addr, observer)["leases"]["renewals"] == \
+                renewals[node.addr] + 1
+        listing = flud("ls", "--home", home)
+        until = time.strftime("%Y-%m-%d", time.localtime(leases["kept_until"]))
+        assert f"until at least {until}" in listing.stdout, output(listing)
+    finally:
+        for node in nodes:
+            if node.alive():
+                node.stop(signal.SIGKILL)

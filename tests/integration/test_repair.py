@@ -7,11 +7,14 @@ byte-identical, and so is a restore from the key alone in a new home.
 2-of-4 here: with 4-of-8, three times n-k is twelve of sixteen nodes, and
 the four left could not hold an object's eight shares whatever repair did.
 """
+import json
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from tests.integration.helpers import (compare_trees, flud, init_client, output,
+from tests.integration.helpers import (compare_trees, flud, init_client, output, shared_file,
                                        write_random)
 
 pytestmark = pytest.mark.integration
@@ -19,6 +22,31 @@ pytestmark = pytest.mark.integration
 NODES = 16
 K, N = 2, 4
 PASSPHRASE = "correct horse battery staple"
+
+
+def _busiest_three(net, gone) -> list:
+    """The 3 live nodes holding the most bytes (node 0 aside)."""
+    picked = []
+    for _ in range(3):
+        victim = _busiest(net, gone | set(picked))
+        picked.append(victim)
+    return picked
+
+
+def _issue_tree(tmp_path, big_mib: int):
+    """A large file and the 51-file mix (the issue's data set)."""
+    src = tmp_path / "src"
+    gen = shared_file("tools/gen_mix.py", "the generator of the seed's 51-file home mix")
+    made = subprocess.run([sys.executable, gen, str(src / "mix")], capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    write_random(src / "big.bin", big_mib * 1024 * 1024, 48)
+    return src
+
+
+def _check_json(home, *extra):
+    proc = flud("check", "--home", home, "--json", *extra)
+    return proc, json.loads(proc.stdout)
 
 
 def _busiest(net, gone) -> int:
@@ -75,3 +103,64 @@ def test_holders_stopped_one_at_a_time_are_repaired(testnet_factory, tmp_path):
     proc = flud("restore", "--home", new_home, "--to", tmp_path / "dest2")
     assert proc.returncode == 0, output(proc)
     assert compare_trees(src, tmp_path / "dest2" / "src") == []
+
+
+def test_three_rounds_of_the_three_busiest_stopped_on_twenty_nodes(testnet_factory, tmp_path):
+    """Issue 25 finding 3: 20 nodes, the defaults (4-of-8, grace 3 days), a
+    48 MiB file and the 51-file mix. Three times the 3 nodes holding the
+    most bytes stop and `check --repair` runs at once: every object down to
+    k + 2 confirmed is repaired whatever the grace, no check ever finds an
+    object unreadable, and the restore is byte-identical."""
+    net = testnet_factory(20)
+    src = _issue_tree(tmp_path, 48)
+    home = tmp_path / "home"
+    init_client(home, net, None)
+    proc = flud("backup", src, "--home", home)
+    assert proc.returncode == 0, output(proc)
+    gone, repaired = set(), 0
+    for _ in range(3):
+        for victim in _busiest_three(net, gone):
+            net.stop(victim, signal.SIGKILL)
+            gone.add(victim)
+        check, summary = _check_json(home, "--repair")
+        counts = summary["counts"]
+        assert check.returncode in (0, 1), output(check)
+        assert counts["unavailable"] == counts["lost"] == 0, counts
+        assert all(o["confirmed"] >= 6 for o in summary["objects"]), summary["objects"]
+        repaired += counts["repaired"]
+    assert repaired > 0
+    proc = flud("restore", "--home", home, "--to", tmp_path / "dest")
+    assert proc.returncode == 0, output(proc)
+    assert compare_trees(src, tmp_path / "dest" / "src") == []
+
+
+def test_sixteen_nodes_with_seven_left_every_object_is_raised_above_k(testnet_factory,
+                                                                      tmp_path):
+    """Issue 25 finding 3, 16 nodes: after three rounds of the 3 busiest
+    stopped only 7 answer, fewer than n = 8. `check --repair` raises every
+    object to a share on each of the 7 instead of stopping with "8 are
+    needed", records it in the map (a later check reads it back), and says
+    the redundancy is reduced (exit 1, not 0 and not an error)."""
+    net = testnet_factory(16)
+    src = _issue_tree(tmp_path, 8)
+    home = tmp_path / "home"
+    init_client(home, net, None)
+    proc = flud("backup", src, "--home", home)
+    assert proc.returncode == 0, output(proc)
+    gone = set()
+    for round_number in range(3):
+        for victim in _busiest_three(net, gone):
+            net.stop(victim, signal.SIGKILL)
+            gone.add(victim)
+        check, summary = _check_json(home, "--repair")
+        assert check.returncode in (0, 1), output(check)
+        assert summary["counts"]["unavailable"] == summary["counts"]["lost"] == 0
+    assert check.returncode == 1, output(check)     # reduced redundancy is said
+    assert all(o["confirmed"] == 7 for o in summary["objects"]), summary["objects"]
+    again, after = _check_json(home)
+    assert again.returncode == 1, output(again)
+    assert after["counts"]["degraded"] == len(after["objects"]) > 0, after["counts"]
+    assert all(o["healthy"] == 7 for o in after["objects"]), after["objects"]
+    proc = flud("restore", "--home", home, "--to", tmp_path / "dest")
+    assert proc.returncode == 0, output(proc)
+    assert compare_trees(src, tmp_path / "dest" / "src") == []

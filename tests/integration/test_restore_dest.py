@@ -5,9 +5,11 @@ Two ways a directory of DEST can lead elsewhere: a symlink the user had
 there before the restore, and flud's own snapshots (a directory `d` in one,
 a symlink `d -> /outside` in the next, both restored into one DEST).
 """
+import json
 import os
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -97,3 +99,69 @@ def test_a_directory_then_a_symlink_to_outside_in_two_snapshots(net, tmp_path, o
     for rel in ("keep.txt", os.path.join("sub", "big2.bin")):
         with open(kept / rel, "rb") as f:
             assert (dest / "tree" / (rel + ".flud-restored")).read_bytes() == f.read()
+
+
+# ---- honest exit codes (issue 25, finding 10) ----------------------------------------
+
+def test_each_path_that_matches_nothing_is_named_and_the_exit_is_not_0(net, tmp_path):
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 60)
+    home = tmp_path / "home"
+    init_client(home, net, None, "--k", K, "--n", N)
+    backup(home, src)
+    dest = tmp_path / "dest"
+    gone = str(src / "sub" / "gone")
+
+    proc = flud("restore", "--home", home, "--to", dest, "tree/keep.txt", "tree/nope", gone,
+                "--json")
+
+    assert proc.returncode == 1, output(proc)
+    record = json.loads(proc.stdout)
+    assert record["exit"] == 1 and record["unmatched_paths"] == ["tree/nope", gone], record
+    assert record["files"] == 1 and record["failed"] == 0, record
+    with open(src / "keep.txt", "rb") as f:
+        assert (dest / "tree" / "keep.txt").read_bytes() == f.read()
+    assert "nothing in the snapshot matches tree/nope" in proc.stderr, output(proc)
+
+    proc = flud("restore", "--home", home, "--to", tmp_path / "dest2", "tree/nope", "--json")
+    assert proc.returncode == 2, output(proc)
+    record = json.loads(proc.stdout)
+    assert "nothing in the snapshot matches tree/nope" in record["error"]["message"], record
+
+
+def _immutable(path, on: bool) -> bool:
+    proc = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True)
+    return proc.returncode == 0
+
+
+def test_a_directory_that_cannot_be_made_fails_its_subtree_and_the_rest_is_restored(
+        net, tmp_path):
+    """DEST/tree/d is immutable (as a read-only mount, or a directory of
+    someone else's would be to its user): nothing can be made in it. Its
+    part of the snapshot fails, by name; the rest is restored. (One mkdir
+    error ended the whole restore with a traceback and exit 1.)"""
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 70)
+    home = tmp_path / "home"
+    init_client(home, net, None, "--k", K, "--n", N)
+    backup(home, src)
+    dest = tmp_path / "dest"
+    os.makedirs(dest / "tree" / "d")
+    if not _immutable(dest / "tree" / "d", True):
+        pytest.skip("chattr +i is not available here")
+    try:
+        proc = flud("restore", "--home", home, "--to", dest, "--json")
+    finally:
+        _immutable(dest / "tree" / "d", False)
+
+    assert proc.returncode == 2, output(proc)
+    assert "Traceback" not in proc.stderr, output(proc)
+    record = json.loads(proc.stdout)
+    failed = {f["path"] for f in record["failed_paths"]}
+    assert {"tree/d/deeper", "tree/d/deeper/tiny.txt", "tree/d/big.bin",
+            "tree/d/small.txt"} <= failed, record
+    assert all(path.startswith("tree/d") for path in failed), record
+    assert os.listdir(dest / "tree" / "d") == []
+    shutil.rmtree(src / "d")
+    os.rmdir(dest / "tree" / "d")
+    assert compare_trees(src, dest / "tree") == [], output(proc)

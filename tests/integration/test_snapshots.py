@@ -108,8 +108,11 @@ def test_a_new_home_with_the_key_alone_lists_and_restores(world, tmp_path):
     proc = flud("restore", "--home", home, "--to", tmp_path / "dest")
     assert proc.returncode == 0, output(proc)
     assert compare_trees(world["src"], tmp_path / "dest" / "docs") == []
-    # backing up from the new home goes on from the nodes' history: snapshot
-    # 3, and the two before it still listed (nothing kept is dropped)
+    # one key, one writer: the new home writes only once it adopts the head;
+    # its backups then go on from the nodes' history: snapshot 3, and the
+    # two before it still listed (nothing kept is dropped)
+    proc = flud("adopt", "--home", home)
+    assert proc.returncode == 0, output(proc)
     proc = flud("backup", tmp_path / "dest" / "docs", "--home", home)
     assert proc.returncode == 0 and "snapshot 3:" in proc.stdout, output(proc)
     remote = flud("ls", "--home", world["home"], "--remote")

@@ -25,7 +25,7 @@ from flud.client.gather import settle_all
 from flud.client.backup.files import FileChanged, read_into, why_skipped
 from flud.client.backup.plans import ExtentPlans
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
-                                 challenges_to_wire)
+                                 challenges_to_wire, extent_id)
 from flud.client.segments import StoreFailed, add_parity, prepare_primaries
 from flud.compression import compress_in_place
 from flud.crypto import segment_convergence
@@ -146,6 +146,11 @@ class LargeFiles:
         self.contents = contents
         self.counters = counters
         self.summary = summary
+        # extent id -> share holders of the extents this run stored (or
+        # adopted from a killed run): the only ones its map page names. An
+        # extent reused from a published run keeps whatever the map says
+        # (repair may have moved it since).
+        self.stored_extents = {}
 
     @defer.inlineCallbacks
     def send_all(self, large, content_of, skip):
@@ -306,10 +311,13 @@ class LargeFiles:
 
     def _extent_committed(self, _, record, keys, hashes, length, stream_size):
         # The record and its challenges are kept at once: a run that is
-        # interrupted later does not send this extent again.
+        # interrupted later does not send this extent again (the row counts
+        # once this run publishes, else it is an orphan: run_rows.py).
         self.ctx.index.add_challenges([(key.hex(), challenges_to_wire(h.challenges()))
                                    for key, h in zip(keys, hashes)])
-        self.ctx.index.add_segment(EXTENT_PREFIX + record.segments[0].key, record.to_wire())
+        wire = record.to_wire()
+        self.ctx.index.add_segment(EXTENT_PREFIX + record.segments[0].key, wire)
+        self.stored_extents[extent_id(wire)] = record.holders
         self.counters["stores"] += self.n
         self.counters["bytes_sent"] += self.n * stream_size
         self.ctx.progress.bytes_done(length)
@@ -329,7 +337,11 @@ class LargeFiles:
         """The record of this extent if an earlier (interrupted) run sent it
         and the file still reads the same (every segment's key matches);
         their digests are added to `digests`."""
-        row = self.ctx.index.segment(EXTENT_PREFIX + prep.key.hex())
+        first_key = prep.key.hex()
+        row = self.ctx.index.segment(EXTENT_PREFIX + first_key)
+        orphan = row is None
+        if orphan:   # stored by a killed run, named by no map: adopted if it matches
+            row = self.ctx.index.orphan_extent(first_key)
         record = None if row is None else Extent.from_wire(row)
         if record is None or len(record.segments) != len(sizes):
             return None
@@ -339,6 +351,9 @@ class LargeFiles:
             if key.hex() != record.segments[pos].key:
                 raise _ResendExtent()
             digests.append(digest)
+        if orphan:
+            self.ctx.index.adopt_extent(first_key, row)
+            self.stored_extents[extent_id(row)] = record.holders
         self.ctx.progress.bytes_done(sum(sizes))
         return record
 

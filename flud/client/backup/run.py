@@ -35,7 +35,7 @@ from flud.client.context import JobContext
 from flud.client.gather import settle_all
 from flud.client.head import adopt_head
 from flud.client.leases import renew_leases
-from flud.client.records import EmptyContent, ShareHolder, extent_id, holder_keys_from_wire
+from flud.client.records import EmptyContent
 from flud.client.scan import Entry, entry_of, list_children
 from flud.client.walk import walk
 from flud.coding import SegmentCoder
@@ -71,12 +71,12 @@ class Backup:
         self.segment_size = cfg["segment_size"]
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
-        self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
+        self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
+                        "reduced_redundancy": 0}
         self.skipped = []
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
-        self._run_extents = {}    # extent id -> share holders, of the extents this run stored
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
@@ -99,6 +99,22 @@ class Backup:
         index = ctx.index
         started = ctx.clock()
         roots = [os.path.abspath(p) for p in paths]
+        # What a killed run left is rolled back (or adopted, if it did
+        # publish) before anything is compared with the index.
+        index.begin_run()
+        try:
+            result = yield self._run(roots, excludes, tags, started)
+        except Exception:
+            # Nothing of a failed run counts. Not on GeneratorExit: a run
+            # abandoned and collected must not undo the rows of a later one.
+            index.recover_run()
+            raise
+        return result
+
+    @defer.inlineCallbacks
+    def _run(self, roots, excludes, tags, started):
+        ctx = self.ctx
+        index = ctx.index
         yield adopt_head(ctx)
         known = index.content_lookup()
         self.contents.begin(known)
@@ -133,19 +149,21 @@ class Backup:
                          "dirs_kept": writer.reused,
                          "new": self.summary["new"], "changed": self.summary["changed"],
                          "records": writer.builder.records, "stored": writer.builder.stored}
+                summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
+                           "format": 2, "roots": roots, "tags": list(tags),
+                           "host": socket.gethostname(),
+                           "tree_records": writer.builder.records, "dirs_read": writer.dirs,
+                           "dirs_kept": writer.reused,
+                           "tree_stored": writer.builder.stored, **self.summary,
+                           **self.counters}
                 snapshot_id, created, record_id = yield publish_tree(
                     ctx, self.small, self._run_bundles, tree, roots, tags,
-                    stats, self._run_shares, self._run_extents)
+                    stats, self._run_shares, self.large.stored_extents, summary)
             finally:
                 self.small.close()
-            summary = {"files": writer.files, "bytes": writer.bytes, "elapsed": elapsed,
-                       "format": 2, "record": record_id, "roots": roots, "tags": list(tags),
-                       "host": socket.gethostname(),
-                       "tree_records": writer.builder.records, "dirs_read": writer.dirs,
-                       "dirs_kept": writer.reused,
-                       "tree_stored": writer.builder.stored, **self.summary, **self.counters}
-            index.add_snapshot(snapshot_id, created, summary, None)
-            index.keep_built_dirs()
+            summary["record"] = record_id
+            # From here on what the run wrote counts (run_rows.py).
+            index.end_run(snapshot_id, created, summary)
             yield renew_leases(ctx)
         finally:
             sends.close()
@@ -238,12 +256,10 @@ class Backup:
         self._run_bundles.update(bundles)
         for bundle in bundles.values():
             self._run_shares.update(h.key for h in bundle.holders)
-        for record in self.contents.new.values():
-            wire = record.to_wire()
-            self._run_shares.update(holder_keys_from_wire(wire))
-            for extent in wire.get("ext", ()):
-                holders = tuple(ShareHolder.from_wire(h) for h in extent["shares"])
-                self._run_extents[extent_id(extent)] = holders
+        # An extent's shares are this run's only if it stored them (a reused
+        # extent keeps what the map says of it: LargeFiles.stored_extents).
+        for holders in self.large.stored_extents.values():
+            self._run_shares.update(h.key for h in holders)
         index = self.ctx.index
         index.add_blobs(self.small.blob_refs, this_run=True)
         self.small.blob_refs = []

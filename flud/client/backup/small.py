@@ -27,6 +27,7 @@ from twisted.internet import defer
 
 from aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
 from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
+from aggregator.records import PlacementExhausted
 from aggregator.tarball import END_OF_ARCHIVE
 from flud.client.backup.challenges import PackedChallenges, tar_challenges
 from flud.client.backup.files import FileChanged, read_small, why_skipped
@@ -85,6 +86,7 @@ class SmallFiles:
         self.blob_refs = []         # BlobRef of each record whose bundle is known
         self._bundles = {}          # bundle id hex -> Bundle
         self._bundle_files = {}     # bundle id hex -> [(content id, offset, length)]
+        self._stored = {}           # (bundle id hex, share index) -> node that took it
         self._challenges = PackedChallenges()
         self._tars_in_flight = []
         self._tar_slots = defer.DeferredSemaphore(MAX_TARS_IN_FLIGHT)
@@ -106,12 +108,17 @@ class SmallFiles:
 
     @defer.inlineCallbacks
     def finish(self):
-        """What is still open goes out, and every tar lands (or moves)."""
-        with self._aggregator_lock:
-            self.aggregator.flush()
-        self._account_small()
-        self._send_sealed()
-        while self._tars_in_flight:  # a failed tar's shares may go out again
+        """What is still open goes out, and every tar lands (or moves). A
+        failed tar's shares move into open tars: those are sealed and sent
+        in turn, until nothing is open or in flight (records() hands out a
+        bundle only once every share of it landed)."""
+        while True:
+            with self._aggregator_lock:
+                self.aggregator.flush()
+            self._account_small()
+            self._send_sealed()
+            if not self._tars_in_flight:
+                return
             yield settle_all(list(self._tars_in_flight))
 
     def close(self) -> None:
@@ -126,11 +133,23 @@ class SmallFiles:
             self._credit = 0
 
     def records(self):
-        """(bundles, challenges) to keep in the index, once the tars have
-        landed; each small file's content goes to the content log."""
+        """(bundles, challenges) to keep in the index: the bundles every
+        share of which a node acknowledged storing, on the node the record
+        names (a bundle with a share still on its way, or moving off a node
+        that failed, waits for a later call); each of their small files'
+        content goes to the content log."""
         self._collect_bundles()
-        for bundle_id, files in self._bundle_files.items():
-            for content_id, offset, length in files:
+        landed = {}
+        for bundle_id, bundle in list(self._bundles.items()):
+            if all(self._stored.get((bundle_id, h.index)) == h.node for h in bundle.holders):
+                landed[bundle_id] = self._bundles.pop(bundle_id)
+                for h in bundle.holders:
+                    self._stored.pop((bundle_id, h.index), None)
+                if len({h.node for h in bundle.holders}) < len(bundle.holders):
+                    self.summary["reduced_redundancy"] = (
+                        self.summary.get("reduced_redundancy", 0) + 1)
+        for bundle_id in landed:
+            for content_id, offset, length in self._bundle_files.pop(bundle_id, ()):
                 if content_id in self._pending_blobs:
                     self._pending_blobs.discard(content_id)
                     self.blob_refs.append(BlobRef(content_id, bundle_id, offset, length))
@@ -138,10 +157,8 @@ class SmallFiles:
                 key_hex, size, method = self._pending_small.pop(content_id)
                 self.contents.remember(content_id, SmallContent(size, key_hex, bundle_id,
                                                                 offset, length, method))
-        self._bundle_files = {}
-        bundles, challenges = self._bundles, self._challenges
-        self._bundles, self._challenges = {}, PackedChallenges()
-        return bundles, challenges
+        challenges, self._challenges = self._challenges, PackedChallenges()
+        return landed, challenges
 
     def _small_policy(self, small_file_limit):
         """The aggregator's own bound comes out of the budget: what is left
@@ -194,17 +211,17 @@ class SmallFiles:
             return blocks + (encoder.encode(blocks, list(range(k, n))) if n > k else [])
 
         def place(bundle_id, count):
+            # n holders and spares (for a tar that fails) if there are that
+            # many live nodes; down to k (a node then takes more than one
+            # share of a bundle: reduced redundancy, said in the summary).
             nodes = self.ctx.network.place(bundle_id, count)
-            if len(nodes) < n:  # n holders; spares (for a tar that fails) if there are any
-                raise StoreFailed(
-                    f"only {len(nodes)} nodes are reachable; {n} are needed for a "
-                    f"bundle of small files (n={n}). Start more nodes, or make a client "
-                    f"home with a lower --n")
+            if len(nodes) < k:
+                raise StoreFailed(_too_few(len(nodes), k, n))
             return [nid.hex() for nid in nodes]
 
         return Aggregator(self.policy, k, n, encode=encode,
                           hash=lambda b: blake3.blake3(b).digest(), place=place,
-                          clock=self.ctx.clock, spares=2)
+                          clock=self.ctx.clock, spares=2, min_distinct=k)
 
     @defer.inlineCallbacks
     def send_all(self, small, content_of):
@@ -444,14 +461,20 @@ class SmallFiles:
         except Exception as err:
             log.warning("a tar for node %s failed (%s); moving its shares", tar.node[:12], err)
             self.ctx.network.blame(node_id, err)
-            with self._aggregator_lock:
-                moves = self.aggregator.replace(tar)
+            try:
+                with self._aggregator_lock:
+                    moves = self.aggregator.replace(tar)
+            except PlacementExhausted:
+                live = len(self.ctx.network.alive_ids())
+                raise StoreFailed(_too_few(live, self.k, self.n)) from None
             self._apply_moves(moves)
             self._account_small()
             self._send_sealed()
             return
         with self._aggregator_lock:
             self.aggregator.confirm(tar)
+        for member in tar.members:   # the share is on this node: the record may say so
+            self._stored[(member.bundle_id.hex(), member.share_index)] = tar.node
         self._account_small()
         self.counters["bytes_sent"] += len(tar.data)
         self.counters["stores"] += 1
@@ -477,6 +500,12 @@ class SmallFiles:
             if bundle is None:
                 continue
             self._bundles[bundle_id] = bundle.moved(move.index, move.to_node)
+
+def _too_few(live: int, k: int, n: int) -> str:
+    return (f"only {live} nodes are reachable; a bundle of small files needs at least "
+            f"k={k} distinct nodes for its n={n} shares. Start more nodes (`flud testnet "
+            f"status`), or make a client home with a lower --k")
+
 
 def _first_of(deferreds):
     """Fires (with None) once any of `deferreds` has fired; they are left as

@@ -170,18 +170,22 @@ class TreeWriter:
 
 @defer.inlineCallbacks
 def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
-                 extents=None):
+                 extents=None, summary=None):
     """Store this run's map page, its snapshot record and the new map index,
     and point the root record at them. run_bundles: {bundle id: Bundle} this
     run stored; run_blobs: [BlobRef] of the records it stored; shares: the
     keys of the shares it stored (their VERIFY challenges go in the page);
     extents: {extent id: share holders} of the large files' extents it
-    stored (the map is the inventory prune reads).
+    stored (the map is the inventory prune reads; an extent it reused is
+    not among them: the map's row for it stays the newest, repair's
+    included); summary: the snapshot's summary in the client index (kept
+    with what the run publishes, so a run killed once its head is saved is
+    adopted by the next one, see run_rows.py).
     Returns (snapshot id, time, the snapshot record's blob id)."""
     index, sealer = ctx.index, BlobSealer(ctx.secret)
     head = Head.load(index)
-    previous = index.snapshots()
-    snapshot_id = (previous[-1]["id"] + 1) if previous else 1
+    snapshot_id = head.next_snapshot_id(index)   # the head's ids go on, not the index's alone
+    shares = set(shares) | {h.key for holders in (extents or {}).values() for h in holders}
     challenges = [(key, found) for key in sorted(shares)
                   if (found := index.challenges(key)) is not None]
     # This run's records, PAGE_ROWS to a page (read back from the index: a
@@ -209,8 +213,9 @@ def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
     snap_id, snap_sealed = sealer.seal(record.encode())
     old = head.index
     new_index = MapIndex(old.pages + located, old.snapshots + (snap_id.hex(),), old.v1)
+    index.publishing(snap_id.hex(), snapshot_id, created, dict(summary or {}))
     yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
-                     records=[(snap_id.hex(), snap_sealed)])
+                     records=[(snap_id.hex(), snap_sealed)], snapshot_id=snapshot_id)
     return snapshot_id, created, snap_id.hex()
 
 

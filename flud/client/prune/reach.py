@@ -168,23 +168,52 @@ class Reach:
                 self.extents.add(extent_id(extent))
 
 
+def index_extents(client_index):
+    """[(row key, extent record as written)] of the extents this home's
+    index holds outside the map: every read of them goes through here (a
+    backup killed half way leaves its landed extents there, for prune to
+    find)."""
+    return client_index.extent_rows()
+
+
+def _stored(repo, client_index):
+    """(kind, name, record's share rows) of every bundle and extent this
+    home's index or the holder map knows, the index's first, then the map's
+    newest rows (which win where both name one)."""
+    for bundle_id, record in client_index.bundle_rows():
+        yield BUNDLE, bundle_id, json.loads(record)["shares"]
+    for bundle_id in repo.cache.bundle_ids():
+        yield BUNDLE, bundle_id, repo.cache.bundle_record(bundle_id)["shares"]
+    for _, record in index_extents(client_index):
+        yield EXTENT, extent_id(record), record["shares"]
+    for xid, holders in repo.cache.extent_rows():
+        yield EXTENT, xid, holders
+
+
 def inventory(repo, client_index):
     """{object id: (kind, name, [(share key, node id hex)])}: every bundle
     and extent the map or this home's index knows, with where its shares are
-    (the map's newest holders first)."""
+    (the map's newest holders first, then any other holder the index names:
+    an object deleted whole leaves no copy a repair moved away from behind)."""
     found = {}
-    for bundle_id, record in client_index.bundle_rows():
-        record = json.loads(record)
-        found[object_id(BUNDLE, bundle_id)] = (BUNDLE, bundle_id, _shares(record["shares"]))
-    for bundle_id in repo.cache.bundle_ids():
-        record = repo.cache.bundle_record(bundle_id)
-        found[object_id(BUNDLE, bundle_id)] = (BUNDLE, bundle_id, _shares(record["shares"]))
-    for key, record in client_index.extent_rows():
-        found[object_id(EXTENT, extent_id(record))] = (EXTENT, extent_id(record),
-                                                      _shares(record["shares"]))
-    for xid, holders in repo.cache.extent_rows():
-        found[object_id(EXTENT, xid)] = (EXTENT, xid, _shares(holders))
+    for kind, name, rows in _stored(repo, client_index):
+        oid = object_id(kind, name)
+        shares = _shares(rows)
+        if oid in found:
+            shares += [place for place in found[oid][2] if place not in shares]
+        found[oid] = (kind, name, shares)
     return found
+
+
+def named_shares(repo, client_index) -> set:
+    """{(share key, node id hex)} that a newest map row or this home's index
+    names: never surplus. The index counts too: where its row and the map's
+    disagree (the map moved by a repair), a backup may still name the
+    index's holders, so their copies stay until both agree."""
+    named = set()
+    for _, _, rows in _stored(repo, client_index):
+        named.update(_shares(rows))
+    return named
 
 
 def _shares(rows):

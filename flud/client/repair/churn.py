@@ -1,24 +1,29 @@
 """The churn simulation: a year of nodes leaving and joining, with checks
 and repairs, on a simulated clock (pure: no network, no sleeps).
 
-Each week p of the nodes leave for good (a running total, so 2% of 16
-nodes is one node about every three weeks) at random moments of the week,
-and as many new, empty nodes join. Optionally some nodes go away for a
-while and come back (`outage_per_week` of them, for `outage_days`). Checks
-run every `check_every` seconds; each sees which holder nodes answer, and
-the real health rules (health.py: grace, m) and placement (plan.py) decide
-what is re-created and where. An object is lost when fewer than k of its
-shares are left on nodes that still exist (or will come back), whatever
-the checks know. Traffic is counted in shares: a repair fetches k shares
-and stores each re-created one.
+Nodes live in houses of `house_size` (a family's machines behind one
+router and one power line): what happens to one node of a house happens to
+all of them at once. Each week p of the nodes leave for good (a running
+total, in whole houses: 2% of 50 nodes in houses of 3 is a house about
+every three weeks) at random moments of the week, and as many new, empty
+nodes join as a new house. Optionally some houses go away for a while and
+come back (`outage_per_week` of the nodes, for `outage_days`: a power cut,
+a holiday). Checks run every `check_every` seconds; each sees which holder
+nodes answer, and the real health rules (health.py: grace, m, the safety
+margin) and placement (plan.py, which knows nothing of houses) decide what
+is re-created and where. An object is lost when fewer than k of its shares
+are left on nodes that still exist (or will come back), whatever the
+checks know; it is unavailable at a check that finds fewer than k of its
+shares on nodes that answer (a restore then would fail). Traffic is
+counted in shares: a repair fetches k shares and stores each re-created one.
 """
 import heapq
 import random
 from typing import NamedTuple
 
 from flud.client.records import ShareHolder
-from flud.client.repair.health import (DAY, OK, UNREACHABLE, HealthBook, Observation,
-                                       RepairPolicy, StoredObject)
+from flud.client.repair.health import (DAY, OK, SAFETY_MARGIN, UNREACHABLE, HealthBook,
+                                       Observation, RepairPolicy, StoredObject)
 from flud.client.repair.plan import place
 
 WEEK = 7 * DAY
@@ -42,6 +47,8 @@ class ChurnConfig(NamedTuple):
     outage_days: float = 5.0
     seed: int = 1
     repair: bool = True               # False: checks only (the baseline)
+    margin: int = SAFETY_MARGIN       # repair at k + margin confirmed whatever the grace
+    house_size: int = 1               # nodes that leave and go down together
 
 
 class ChurnResult(NamedTuple):
@@ -55,6 +62,7 @@ class ChurnResult(NamedTuple):
     outages: int                      # nodes away for a while
     surplus: int                      # copies on nodes that came back after a repair
     overcounted: int                  # objects ever counted with more than n shares (must be 0)
+    unavailable: int = 0              # objects a check found with fewer than k answering
 
     @property
     def share_bytes(self) -> int:
@@ -78,11 +86,13 @@ class _World:
         self.c = config
         self.rng = random.Random(config.seed)
         self.book = HealthBook()
-        self.policy = RepairPolicy(m=config.m, grace=config.grace)
+        self.policy = RepairPolicy(m=config.m, grace=config.grace, margin=config.margin)
         self.live = set()            # nodes that exist and answer
         self.away = set()            # nodes away for a while (will come back)
         self.gone = set()
         self.next_node = 0
+        self.houses = []             # [[node, ...]] in the order they joined
+        self.unavailable = set()
         self.objects = {}            # id -> StoredObject
         self.by_node = {}            # node -> set of object ids it holds a share of
         self.load = {}
@@ -92,8 +102,8 @@ class _World:
         self.overcounted = 0
         self.repairs = 0
         self.surplus = 0
-        for _ in range(config.nodes):
-            self.join()
+        for _ in range(-(-config.nodes // config.house_size)):
+            self.join_house()
         nodes = sorted(self.live)
         for i in range(config.objects):
             holders = self.rng.sample(nodes, config.n)
@@ -102,12 +112,19 @@ class _World:
                            for j, node in enumerate(holders))
             self._set(StoredObject(oid, "extent", config.k, config.n, shares))
 
-    def join(self) -> None:
-        node = f"{self.next_node:064x}"
-        self.next_node += 1
-        self.live.add(node)
-        self.by_node[node] = set()
-        self.load[node] = 0
+    def join_house(self) -> None:
+        house = []
+        for _ in range(self.c.house_size):
+            node = f"{self.next_node:064x}"
+            self.next_node += 1
+            self.live.add(node)
+            self.by_node[node] = set()
+            self.load[node] = 0
+            house.append(node)
+        self.houses.append(house)
+
+    def house_of(self, node: str) -> list:
+        return next(house for house in self.houses if node in house)
 
     def _set(self, obj: StoredObject) -> None:
         old = self.objects.get(obj.object_id)
@@ -159,6 +176,8 @@ class _World:
                 continue
             obj = self.objects[oid]
             health = self.book.classify(obj, now, self.policy)
+            if health.healthy < self.c.k:
+                self.unavailable.add(oid)
             if health.healthy + health.unreachable > self.c.n:
                 self.overcounted += 1
             wanted = health.to_recreate() if self.c.repair else ()
@@ -183,15 +202,16 @@ class _World:
 def _schedule(config: ChurnConfig, rng: random.Random) -> list:
     """The year's events as a heap of (time, sequence, kind, node)."""
     events, owed, outages_owed = [], 0.0, 0.0
+    size = config.house_size
     for week in range(config.weeks):
         start = week * WEEK
         owed += config.loss_per_week * config.nodes
         outages_owed += config.outage_per_week * config.nodes
-        for kind, count in ((_LEAVE, int(owed)), (_DOWN, int(outages_owed))):
+        for kind, count in ((_LEAVE, int(owed // size)), (_DOWN, int(outages_owed // size))):
             for _ in range(count):
                 events.append((start + rng.random() * WEEK, len(events), kind, ""))
-        owed -= int(owed)
-        outages_owed -= int(outages_owed)
+        owed -= size * int(owed // size)
+        outages_owed -= size * int(outages_owed // size)
     for j in range(1, int(config.weeks * WEEK // config.check_every) + 1):
         events.append((j * config.check_every, len(events), _CHECK, ""))
     heapq.heapify(events)
@@ -209,15 +229,21 @@ def simulate(config: ChurnConfig) -> ChurnResult:
     while events:
         now, _, kind, node = heapq.heappop(events)
         if kind == _LEAVE:
-            world.leave(rng.choice(sorted(world.live | world.away)))
-            world.join()
-            departed += 1
+            house = world.house_of(rng.choice(sorted(world.live | world.away)))
+            for gone in house:
+                world.leave(gone)
+            world.houses.remove(house)
+            world.join_house()
+            departed += len(house)
         elif kind == _DOWN and world.live:
-            node = rng.choice(sorted(world.live))
-            world.down(node)
-            outages += 1
-            sequence += 1
-            heapq.heappush(events, (now + config.outage_days * DAY, sequence, _UP, node))
+            house = world.house_of(rng.choice(sorted(world.live)))
+            for node in house:
+                if node in world.live:
+                    world.down(node)
+                    outages += 1
+                    sequence += 1
+                    heapq.heappush(events, (now + config.outage_days * DAY, sequence, _UP,
+                                            node))
         elif kind == _UP:
             world.up(node)
         elif kind == _CHECK:
@@ -226,4 +252,5 @@ def simulate(config: ChurnConfig) -> ChurnResult:
             recreated[week] += made
             fetched[week] += got
     return ChurnResult(config, len(world.lost), departed, recreated, fetched, world.repairs,
-                       world.fewest, outages, world.surplus, world.overcounted)
+                       world.fewest, outages, world.surplus, world.overcounted,
+                       len(world.unavailable - world.lost))

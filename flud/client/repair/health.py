@@ -7,16 +7,31 @@ a share is the last thing seen of it, kept in a HealthBook that the caller
 persists between runs; `now` is always given, never read.
 
 A share is
-- healthy: its node answered its last challenge correctly, or nothing bad is
-  known of it (a share not challenged yet this cycle);
+- healthy (confirmed): its node answered this run, and the share answered
+  its last challenge correctly or nothing bad is known of it (a share not
+  challenged yet this cycle; every run asks every holder node something);
 - unreachable: its node did not answer (refused, hung up, stalled) since T,
-  and less than `grace` ago: presumed alive, it still counts;
+  and less than `grace` ago: presumed alive, it may come back;
 - lost: corrupt (a wrong digest: counted at once, never healthy), missing
   (the node answered NotFound), or its node unreachable for `grace` or more.
 
-An object needs repair when fewer than m of its shares are healthy or
-unreachable-within-grace, or when only k are confirmed healthy (one more
-loss and it cannot be read: the unreachable ones are re-created too).
+An object's class says what a restore could do now, from the confirmed
+shares alone (an unreachable share cannot be fetched, whatever the grace):
+- healthy: all n confirmed;
+- degraded: more than k + 1 confirmed, fewer than n;
+- at risk: k or k + 1 confirmed (one or two more losses and it is unreadable);
+- unavailable: fewer than k confirmed, but with the unreachable ones that
+  may return it would have k (a restore fails now);
+- lost: fewer than k left even counting those.
+
+Repair (needs_repair, to_recreate):
+- at once, whatever the grace, when the confirmed shares are down to the
+  safety margin (k + margin, SAFETY_MARGIN = 2 by default): every share not
+  confirmed is re-created, the unreachable ones too;
+- otherwise, when fewer than m shares are confirmed or unreachable within
+  grace: the lost ones are. The grace only postpones the repair of objects
+  that are still comfortably redundant.
+Repair needs k confirmed shares to fetch; an unavailable object waits.
 
 The holder map names one holder per index (the newest wins). After a repair
 the share's old holder is recorded as superseded: if that node comes back it
@@ -29,7 +44,9 @@ from flud.client.records import ShareHolder
 
 OK, CORRUPT, MISSING, UNREACHABLE = "ok", "corrupt", "missing", "unreachable"
 OUTCOMES = (OK, CORRUPT, MISSING, UNREACHABLE)
-HEALTHY, DEGRADED, LOST = "healthy", "degraded", "lost"
+HEALTHY, DEGRADED, AT_RISK = "healthy", "degraded", "at_risk"
+UNAVAILABLE, LOST = "unavailable", "lost"
+CLASSES = (HEALTHY, DEGRADED, AT_RISK, UNAVAILABLE, LOST)   # best first
 GONE = "gone"   # a share's state: its node unreachable for grace or more
 
 DAY = 86400.0
@@ -40,15 +57,35 @@ DAY = 86400.0
 # within two checks (the churn simulation's case; see DESIGN.md).
 DEFAULT_GRACE = 3 * DAY
 
+# Repair at once, whatever the grace, when an object's confirmed shares are
+# down to k + SAFETY_MARGIN (6 for 4-of-8). Why 2: between two checks a
+# house can lose several nodes at once (a power cut, a router, a move), and
+# a check only finds an object after such a burst; with 2 shares above k it
+# survives one more burst of two of its holders before it is found and
+# repaired, and one of 1 would leave no room for a single node going down
+# while the repair runs. 3 would repair (k fetches each) at every object
+# with three shares away, so a weekend of a busy node's owner would cost a
+# repair of most objects. Measured with the churn simulation under bursts
+# (churn.py, DESIGN.md "Churn simulation"). Never above n - 1: with all n
+# confirmed nothing is to be made.
+SAFETY_MARGIN = 2
+
 
 class RepairPolicy(NamedTuple):
     """m: repair when fewer than m shares are healthy (unreachable ones
-    within `grace` count). None: the default for the object's k and n."""
+    within `grace` count). None: the default for the object's k and n.
+    margin: repair at once, whatever the grace, at k + margin confirmed
+    shares or fewer (SAFETY_MARGIN by default)."""
     m: Optional[int] = None
     grace: float = DEFAULT_GRACE
+    margin: int = SAFETY_MARGIN
 
     def threshold(self, k: int, n: int) -> int:
         return self.m if self.m is not None else default_m(k, n)
+
+    def urgent_at(self, k: int, n: int) -> int:
+        """The most confirmed shares at which repair no longer waits."""
+        return min(k + self.margin, n - 1)
 
 
 def default_m(k: int, n: int) -> int:
@@ -91,13 +128,13 @@ class Observation(NamedTuple):
 class ObjectHealth(NamedTuple):
     object_id: str
     k: int
-    state: str                 # HEALTHY, DEGRADED or LOST
-    healthy: int               # confirmed or not known bad
-    unreachable: int           # node away for less than grace: still counted
+    state: str                 # one of CLASSES
+    healthy: int               # confirmed: node answering, nothing bad known
+    unreachable: int           # node away for less than grace: may come back
     lost: Tuple[int, ...]      # indexes lost (and any the map does not name)
     at_risk: Tuple[int, ...]   # indexes whose node is away, within grace
     needs_repair: bool
-    urgent: bool               # only k confirmed: the away ones are re-created too
+    urgent: bool               # down to the safety margin: the away ones are re-created too
 
     @property
     def shares_left(self) -> int:
@@ -112,6 +149,18 @@ class ObjectHealth(NamedTuple):
         if not self.needs_repair:
             return ()
         return tuple(sorted(self.lost + self.at_risk)) if self.urgent else self.lost
+
+
+def object_class(k: int, n: int, confirmed: int, left: int) -> str:
+    """What a restore could do now: confirmed shares can be fetched; `left`
+    counts the unreachable ones within grace too (they may come back)."""
+    if confirmed >= n:
+        return HEALTHY
+    if confirmed > k + 1:
+        return DEGRADED
+    if confirmed >= k:
+        return AT_RISK
+    return UNAVAILABLE if left >= k else LOST
 
 
 class NodeReport(NamedTuple):
@@ -195,14 +244,9 @@ class HealthBook:
                 lost.append(index)
         left = healthy + len(at_risk)
         m = policy.threshold(obj.k, obj.n)
-        if left < obj.k:
-            state = LOST
-        elif healthy == obj.n:
-            state = HEALTHY
-        else:
-            state = DEGRADED
+        state = object_class(obj.k, obj.n, healthy, left)
         # Repair needs k shares to fetch; with fewer it waits for nodes to return.
-        urgent = healthy <= obj.k < obj.n and bool(at_risk)
+        urgent = healthy <= policy.urgent_at(obj.k, obj.n) and healthy < obj.n
         needs = healthy >= obj.k and (left < m or urgent)
         return ObjectHealth(obj.object_id, obj.k, state, healthy, len(at_risk), tuple(lost),
                             tuple(at_risk), needs, needs and urgent)

@@ -30,7 +30,8 @@ from flud.client.gather import gather
 from flud.client.records import ShareHolder
 from flud.client.repair.answers import Probe, outcome_of  # noqa: F401 (Probe: callers' type)
 from flud.client.repair.health import (
-    CORRUPT, DEGRADED, HEALTHY, LOST, OK, UNREACHABLE, Observation, RepairPolicy)
+    CLASSES, CORRUPT, HEALTHY, LOST, OK, UNAVAILABLE, UNREACHABLE, Observation, RepairPolicy,
+    object_class)
 from flud.client.repair.plan import BUNDLE, by_node, place
 from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
@@ -47,17 +48,34 @@ REQUEST_TIMEOUT = 60.0    # a node silent this long on a challenge or fetch: unr
 STORE_TIMEOUT = 300.0
 STORE_ATTEMPTS = 3
 
+REPAIRED = "repaired"
+
+
 class ObjectResult(NamedTuple):
     health: object                # ObjectHealth as this run found it
     repaired: tuple = ()          # indexes stored on new nodes this run
     error: Optional[str] = None   # why a needed repair did not (fully) happen
+    n: int = 0                    # the object's n (0: not known, as health's count)
+    unplaced: int = 0             # shares no node could take (fewer nodes than n answer)
+
+    @property
+    def confirmed(self) -> int:
+        """Confirmed shares after this run's repair (a re-created share is
+        confirmed: it was stored under its key just now)."""
+        return self.health.healthy + len(self.repaired)
 
     @property
     def state(self) -> str:
-        """HEALTHY, DEGRADED, LOST, or "repaired" (all it needed was made)."""
+        """REPAIRED (all it needed was made), or the health class after this
+        run's repair: an object raised only part of the way (fewer nodes
+        than n) is reported by what it has now, never by what it had."""
         if self.repaired and not self.error:
-            return "repaired"
-        return self.health.state
+            return REPAIRED
+        if not self.repaired or not self.n:
+            return self.health.state
+        left = self.confirmed + self.health.unreachable - len(
+            set(self.repaired) & set(self.health.at_risk))
+        return object_class(self.health.k, self.n, self.confirmed, left)
 
 
 class CheckReport(NamedTuple):
@@ -73,10 +91,15 @@ class CheckReport(NamedTuple):
     surplus: list                 # [(object id, share key, node)]: prune may delete
 
     def counts(self) -> dict:
-        out = {HEALTHY: 0, DEGRADED: 0, LOST: 0, "repaired": 0}
+        out = dict.fromkeys(CLASSES + (REPAIRED,), 0)
         for result in self.objects:
             out[result.state] += 1
         return out
+
+    def unreadable(self) -> int:
+        """Objects a restore could not read now (unavailable or lost)."""
+        counts = self.counts()
+        return counts[UNAVAILABLE] + counts[LOST]
 
     def summary(self) -> dict:
         """The run as plain JSON values (`flud check --json`, the status page)."""
@@ -89,6 +112,7 @@ class CheckReport(NamedTuple):
             "objects": [{"id": r.health.object_id, "state": r.state,
                          "healthy": r.health.healthy, "unreachable": r.health.unreachable,
                          "lost": list(r.health.lost), "repaired": list(r.repaired),
+                         "confirmed": r.confirmed, "n": r.n, "unplaced": r.unplaced,
                          "error": r.error}
                         for r in self.objects if r.state != HEALTHY],
             "nodes": [{"node": n.node, "reachable": n.reachable,
@@ -124,6 +148,7 @@ class CheckJob:
         self.timeout, self.store_timeout = timeout, store_timeout
         self.stream_chunk = stream_chunk
         self._coders = {}
+        self._short = {}   # object id -> indexes no node could take this run
         self._slots = defer.DeferredSemaphore(IN_FLIGHT)
         self._downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
         self.counters = {"recreated_shares": 0, "recreated_bytes": 0, "fetched_bytes": 0}
@@ -185,11 +210,17 @@ class CheckJob:
         # else timed out on it: the unanswered ones are recorded first.
         for observation in sorted(seen, key=lambda o: o.outcome != UNREACHABLE):
             book.observe(observation)
+        # A node that answered nothing this run is failed for the rest of it:
+        # the repair's stores and the map page's bundle go to others at once
+        # instead of each finding it down (and running out of spares).
+        answered = {o.node for o in seen if o.outcome != UNREACHABLE}
+        for node in sorted({o.node for o in seen} - answered):
+            self.network.mark_failed(bytes.fromhex(node), "did not answer this check")
         state.rotation = rotation
         self.on_progress(state)
         now = self.now()
         healths = [book.classify(obj, now, self.policy) for obj in objects]
-        results = {h.object_id: ObjectResult(h) for h in healths}
+        results = {obj.object_id: ObjectResult(h, n=obj.n) for obj, h in zip(objects, healths)}
         # Nodes as this check found them (before repairs move shares off
         # them), with the surplus copies counted after this run's repairs.
         found = book.node_reports(objects, now, self.policy.grace)
@@ -269,10 +300,15 @@ class CheckJob:
             for obj, health in batch:
                 # An index the map names no holder for has no known key to
                 # re-create it under: it counts as lost, but is not made here.
-                wanted[obj.object_id] = set(health.to_recreate()) & {s.index for s in obj.shares}
+                wanted[obj.object_id] = self._placeable(
+                    obj, set(health.to_recreate()) & {s.index for s in obj.shares}, candidates)
+            for obj, _ in batch:   # no node can take any of its shares: said, not fetched
+                if not wanted[obj.object_id]:
+                    self._record(obj, {}, self._short.get(obj.object_id, set()), results)
             # Extents of known length a range at a time, several at once;
             # what that could not land goes the whole-share way below.
-            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length]
+            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length
+                       and wanted[obj.object_id]]
             outcomes = yield gather([repair_streamed(self, obj, wanted[obj.object_id],
                                                      candidates, load, self.stream_chunk)
                                      for obj in streams])
@@ -290,9 +326,22 @@ class CheckJob:
                     error = value if ok else value.getErrorMessage()
                     results[obj.object_id] = results[obj.object_id]._replace(error=error)
             for object_id, done in landed.items():   # all streamed, or the rest failed
-                self._record(objects_by_id[object_id], done, set(), results)
+                self._record(objects_by_id[object_id], done, self._short.get(object_id, set()),
+                             results)
             if made:
                 yield self._store(made, candidates, load, results)
+
+    def _placeable(self, obj, wanted: set, candidates) -> set:
+        """The part of `wanted` that nodes answering and holding none of
+        the object can take (the lowest indexes); the rest is kept in
+        self._short, reported, and not fetched for: with fewer nodes than
+        n, an object is raised as far as they allow."""
+        taken = obj.holder_nodes()
+        free = sum(1 for node in candidates if node not in taken)
+        keep = set(sorted(wanted)[:free])
+        if len(keep) < len(wanted):
+            self._short[obj.object_id] = wanted - keep
+        return keep
 
     @defer.inlineCallbacks
     def _recode(self, obj, wanted):
@@ -327,7 +376,8 @@ class CheckJob:
         (object, {index: bytes})}); record what landed."""
         pending = {oid: set(shares) for oid, (obj, shares, _) in made.items()}
         landed = {oid: dict(before) for oid, (_, _, before) in made.items()}
-        avoid = {oid: set() for oid in made}
+        # never on a node that took one of its streams a moment ago (streams.py)
+        avoid = {oid: {p.node for p in before.values()} for oid, (_, _, before) in made.items()}
         for _ in range(STORE_ATTEMPTS):
             wanted = [(made[oid][0], sorted(idx)) for oid, idx in pending.items() if idx]
             if not wanted:
@@ -359,7 +409,7 @@ class CheckJob:
                     self.counters["recreated_shares"] += 1
                     self.counters["recreated_bytes"] += size
         for oid, (obj, _, _) in made.items():
-            self._record(obj, landed[oid], pending[oid], results)
+            self._record(obj, landed[oid], pending[oid] | self._short.get(oid, set()), results)
 
     def _send_tar(self, node: str, group, made):
         writer = TarWriter()
@@ -378,7 +428,8 @@ class CheckJob:
                 book.moved(obj.object_id, old[index], node)
             self.state.record_move(obj.object_id, rows)
             self.on_progress(self.state)
-        error = (f"shares {sorted(unplaced)} found no node to take them"
+        error = (f"shares {sorted(unplaced)} found no node to take them: redundancy "
+                 f"reduced until more nodes answer"
                  if unplaced else results[obj.object_id].error)
         results[obj.object_id] = results[obj.object_id]._replace(
-            repaired=tuple(sorted(landed)), error=error)
+            repaired=tuple(sorted(landed)), error=error, unplaced=len(unplaced))

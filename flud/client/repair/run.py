@@ -5,15 +5,23 @@ becomes a map page in a new head, so a restore (also one from the key
 alone) reads the new holders. The check state (rotation, what was seen of
 each share, moves not yet in the map) is kept in the client index between
 runs: an interrupted repair resumes, and what it stored is not stored again.
+
+With fewer reachable nodes than n, repair raises every object as far as
+the nodes allow (one share per node) and the map page that records it is
+a bundle of k-of-(reachable nodes): a repair is never lost for want of
+the n nodes a backup needs. What moved is written into every local copy
+of it too (ClientIndex.repaired). Objects prune is deleting (its pending
+deletes) are left out of the counts: they are going on purpose.
 """
 from twisted.internet import defer
 
 from flud.client.blobs import BlobSealer
-from flud.client.head import Head, record_sender, store_blobs, write_head
+from flud.client.context import JobContext
+from flud.client.head import Head, put_root_again, record_sender, store_blobs, write_head
 from flud.client.holders import HolderMap, MapPage
-from flud.client.manifest import put_root_v2
+from flud.client.prune_state import pending_object_ids
 from flud.client.records import Extent, ShareHolder
-from flud.client.repair.health import DEFAULT_GRACE, RepairPolicy
+from flud.client.repair.health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
 from flud.client.repair.job import CheckJob
 from flud.client.repair.plan import map_page, objects_from_map, stream_length
 from flud.client.repair.probes import probe_of
@@ -21,6 +29,7 @@ from flud.client.repair.rotation import WEEK
 from flud.client.repair.state import CheckState
 from flud.client.snapshots import open_repository
 from flud.client.verify import IndexChallenges
+from flud.coding import SegmentCoder
 from flud.errors import FludError
 
 STATE_META = "check_state"
@@ -35,6 +44,20 @@ def _holder_map(cache) -> HolderMap:
     extents = {xid: tuple(ShareHolder.from_wire(h) for h in holders)
                for xid, holders in cache.extent_rows()}
     return HolderMap([MapPage.of(bundles=bundles, extents=extents)])
+
+
+def _narrowed(ctx, reachable: int):
+    """ctx, or a copy whose coder is k-of-`reachable` when fewer than n
+    nodes answer (records are then bundles of that n; zfec's share i is the
+    same for any n, so readers decode them with their own coder)."""
+    k, n = ctx.coder.k, ctx.coder.n
+    if reachable >= n:
+        return ctx
+    if reachable < k:
+        raise CheckError(f"only {reachable} nodes are reachable, fewer than k={k}: the "
+                         f"repair's new holders are kept and written by a later check")
+    return JobContext(ctx.reactor, ctx.home, ctx.network, ctx.pool, ctx.monitor, ctx.progress,
+                      SegmentCoder(k, reachable), ctx.clock)
 
 
 def _stream_lengths(client_index) -> dict:
@@ -56,10 +79,11 @@ class Check:
     checks in minutes)."""
 
     def __init__(self, ctx, repair=False, subset=None, grace=DEFAULT_GRACE, cycle=WEEK,
-                 interval=None, clock=None, m=None):
+                 interval=None, clock=None, m=None, margin=SAFETY_MARGIN):
         self.ctx, self.repair, self.subset = ctx, repair, subset
         self.clock = clock
-        self.policy = RepairPolicy(m=m, grace=grace)
+        self.policy = RepairPolicy(m=m, grace=grace, margin=margin)
+        self.left_out = 0   # objects prune is deleting: not checked
         self.cycle, self.interval = cycle, interval
 
     def _state(self) -> CheckState:
@@ -84,6 +108,9 @@ class Check:
         ctx, index = self.ctx, self.ctx.index
         holder_map = _holder_map(repo.cache)
         objects = objects_from_map(holder_map, ctx.coder.k, _stream_lengths(index))
+        pruning = pending_object_ids(index)
+        kept = [obj for obj in objects if obj.object_id not in pruning]
+        self.left_out, objects = len(objects) - len(kept), kept
         challenges = IndexChallenges(index, repo.cache)
         state = self._state()
 
@@ -99,19 +126,25 @@ class Check:
         report = yield job.run(objects, repair=self.repair, subset=self.subset)
         save(state)
         if report.moved:
-            yield self._record_moves(repo, holder_map, report.moved)
+            away = state.book.unreachable_since
+            reachable = sum(1 for nid in ctx.network.alive_ids() if nid.hex() not in away)
+            yield self._record_moves(_narrowed(ctx, reachable), repo, holder_map, report.moved)
             state.recorded()
             save(state)
         elif self.repair:
             # The root record too lives on nodes that leave: put it again on
             # the nodes that rank highest now (ROOT_PUT replaces, costs a few KiB).
-            yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, repo.root)
+            yield put_root_again(ctx, repo)   # (client/head.py: never over a newer root)
         return report
 
     @defer.inlineCallbacks
-    def _record_moves(self, repo, holder_map, moved):
-        """The repaired objects' new holders as a map page in a new head."""
-        ctx = self.ctx
+    def _record_moves(self, ctx, repo, holder_map, moved):
+        """The repaired objects' new holders as a map page in a new head,
+        and in every local copy of them: the local copies first, so no
+        backup in between reads the old holders (the shares are on the new
+        nodes already; a run killed before the page is written finds the
+        moves in the check state and writes it then)."""
+        ctx.index.repaired(moved)
         page = map_page(holder_map, moved)
         sealer = BlobSealer(ctx.secret)
         small = record_sender(ctx)

@@ -23,6 +23,7 @@ What this does not stop: someone else who can write in DEST and moves a
 directory away while the restore runs; its descriptor, once opened, goes
 with it.
 """
+import ctypes
 import errno
 import os
 import stat
@@ -62,6 +63,37 @@ def split(rel: str) -> list:
     return parts
 
 
+RENAME_NOREPLACE = 1   # linux/fs.h
+
+
+def _load_renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):   # not glibc 2.28 or later: the link fallback
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                         ctypes.c_uint)
+    return function
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename_noreplace(dir_fd: int, src: str, dst: str) -> bool:
+    """renameat2(RENAME_NOREPLACE) of src to dst in the directory dir_fd:
+    True once done; False where the kernel or the filesystem lacks it
+    (ENOSYS, EINVAL: the caller falls back); FileExistsError if dst is taken,
+    another OSError as the call failed."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(dir_fd, os.fsencode(src), dir_fd, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err), dst)   # EEXIST: a FileExistsError
+
+
 class Place:
     """A name in one directory of DEST: that directory's descriptor (its own
     copy, closed by close()) and the name; every call is relative to it."""
@@ -86,6 +118,28 @@ class Place:
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+
+    def rename_new(self, src: str, dst: str) -> None:
+        """src renamed to dst in one step that never replaces: FileExistsError
+        if anything (a symlink included) has the name dst, however late it
+        appeared. renameat2(RENAME_NOREPLACE) where the filesystem has it;
+        else a hard link (which fails on a taken name) and src unlinked."""
+        if rename_noreplace(self.dir_fd, src, dst):
+            return
+        try:
+            os.link(src, dst, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd,
+                    follow_symlinks=False)
+        except OSError as err:
+            if err.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                raise
+            # A filesystem with neither (FAT, some network mounts): look,
+            # then rename; the one case where a name that appears in
+            # between can still be replaced.
+            if self.exists(dst):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst) from None
+            self.rename(src, dst)
+            return
+        os.unlink(src, dir_fd=self.dir_fd)
 
     def unlink(self, name: str) -> None:
         try:

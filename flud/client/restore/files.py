@@ -5,7 +5,8 @@ of its own, made durable a batch at a time.
 A file is written to a new temp name beside its place (`.N.flud-part`,
 O_EXCL | O_NOFOLLOW from its parent's descriptor, SafeDest), its mode and
 times set through its descriptor, and renamed to its own name (or to
-NAME.flud-restored beside what is there: a restore never overwrites).
+NAME.flud-restored beside what is there: a restore never overwrites, not
+even a file that appeared after it began; into_place, Place.rename_new).
 
 Small files are written a batch at a time (BATCH_FILES files or
 BATCH_BYTES bytes, whichever first, and what is left at the end): every
@@ -61,17 +62,21 @@ class RestoreError(FludError):
     code = "RESTORE"
 
 
-def final_name(place) -> tuple:
-    """(name, beside): the entry's own name, or NAME.flud-restored beside
-    what is there (beside True): a restore never overwrites, and never
-    writes through a symlink."""
-    if not place.exists():
-        return place.name, False
-    name = place.name + BESIDE_SUFFIX
-    if place.exists(name):
-        raise RestoreError(f"{place.rel}{BESIDE_SUFFIX} exists too; "
-                           f"restore into an empty directory")
-    return name, True
+def into_place(place, put) -> tuple:
+    """(name, beside): put(name) under the entry's own name, or as
+    NAME.flud-restored beside what is there (beside True). put must fail
+    with FileExistsError, never replace, when the name is taken
+    (Place.rename_new, symlinkat): a name that appears between a check and
+    the rename (another program, a second restore) is never replaced, so
+    there is no check, only the attempt."""
+    for name, beside in ((place.name, False), (place.name + BESIDE_SUFFIX, True)):
+        try:
+            put(name)
+            return name, beside
+        except FileExistsError:
+            continue
+    raise RestoreError(f"{place.rel}{BESIDE_SUFFIX} exists too; "
+                       f"restore into an empty directory")
 
 
 def new_temp(place, numbers, opener) -> tuple:
@@ -118,11 +123,11 @@ def sync_filesystem(fd: int) -> None:
 
 class _Pending:
     """A file written to its temp name, waiting for its batch's sync."""
-    __slots__ = ("entry", "temp", "final", "beside", "size")
+    __slots__ = ("entry", "temp", "beside", "size")
 
-    def __init__(self, entry, temp, final, beside, size):
-        self.entry, self.temp, self.final = entry, temp, final
-        self.beside, self.size = beside, size
+    def __init__(self, entry, temp, size):
+        self.entry, self.temp, self.size = entry, temp, size
+        self.beside = False   # known once renamed into place
 
 
 class FileWriter:
@@ -227,7 +232,6 @@ class FileWriter:
 
     def _write_temp(self, entry, plain) -> _Pending:
         with self._dest.place(entry.rel) as place:
-            final, beside = final_name(place)
             temp, fd = new_temp(place, self.numbers, lambda name: place.open_new(name, 0o600))
             try:
                 try:
@@ -240,7 +244,7 @@ class FileWriter:
             except BaseException:
                 place.unlink(temp)
                 raise
-        return _Pending(entry, temp, final, beside, len(plain))
+        return _Pending(entry, temp, len(plain))
 
     def _add(self, pending):
         """Into the open batch; the batch, taken, if it is now full."""
@@ -273,11 +277,12 @@ class FileWriter:
         for pending in batch:
             try:
                 with self._dest.place(pending.entry.rel) as place:
-                    place.rename(pending.temp, pending.final)
+                    _, pending.beside = into_place(
+                        place, lambda name: place.rename_new(pending.temp, name))
                 outcomes.append(("done", pending.entry, pending))
             except UnsafePath as err:  # its directory changed meanwhile: left as it is
                 outcomes.append(("refused", pending.entry, err.why))
-            except OSError as err:
+            except (OSError, RestoreError) as err:
                 self._drop(pending)
                 outcomes.append(("failed", pending.entry, err))
         return outcomes

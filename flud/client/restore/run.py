@@ -35,7 +35,6 @@ and skipped; the rest is restored.
 import functools
 import itertools
 import logging
-import os
 
 from twisted.internet import defer
 
@@ -49,8 +48,9 @@ from flud.client.restore.blocks import BlockRestore
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.files import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
-                                       RestoreError, final_name, new_temp, set_meta,
+                                       RestoreError, into_place, new_temp, set_meta,
                                        sync_filesystem)
+from flud.client.restore.paths import Wanted
 from flud.client.restore.runs import SmallRuns
 from flud.client.restore.small import SmallFetch
 from flud.client.restore.writer import BlockWriter
@@ -66,15 +66,6 @@ LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # the k primary blocks of two 2 MiB segments at the defaults (the plaintext
 # is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
-
-
-def select(entries, paths) -> list:
-    if not paths:
-        return entries
-    wanted = [os.path.normpath(p).strip("/") for p in paths]
-    return [e for e in entries
-            if any(e.rel == w or e.rel.startswith(w + "/") or w.startswith(e.rel + "/")
-                   and e.kind == DIR for w in wanted)]
 
 
 class Restore:
@@ -100,13 +91,16 @@ class Restore:
         self._small_files = SmallFetch(self.ctx, manifest["bundles"], SegmentCoder(k, n),
                                        self.report_bad, self._count_retrieves)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
-                        "failed": 0, "refused": 0, "bad_shares": 0, "retrieves": 0}
+                        "failed": 0, "refused": 0, "unmatched": 0, "bad_shares": 0,
+                        "retrieves": 0}
         self.bad_shares = []
         self.unreachable = {}  # node hex -> shares of it fetched elsewhere
         self._reported = set()
         self.failed = []
         self.refused = []  # [(path in the snapshot, why)]
         self._refused = set()
+        self.unmatched = []  # the PATHs asked for that matched nothing
+        self._unmade = set()  # directories whose mkdir failed: what is under them fails too
         self.dest = None  # a SafeDest while run() runs
         self._files = None  # its FileWriter
         self._file_threads = block_writer.file_threads
@@ -155,12 +149,43 @@ class Restore:
             return False
         return True
 
+    def _made(self, rel, fn, *args) -> bool:
+        """_safe(rel, fn, *args) for what makes a directory on the way (fn:
+        make_dir, or check for a file's parent): an OSError (EACCES, EROFS,
+        ENOSPC...) fails this entry alone, and an entry under a directory
+        that could not be made fails without a try."""
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            above = "/".join(parts[:depth])
+            if above in self._unmade:
+                self._failed(rel, f"not restored: its directory {above} could not be made")
+                return False
+        try:
+            return self._safe(rel, fn, *args)
+        except OSError as err:
+            self._failed(rel, err.strerror or err)
+            return False
+
+    def asked_for(self, wanted) -> None:
+        """Once the snapshot was searched for the PATHs asked: RestoreError
+        if none matched (nothing to do); each one that did not is reported,
+        and the rest restored."""
+        if wanted.nothing_matched():
+            raise RestoreError("nothing in the snapshot matches " + wanted.describe())
+        self.unmatched = wanted.unmatched()
+        self.summary["unmatched"] = len(self.unmatched)
+        for path in self.unmatched:
+            self.progress.warn(f"nothing in the snapshot matches {path}")
+
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        paths = snapshot_paths(self.manifest.get("roots", ()), paths)
-        entries = select(entries_from_wire(self.manifest["entries"]), paths)
-        if not entries:
-            raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
+        wanted = Wanted(paths, snapshot_paths(self.manifest.get("roots", ()), paths))
+        entries = []
+        for entry in entries_from_wire(self.manifest["entries"]):
+            wanted.saw(entry.rel)
+            if wanted(entry.rel):
+                entries.append(entry)
+        self.asked_for(wanted)
         files = [e for e in entries if e.is_file]
         self.open(dest, len(files), sum(e.size for e in files))
         try:
@@ -197,12 +222,16 @@ class Restore:
         self._contents = contents
         files = [e for e in entries if e.is_file]
         for entry in entries:
-            if entry.kind == DIR and self._safe(entry.rel, self.dest.make_dir, entry.rel):
+            if entry.kind != DIR:
+                continue
+            if self._made(entry.rel, self.dest.make_dir, entry.rel):
                 self.summary["dirs"] += 1
                 self._dirs.append((entry.rel, entry.mode, entry.mtime_ns))
-        # Refused before anything is fetched for them (a file is checked
-        # again where it is written).
-        files = [e for e in files if self._safe(e.rel, self.dest.check, e.rel)]
+            elif entry.rel not in self._refused:   # failed: its subtree fails with it
+                self._unmade.add(entry.rel)
+        # Refused (or failed) before anything is fetched for them (a file
+        # is checked again where it is written).
+        files = [e for e in files if self._made(e.rel, self.dest.check, e.rel)]
         small = [(e, content_from_wire(contents[e.last])) for e in files
                  if content_kind(contents[e.last]) == SMALL]
         transfer = self.ctx.monitor.transfer("small", "small files")
@@ -222,8 +251,8 @@ class Restore:
         for entry in entries:
             if entry.kind == SYMLINK:
                 try:
-                    self._safe(entry.rel, self._symlink, entry.rel, entry.last, entry.mtime_ns)
-                except (RestoreError, OSError) as err:
+                    self._made(entry.rel, self._symlink, entry.rel, entry.last, entry.mtime_ns)
+                except RestoreError as err:
                     self._failed(entry.rel, err)
 
     def finish(self):
@@ -254,14 +283,13 @@ class Restore:
         transfer = self.ctx.monitor.transfer("download", entry.rel)
         place = self.dest.place(entry.rel)
         try:
-            final = self._final_name(place)
             temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
                 name, dir_fd=place.dir_fd))
             try:
                 with out:
                     yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
                     set_meta(out.fd, entry)
-                self._finish(place, temp, final, entry)
+                self._finish(place, temp, entry)
             except BaseException:
                 place.unlink(temp)
                 raise
@@ -287,15 +315,11 @@ class Restore:
         self.failed.append((rel, str(err)))
         self.progress.warn(f"could not restore {rel}: {err}")
 
-    def _final_name(self, place):
-        """The entry's own name, or NAME.flud-restored beside what is there
-        (files.final_name)."""
-        name, beside = final_name(place)
+    def _finish(self, place, temp, entry):
+        """Into place under its own name, or beside what is there: never
+        over it, even what appeared while it was written (files.into_place)."""
+        _, beside = into_place(place, lambda name: place.rename_new(temp, name))
         self.summary["beside"] += beside
-        return name
-
-    def _finish(self, place, temp, final, entry):
-        place.rename(temp, final)
         self._count_file(entry)
 
     def _count_file(self, entry):
@@ -305,8 +329,9 @@ class Restore:
 
     def _symlink(self, rel, target, mtime_ns):
         with self.dest.place(rel) as place:
-            name = self._final_name(place)
-            place.symlink(target, name)
+            # symlinkat never replaces a name: the first free of the two
+            name, beside = into_place(place, lambda name: place.symlink(target, name))
             place.set_link_times(name, mtime_ns)
+        self.summary["beside"] += beside
         self.summary["symlinks"] += 1
 

@@ -17,7 +17,7 @@ from twisted.internet import defer
 from flud.client.blobs import BlobDamaged
 from flud.client.manifest import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
-from flud.client.restore.files import RestoreError
+from flud.client.restore.paths import Wanted
 from flud.client.tree import DIRECTORY, LargeRecord, LargeRef, SmallRef
 from flud.client.treewalk import Damaged, TreeReader
 from flud.errors import FludError
@@ -30,14 +30,7 @@ EMPTY_ID = "empty"
 def wanted_by(paths):
     """wanted(path) for a walk that restores `paths` (names under the
     snapshot): a path asked for, under one, or a directory above one."""
-    if not paths:
-        return lambda path: True
-    wanted = [p.strip("/") for p in paths]
-
-    def wanted_path(path):
-        return any(path == w or path.startswith(w + "/") or w.startswith(path + "/")
-                   for w in wanted)
-    return wanted_path
+    return Wanted(paths, paths)
 
 
 class TreeContents:
@@ -97,13 +90,11 @@ class TreeRestore:
 
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        paths = snapshot_paths(self.record.paths, paths)
         reader = TreeReader(self.repo.fetch_sealed, self.repo.sealer)
-        wanted = wanted_by(paths)
-        if paths:
+        wanted = Wanted(paths, snapshot_paths(self.record.paths, paths))
+        if wanted:
             totals = yield self._count(reader, wanted)
-            if not totals[0] and not totals[2]:
-                raise RestoreError("nothing in the snapshot matches " + ", ".join(paths))
+            self.restore.asked_for(wanted)   # each PATH that matched nothing is reported
         else:
             totals = (self.record.stats.get("files", 0), self.record.stats.get("bytes", 0))
         self.restore.open(dest, totals[0], totals[1])
@@ -120,12 +111,14 @@ class TreeRestore:
         counts = [0, 0, 0]   # files, bytes, other entries
 
         def visit(path, entry):
+            wanted.saw(path)
             if entry.kind == "f":
                 counts[0] += 1
                 counts[1] += entry.size
             else:
                 counts[2] += 1
-        yield reader.walk(self.record.tree, visit, lambda damaged: None, wanted=wanted)
+        yield reader.walk(self.record.tree, visit,
+                          lambda damaged: wanted.unreadable(damaged.path), wanted=wanted)
         return counts
 
     def _damaged(self, damaged):
@@ -158,22 +151,41 @@ class TreeRestore:
 @defer.inlineCallbacks
 def flatten(repo, record, k: int, n: int) -> dict:
     """The whole snapshot as a version-1 manifest (entries, contents,
-    bundles): for tests and tools that read one; memory follows the tree."""
+    bundles): for verify, and for tests and tools that read one; memory
+    follows the tree. "damaged": [(path, why)] of the records that could not
+    be read (a directory's: its subtree is missing; a large file's content
+    record: that file is); "records": the blob ids of every record read
+    (directories, their continuations, large files' content records), so
+    verify can challenge the bundles that hold them too."""
     contents_of = TreeContents(repo)
     entries, contents, bundles = [], {}, {}
+    damaged, records = [], set()
+
+    def fetch(blob_id):
+        records.add(blob_id)
+        return repo.fetch_sealed(blob_id)
 
     @defer.inlineCallbacks
     def visit(path, dir_entry):
-        entry, content = yield contents_of.entry(path, dir_entry)
+        if dir_entry.kind == "f" and isinstance(dir_entry.ref, LargeRef):
+            records.add(dir_entry.ref.content)
+        try:
+            entry, content = yield contents_of.entry(path, dir_entry)
+        except FludError as err:   # BlobDamaged, BadRecord, NewerFormat, a failed fetch
+            damaged.append(Damaged(path, f"cannot be read: {err}"))
+            return
         entries.append(entry.to_wire())
         if content is not None:
             contents[content[0]] = content[1]
             if content[1]["t"] == "S":
-                bundles[content[1]["b"]] = repo.bundles[content[1]["b"]]
+                bundle = repo.bundles.get(content[1]["b"])
+                if bundle is None:   # a restore could not fetch it: as unreadable
+                    damaged.append(Damaged(path, "its bundle is not in the holder map"))
+                else:
+                    bundles[content[1]["b"]] = bundle
 
-    damaged = []
-    yield TreeReader(repo.fetch_sealed, repo.sealer).walk(record.tree, visit, damaged.append)
+    yield TreeReader(fetch, repo.sealer).walk(record.tree, visit, damaged.append)
     return {"version": 1, "snapshot": record.snapshot_id, "created": record.time,
             "roots": list(record.paths), "k": k, "n": n, "entries": entries,
             "contents": contents, "bundles": bundles, "challenges": {}, "history": [],
-            "damaged": [(d.path, d.why) for d in damaged]}
+            "damaged": [(d.path, d.why) for d in damaged], "records": sorted(records)}

@@ -6,7 +6,8 @@ from flud.agent.status import build_status, health_of, series
 
 # the shape of CheckReport.summary() (flud/client/repair/job.py)
 CHECK = {"command": "check", "exit": 0,
-         "counts": {"healthy": 40, "degraded": 3, "lost": 1, "repaired": 5},
+         "counts": {"healthy": 40, "degraded": 3, "at_risk": 2, "unavailable": 4,
+                    "lost": 1, "repaired": 5},
          "recreated": {"shares": 5, "bytes": 5 * 1024 * 1024},
          "nodes": [{"node": "cd" * 32, "reachable": False, "unreachable_since": 1.0,
                     "shares": 7, "ok": 0, "corrupt": 0, "missing": 0, "surplus": 0},
@@ -31,10 +32,12 @@ def test_no_check_yet_until_a_check_ran():
 def test_health_and_nodes_from_the_last_check():
     records = [{"job": "check", "start": 5, "end": 6, "exit": 0, "summary": CHECK}]
     s = status(records)
-    assert s["health"]["objects"] == {"healthy": 40, "degraded": 3, "lost": 1}
+    assert s["health"]["objects"] == {"healthy": 40, "degraded": 3, "at_risk": 2,
+                                      "unavailable": 4, "lost": 1}
     assert s["repaired"] == 5
     page = render(s)
     assert "40 healthy" in page and "3 degraded" in page and "1 lost" in page
+    assert "2 at risk" in page and "4 unavailable" in page
     assert "repairs done: 5 (5.0 MiB re-created" in page and ">no<" in page
     nodes = page.split('<table id="nodes">')[1].split("</table>")[0]
     assert nodes.index("abababab") < nodes.index("cdcdcdcd")   # sorted by node
@@ -62,12 +65,18 @@ def test_series_and_their_plot():
     records.append({"job": "check", "start": 40, "end": 41, "exit": 0, "summary": CHECK})
     found = series(records)
     assert found["stored_bytes"] == [[11, 100], [21, 200], [31, 300]]
-    assert found["health"] == [[41, 40, 3, 1]]
+    assert found["health"] == [[41, 40, 3, 2, 4, 1]]
     svg = plot(found["stored_bytes"], ["bytes stored"], "bytes stored")
     assert svg.startswith("<svg") and svg.count("<polyline") == 1
     assert "no data yet" in plot([], ["x"], "x")
     assert health_of({"no": "counts"}) is None
-    assert status(records)["log"][0]["line"] == "40 healthy, 3 degraded, 1 lost, 5 repaired"
+    assert status(records)["log"][0]["line"] == (
+        "40 healthy, 3 degraded, 2 at risk, 4 unavailable, 1 lost, 5 repaired")
+    # A check that found objects unreadable exits 2 with an error: its
+    # counts are the series' most important point, not a failed run's noise.
+    worst = {**CHECK, "exit": 2, "error": {"code": "OBJECTS_UNREADABLE"}}
+    records.append({"job": "check", "start": 50, "end": 51, "exit": 2, "summary": worst})
+    assert series(records)["health"][-1] == [51, 40, 3, 2, 4, 1]
 
 
 def test_the_web_resource_serves_the_page_and_the_json_to_loopback_names_only():
@@ -104,3 +113,29 @@ def test_the_last_verify_is_shown_per_node():
     assert table.count("<tr") == 3 and "aaaaaaaaaaaaaaaa" in table
     assert '<tr class=bad><td><code>bbbbbbbbbbbbbbbb' in table
     assert "3 shares confirmed" in page and "1 missing" in page
+
+
+def test_the_date_the_nodes_keep_the_data_until_is_shown():
+    assert status([])["leases"] is None
+    assert "leases not renewed yet" in render(status([]))
+    day = 86400.0
+    renewed = 1_800_000_000.0
+    records = [
+        {"job": "backup", "start": 1, "end": 2, "exit": 0,
+         "summary": {"snapshot": 1, "leases": {"renewed": renewed - 7 * day,
+                                              "lease_seconds": 365 * day,
+                                              "kept_until": renewed + 358 * day}}},
+        # a job that failed after its renewal still reports it
+        {"job": "check", "start": 3, "end": 4, "exit": 2,
+         "summary": {"error": {"code": "X", "message": "no"},
+                     "leases": {"renewed": renewed, "lease_seconds": 365 * day,
+                                "kept_until": renewed + 365 * day}}},
+        {"job": "verify", "start": 5, "end": 6, "exit": 0, "summary": {"totals": {}}},
+    ]
+    s = status(records)
+    assert s["leases"]["kept_until"] == renewed + 365 * day
+    page = render(s)
+    section = page.split('<p id="leases">')[1].split("</p>")[0]
+    from time import localtime, strftime
+    assert strftime("%Y-%m-%d", localtime(renewed + 365 * day)) in section
+    json.dumps(s)

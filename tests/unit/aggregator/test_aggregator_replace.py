@@ -13,8 +13,8 @@ from tests.unit.aggregator.helpers import (KIB, N, SPARES, TEST_POLICY,
 BUNDLES = 12
 
 
-def _sealed_run(bundles=BUNDLES, spares=SPARES):
-    aggregator, _ = make_aggregator(spares=spares)
+def _sealed_run(bundles=BUNDLES, spares=SPARES, **options):
+    aggregator, _ = make_aggregator(spares=spares, **options)
     for i in range(bundles):
         aggregator.add(f"f{i}", file_bytes(i, TEST_POLICY.bundle_target))
     aggregator.flush()
@@ -104,7 +104,9 @@ def test_failed_nodes_are_never_chosen_as_spares_again():
 
 
 def test_exhausted_spares_raise_and_change_nothing():
-    aggregator, tars = _sealed_run(bundles=2, spares=0)
+    """No spare, and place() knows no node but the n holders."""
+    from tests.unit.aggregator.fakes import NODES, rendezvous_place
+    aggregator, tars = _sealed_run(bundles=2, spares=0, place=rendezvous_place(NODES[:N]))
     failed = tars[0]
     pending = aggregator.pending_bytes
     with pytest.raises(PlacementExhausted) as caught:
@@ -188,3 +190,37 @@ def test_a_network_of_fewer_than_n_plus_spares_nodes_still_takes_bundles():
     with pytest.raises(ValueError, match="expected n \\+ spares"):
         short.add(b"g" * 32, b"y" * 9000)
         short.flush()
+
+
+def test_once_the_spares_are_used_the_next_ranked_live_node_takes_the_share():
+    """Two spares a bundle run out when several of its nodes fail at once:
+    place() is asked again, and what it ranks next (not failed, holding no
+    share of the bundle) takes the share."""
+    aggregator, tars = _sealed_run(bundles=1, spares=1)
+    (record,) = aggregator.take_bundles()
+    for failed in tars[:3]:
+        (move,) = aggregator.replace(failed)
+        assert move.to_node not in {t.node for t in tars[:3]}
+        record.shares[move.index] = ShareRef(move.index, move.key, move.to_node)
+    nodes = [s.node for s in record.shares]
+    assert len(set(nodes)) == N
+
+
+def test_with_fewer_live_nodes_than_n_a_live_holder_takes_a_second_share():
+    """min_distinct below n: with no other node, the live holder with the
+    fewest shares of the bundle takes one more; a move that would leave
+    fewer than min_distinct nodes holding the bundle is refused."""
+    from tests.unit.aggregator.fakes import NODES, rendezvous_place
+    aggregator, _ = make_aggregator(spares=0, place=rendezvous_place(NODES[:N]))
+    aggregator.min_distinct = N - 1
+    aggregator.add("f", file_bytes(0, TEST_POLICY.bundle_target))
+    aggregator.flush()
+    tars = aggregator.take_sealed()
+    (record,) = aggregator.take_bundles()
+    holders = [s.node for s in record.shares]
+    (move,) = aggregator.replace(tars[0])
+    assert move.to_node in holders and move.to_node != tars[0].node
+    holders[move.index] = move.to_node
+    assert len(set(holders)) == N - 1
+    with pytest.raises(PlacementExhausted):
+        aggregator.replace(tars[1])

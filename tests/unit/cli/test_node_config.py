@@ -23,25 +23,34 @@ def test_defaults_are_the_configs_own():
 def test_every_option():
     config = parse("--home", "/n", "--host", "0.0.0.0", "--port", "4100", "--join",
                    "10.0.0.2:4000", "--capacity", "500M", "--memory-log", "m.csv",
-                   "--memory-budget", "64MiB", "--lease", "30d", "--trash-time", "12h",
+                   "--memory-budget", "64MiB", "--lease", "30d", "--trash-time", "15d",
                    "--lease-sweep-interval", "0.5", "-v")
     assert config == NodeConfig(home="/n", host="0.0.0.0", port=4100, join=("10.0.0.2", 4000),
                                 capacity=500 * 1024 ** 2, memory_log="m.csv",
                                 memory_budget=64 * 1024 ** 2, verbose=True,
-                                lease_seconds=30 * 86400, trash_seconds=12 * 3600,
+                                lease_seconds=30 * 86400, trash_seconds=15 * 86400,
                                 lease_sweep_interval=0.5)
 
 
-def test_lease_defaults_are_90_days_and_7_days_swept_hourly():
+def test_lease_defaults_are_a_year_and_30_days_swept_hourly():
     config = parse("--home", "h")
     assert (config.lease_seconds, config.trash_seconds, config.lease_sweep_interval) == (
-        90 * 86400, 7 * 86400, 3600)
+        365 * 86400, 30 * 86400, 3600)
 
 
 @pytest.mark.parametrize("text, seconds", [("90d", 90 * 86400), ("2w", 14 * 86400), ("1.5h", 5400),
                                            ("30m", 1800), ("5s", 5), ("0.2", 0.2)])
 def test_durations(text, seconds):
-    assert parse("--home", "h", "--lease", text).lease_seconds == seconds
+    assert parse("--home", "h", "--lease-sweep-interval", text).lease_sweep_interval == seconds
+
+
+@pytest.mark.parametrize("flag", ["--lease", "--trash-time"])
+def test_a_lease_or_trash_shorter_than_two_client_renewals_is_refused(flag, capsys):
+    assert getattr(parse("--home", "h", flag, "2w"),
+                   "lease_seconds" if flag == "--lease" else "trash_seconds") == 14 * 86400
+    with pytest.raises(SystemExit):
+        parse("--home", "h", flag, "13d")
+    assert "less than 14 days" in capsys.readouterr().err
 
 
 def test_a_bad_duration_is_a_usage_error():
@@ -87,7 +96,8 @@ def test_the_config_is_frozen():
     NodeConfig(home="/t/node-03", port=4003, join=("127.0.0.1", 4000), capacity=12 * 1024 ** 2,
                memory_log="/t/node-03/memory.csv"),
     NodeConfig(home="/x", host="0.0.0.0", memory_budget=1 << 20, verbose=True),
-    NodeConfig(home="/y", lease_seconds=3600.5, trash_seconds=60, lease_sweep_interval=0.2),
+    NodeConfig(home="/y", lease_seconds=400.5 * 86400, trash_seconds=20 * 86400,
+               lease_sweep_interval=0.2),
 ])
 def test_an_exec_spawned_node_gets_the_config_a_forked_one_would(config):
     args = build_parser().parse_args(node_run_args(config))

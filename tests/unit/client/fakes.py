@@ -31,6 +31,7 @@ class FakeNode:
         self.roots = {}
         self.up = True
         self.corrupt = set()   # keys whose bytes this node flips on read
+        self.lease_seconds = 365 * 86400.0
 
     def store_(self, owner, key, data, kind=0):
         self.store.put(key, owner, bytes(data), KIND_NAMES[kind])
@@ -59,6 +60,10 @@ class FakeNode:
         if owner not in self.roots:
             raise RemoteError(ErrorCode.NOT_FOUND, "no root record")
         return self.roots[owner]
+
+    def stats(self, owner):
+        """The part of a node's STATS the client reads (its lease renewal)."""
+        return {"leases": {"lease_seconds": self.lease_seconds}}
 
 
 @implementer(INetwork)

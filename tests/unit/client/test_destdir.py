@@ -170,3 +170,60 @@ def test_positional_writer_refuses_a_name_swapped_between_its_two_opens(dest, tm
     with dest.place("f") as place:
         with pytest.raises(FileExistsError, match="replaced"):
             PositionalWriter("f", dir_fd=place.dir_fd)
+
+
+def _no_renameat2(monkeypatch):
+    monkeypatch.setattr(destdir, "_renameat2", None)
+
+
+def _renameat2_unsupported(monkeypatch):
+    """As on a filesystem without RENAME_NOREPLACE: the call fails EINVAL."""
+    import ctypes
+    import errno
+
+    def einval(*args):
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+    monkeypatch.setattr(destdir, "_renameat2", einval)
+
+
+@pytest.mark.parametrize("how", ["renameat2", "no renameat2", "EINVAL"])
+def test_rename_new_never_replaces_a_name_however_it_appeared(dest, tmp_path, monkeypatch,
+                                                             how):
+    """A rename that replaced what appeared after a check was the race in
+    "a restore never overwrites"; each way of renaming refuses a taken name
+    (a file, a symlink, a directory) and moves onto a free one."""
+    if how == "no renameat2":
+        _no_renameat2(monkeypatch)
+    elif how == "EINVAL":
+        _renameat2_unsupported(monkeypatch)
+    root = tmp_path / "dest" / "d"
+    with dest.place("d/f") as place:
+        os.close(place.open_new("tmp", 0o600))
+        (root / "file").write_bytes(b"theirs")
+        os.symlink("/elsewhere", root / "link")
+        os.mkdir(root / "dir")
+        for taken in ("file", "link", "dir"):
+            with pytest.raises(FileExistsError):
+                place.rename_new("tmp", taken)
+        place.rename_new("tmp", "f")
+    assert listing(root) == ["dir", "f", "file", "link"]
+    assert (root / "file").read_bytes() == b"theirs"
+    assert os.readlink(root / "link") == "/elsewhere"
+
+
+def test_into_place_goes_beside_a_name_that_appeared_and_fails_when_both_are_taken(dest,
+                                                                                  tmp_path):
+    from flud.client.restore.files import RestoreError, into_place
+
+    root = tmp_path / "dest" / "d"
+    with dest.place("d/f") as place:
+        os.close(place.open_new("t1", 0o600))
+        assert into_place(place, lambda name: place.rename_new("t1", name)) == ("f", False)
+        os.close(place.open_new("t2", 0o600))
+        assert into_place(place, lambda name: place.rename_new("t2", name)) == \
+            ("f.flud-restored", True)
+        os.close(place.open_new("t3", 0o600))
+        with pytest.raises(RestoreError, match="exists too"):
+            into_place(place, lambda name: place.rename_new("t3", name))
+    assert listing(root) == ["f", "f.flud-restored", "t3"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapPage, RootRecord,
+from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapTooLarge, MapPage, RootRecord,
                                  is_root_v1, merge)
 from flud.client.records import Bundle, ShareHolder
 from flud.client.tree import BadRecord, BlobRef, NewerFormat
@@ -92,9 +92,16 @@ def test_a_map_index_round_trips_and_is_bounded():
     assert MapIndex.decode(index.encode()) == index
     with pytest.raises(BadRecord):
         MapIndex.decode(index.encode().replace(hexid(7).encode(), b"nothex"))
-    too_many = MapIndex(((ref, bundle(2)),) * (MAX_PAGES + 1)).encode()
+    most = MapIndex(((ref, bundle(2)),) * MAX_PAGES)
+    assert len(MapIndex.decode(most.encode()).pages) == MAX_PAGES
+    # One page more: decode refuses it, and so does encode (a head nothing
+    # could open is never written).
+    with pytest.raises(MapTooLarge):
+        MapIndex(((ref, bundle(2)),) * (MAX_PAGES + 1)).encode()
+    value = json.loads(most.encode())
+    value["pages"].append(value["pages"][0])
     with pytest.raises(BadRecord):
-        MapIndex.decode(too_many)
+        MapIndex.decode(json.dumps(value).encode())
     with pytest.raises(NewerFormat):
         MapIndex.decode(b'{"v":3,"t":"map","pages":[]}')
 
@@ -131,3 +138,15 @@ def test_a_newer_root_record_says_to_upgrade_and_a_version_1_one_is_recognised()
         RootRecord.decode(b'{"v": 3, "t": "root", "bundles": []}')
     assert is_root_v1({"snapshot": 3, "manifest": {"size": 1, "segs": []}, "created": 1.0})
     assert not is_root_v1(json.loads(root().encode()))
+
+
+def test_a_map_index_says_how_many_of_its_pages_a_merge_wrote():
+    ref = BlobRef(hexid(1), hexid(2), 0, 10)
+    pages = tuple((ref._replace(offset=i), bundle(2)) for i in range(3))
+    index = MapIndex(pages, merged=2)
+    assert MapIndex.decode(index.encode()) == index and index.appended() == 1
+    assert b'"m"' not in MapIndex(pages).encode()    # an index without a merge: as before
+    value = json.loads(index.encode())
+    value["m"] = 4                                     # more merged pages than pages
+    with pytest.raises(BadRecord, match="merged"):
+        MapIndex.decode(json.dumps(value).encode())

@@ -32,7 +32,7 @@ def test_a_schema_2_index_is_migrated_and_keeps_its_files(tmp_path):
     assert index.states_in("/home/me/docs") == {"/home/me/docs/a": FileState(1, 2, 3, 4, "c1")}
     assert list(index.states_in("/home/me/docs/sub")) == ["/home/me/docs/sub/b"]
     assert set(index.file_states()) == {"/home/me/docs/a", "/home/me/docs/sub/b"}
-    assert index.db.execute("SELECT version FROM schema_version").fetchone()[0] == 4
+    assert index.db.execute("SELECT version FROM schema_version").fetchone()[0] == index_module.SCHEMA_VERSION
 
 
 def test_files_are_asked_for_one_directory_at_a_time(tmp_path):
@@ -58,7 +58,7 @@ def test_an_index_newer_than_this_flud_is_refused(tmp_path):
     path = str(tmp_path / "index.db")
     ClientIndex(path).close()
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("UPDATE schema_version SET version=5")
+    db.execute("UPDATE schema_version SET version=?", (index_module.SCHEMA_VERSION + 1,))
     db.close()
     with pytest.raises(IndexVersionError, match="upgrade flud"):
         ClientIndex(path)

@@ -197,3 +197,111 @@ def test_a_dest_that_is_a_file_is_a_clear_error(world, tmp_path):
     (tmp_path / "dest").write_bytes(b"a file")
     with pytest.raises(RestoreError, match="cannot restore into"):
         restore(world, tmp_path / "dest", manifest)
+
+
+# ---- honest outcomes: a failing subtree, a PATH that matches nothing, a name that appears ----
+
+def restore_with(world, dest, manifest, paths=(), **options):
+    clock, home, network = world
+    monitor = MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0)
+    job = Restore(clock, home, network, CPUPool(clock, inline=True), monitor,
+                  Progress("restore", quiet=True), manifest,
+                  block_writer=InlineBlockWriter, **options)
+    return run_until(clock, job.run(str(dest), paths)), job
+
+
+def test_a_directory_that_cannot_be_made_fails_its_subtree_alone(world, tmp_path, monkeypatch):
+    """mkdir fails (EACCES, EROFS, ENOSPC...) for one directory: it and what
+    it holds are named as failed, the rest is restored (one mkdir error
+    ended the whole restore with a traceback)."""
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 7)
+    manifest = backup(world, [str(src)])
+    mkdir = os.mkdir
+
+    def refusing(name, *args, **kwargs):
+        if name == "d":
+            raise PermissionError(13, "Permission denied", name)
+        return mkdir(name, *args, **kwargs)
+    monkeypatch.setattr(os, "mkdir", refusing)
+
+    summary, job = restore(world, tmp_path / "dest", manifest)
+
+    failed = dict(job.failed)
+    assert {"tree/d", "tree/d/big.bin", "tree/d/small.txt", "tree/d/deeper",
+            "tree/d/deeper/s2.txt"} == set(failed), job.failed
+    assert "Permission denied" in failed["tree/d"]
+    assert "tree/d could not be made" in failed["tree/d/deeper/s2.txt"]
+    assert summary["failed"] == 5 and summary["files"] == 2
+    shutil.rmtree(src / "d")
+    assert compare_trees(str(src), str(tmp_path / "dest" / "tree")) == []
+
+
+def test_each_path_that_matches_nothing_is_reported(world, tmp_path):
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 8)
+    manifest = backup(world, [str(src)])
+
+    summary, job = restore(world, tmp_path / "dest", manifest,
+                           ["tree/keep.txt", "tree/nope", str(src / "sub" / "gone")])
+
+    assert job.unmatched == ["tree/nope", str(src / "sub" / "gone")]
+    assert summary["unmatched"] == 2 and summary["files"] == 1
+    with open(src / "keep.txt", "rb") as f:
+        assert (tmp_path / "dest" / "tree" / "keep.txt").read_bytes() == f.read()
+
+
+def test_when_no_path_matches_nothing_is_restored_and_each_is_named(world, tmp_path):
+    from flud.client.restore.run import RestoreError
+
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 9)
+    manifest = backup(world, [str(src)])
+    with pytest.raises(RestoreError, match="tree/nope, tree/nada"):
+        restore(world, tmp_path / "dest", manifest, ["tree/nope", "tree/nada"])
+
+
+def test_a_small_file_that_appears_before_the_rename_is_never_replaced(world, tmp_path):
+    """The name was free when the file was written to its temp name, and is
+    taken when its batch is renamed into place (another program, a second
+    restore): the restored file goes beside it (the rename replaced it)."""
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 10)
+    manifest = backup(world, [str(src)])
+    dest = tmp_path / "dest"
+    appeared = dest / "tree" / "keep.txt"
+
+    def sync_and_race(fd):
+        if not os.path.lexists(appeared):
+            appeared.write_bytes(b"theirs")
+
+    summary, _ = restore_with(world, dest, manifest, ["tree/keep.txt"], sync=sync_and_race)
+
+    assert appeared.read_bytes() == b"theirs"
+    with open(src / "keep.txt", "rb") as f:
+        assert (dest / "tree" / "keep.txt.flud-restored").read_bytes() == f.read()
+    assert summary["beside"] == 1 and summary["failed"] == 0
+
+
+def test_a_large_file_that_appears_while_it_downloads_is_never_replaced(world, tmp_path,
+                                                                        monkeypatch):
+    from flud.client.restore import run as run_module
+
+    src = tmp_path / "src" / "tree"
+    make_tree(str(src), 11)
+    manifest = backup(world, [str(src)])
+    dest = tmp_path / "dest"
+    appeared = dest / "tree" / "d" / "big.bin"
+    set_meta = run_module.set_meta
+
+    def race(fd, entry):   # the last step before the rename into place
+        appeared.write_bytes(b"theirs")
+        set_meta(fd, entry)
+    monkeypatch.setattr(run_module, "set_meta", race)
+
+    summary, _ = restore(world, dest, manifest, ["tree/d/big.bin"])
+
+    assert appeared.read_bytes() == b"theirs"
+    with open(src / "d" / "big.bin", "rb") as f:
+        assert (dest / "tree" / "d" / "big.bin.flud-restored").read_bytes() == f.read()
+    assert summary["beside"] == 1 and summary["failed"] == 0 and summary["files"] == 1

@@ -27,7 +27,7 @@ def _tree(root):
                 f.write(f"{folder} {i}\n".encode() * (i + 1))
 
 
-def _restore(world, dest, damage_dir=None):
+def _restore(world, dest, damage_dir=None, paths=()):
     clock, home, network = world
     k, n = home.config["k"], home.config["n"]
     pool = CPUPool(clock, inline=True)
@@ -54,7 +54,7 @@ def _restore(world, dest, damage_dir=None):
     job = Restore(clock, home, network, pool, monitor, Progress("restore", quiet=True),
                   {"k": k, "n": n, "bundles": repo.bundles}, block_writer=InlineBlockWriter)
     try:
-        return run_until(clock, TreeRestore(job, repo, found.record).run(dest)), job
+        return run_until(clock, TreeRestore(job, repo, found.record).run(dest, paths)), job
     finally:
         found.close()
 
@@ -81,3 +81,64 @@ def test_a_damaged_directory_record_is_named_and_the_rest_restored(tmp_path):
     out = tmp_path / "out" / "src"
     assert os.listdir(out / "lose") == []   # its entry was read (in its parent), its contents not
     assert compare_trees(os.path.join(src, "keep"), str(out / "keep")) == []
+
+
+def test_each_path_that_matches_nothing_is_reported_and_the_rest_restored(tmp_path):
+    """`restore a b` where b matches nothing: a is restored, b is named (the
+    directory above b made it look matched, and the exit was 0)."""
+    world = make_world(tmp_path, nodes=12)
+    src = str(tmp_path / "src")
+    _tree(src)
+    run_backup(world, [src])
+    summary, job = _restore(world, str(tmp_path / "out"),
+                            paths=["src/keep", "src/nope", "src/lose/f9.txt"])
+    assert job.unmatched == ["src/nope", "src/lose/f9.txt"]
+    assert summary["unmatched"] == 2 and summary["failed"] == 0 and summary["files"] == 6
+    assert compare_trees(os.path.join(src, "keep"), str(tmp_path / "out" / "src" / "keep")) == []
+    assert os.listdir(tmp_path / "out" / "src" / "lose") == []  # only the way to f9.txt
+
+
+def test_when_no_path_matches_nothing_is_restored(tmp_path):
+    import pytest
+
+    from flud.client.restore.run import RestoreError
+
+    world = make_world(tmp_path, nodes=12)
+    src = str(tmp_path / "src")
+    _tree(src)
+    run_backup(world, [src])
+    with pytest.raises(RestoreError, match="matches src/nope, src/keep/nada"):
+        _restore(world, str(tmp_path / "out"), paths=["src/nope", "src/keep/nada"])
+    assert not os.path.exists(tmp_path / "out" / "src")
+
+
+def test_a_path_in_an_unreadable_directory_is_failed_not_unmatched(tmp_path):
+    world = make_world(tmp_path, nodes=12)
+    src = str(tmp_path / "src")
+    _tree(src)
+    run_backup(world, [src])
+    summary, job = _restore(world, str(tmp_path / "out"), damage_dir="lose",
+                            paths=["src/keep/f0.txt", "src/lose/f0.txt"])
+    assert job.unmatched == [] and [rel for rel, _ in job.failed] == ["src/lose"]
+    assert summary["files"] == 1
+
+
+def test_a_directory_that_cannot_be_made_fails_alone(tmp_path, monkeypatch):
+    world = make_world(tmp_path, nodes=12)
+    src = str(tmp_path / "src")
+    _tree(src)
+    run_backup(world, [src])
+    mkdir = os.mkdir
+
+    def refusing(name, *args, **kwargs):
+        if name == "lose":
+            raise OSError(30, "Read-only file system", name)
+        return mkdir(name, *args, **kwargs)
+    monkeypatch.setattr(os, "mkdir", refusing)
+
+    summary, job = _restore(world, str(tmp_path / "out"))
+
+    assert sorted(rel for rel, _ in job.failed) == ["src/lose", "src/lose/f0.txt",
+                                                     "src/lose/f1.txt", "src/lose/f2.txt"]
+    assert summary["failed"] == 4 and summary["files"] == 6
+    assert compare_trees(os.path.join(src, "keep"), str(tmp_path / "out" / "src" / "keep")) == []

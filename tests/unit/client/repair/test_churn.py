@@ -28,3 +28,23 @@ def test_nodes_back_after_their_shares_were_repaired_are_surplus_not_counted_twi
                                   outage_per_week=0.1, outage_days=5, check_every=DAY))
     assert result.outages > 0 and result.lost == 0
     assert result.surplus > 0 and result.overcounted == 0
+
+
+def test_a_house_leaves_all_at_once_and_as_many_new_nodes_join():
+    config = ChurnConfig(nodes=24, objects=100, weeks=12, loss_per_week=0.05, house_size=3)
+    result = simulate(config)
+    assert result.departed > 0 and result.departed % 3 == 0
+    assert simulate(config) == result
+
+
+def test_under_house_bursts_the_safety_margin_keeps_what_waiting_for_k_loses():
+    """Houses of 3 nodes leaving at 10% a week with daily checks and houses
+    away for 5 days: repairing only at k confirmed (margin 0, the old rule)
+    loses objects, repairing at once at k + 2 loses none and never lets a
+    check find an object unreadable."""
+    base = dict(nodes=24, objects=300, weeks=26, loss_per_week=0.10, house_size=3,
+                outage_per_week=0.04, check_every=DAY)
+    old = simulate(ChurnConfig(margin=0, **base))
+    new = simulate(ChurnConfig(**base))
+    assert old.lost > 0 and old.unavailable > 0
+    assert new.lost == 0 and new.unavailable == 0 and new.fewest_shares >= 4

@@ -2,8 +2,8 @@ import pytest
 
 from flud.client.records import ShareHolder
 from flud.client.repair.health import (
-    CORRUPT, DAY, DEGRADED, HEALTHY, LOST, MISSING, OK, UNREACHABLE, HealthBook, Observation,
-    RepairPolicy, StoredObject, default_m)
+    AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST, MISSING, OK, SAFETY_MARGIN, UNAVAILABLE,
+    UNREACHABLE, HealthBook, Observation, RepairPolicy, StoredObject, default_m)
 
 NODES = [f"{i:02x}" * 32 for i in range(1, 20)]
 
@@ -38,14 +38,70 @@ def test_missing_counts_lost_and_a_later_good_answer_clears_it():
 def test_an_unreachable_node_counts_until_grace_then_its_shares_are_lost():
     book, obj = HealthBook(), _object()
     policy = RepairPolicy(m=8, grace=3 * DAY)
-    for i in (0, 1):
-        book.observe(Observation(obj.shares[i].key, obj.shares[i].node, UNREACHABLE, 0.0))
+    book.observe(Observation(obj.shares[0].key, obj.shares[0].node, UNREACHABLE, 0.0))
     early = book.classify(obj, 2 * DAY, policy)
-    assert (early.healthy, early.unreachable, early.lost) == (6, 2, ())
-    assert not early.needs_repair   # presumed alive within grace
+    assert (early.healthy, early.unreachable, early.lost) == (7, 1, ())
+    assert not early.needs_repair   # presumed alive within grace, 7 confirmed
     late = book.classify(obj, 3 * DAY, policy)
-    assert (late.healthy, late.unreachable, late.lost) == (6, 0, (0, 1))
-    assert late.needs_repair and late.to_recreate() == (0, 1)
+    assert (late.healthy, late.unreachable, late.lost) == (7, 0, (0,))
+    assert late.needs_repair and late.to_recreate() == (0,)
+
+
+def _away(book, obj, indexes, at=0.0, outcome=UNREACHABLE):
+    for i in indexes:
+        book.observe(Observation(obj.shares[i].key, obj.shares[i].node, outcome, at))
+
+
+def test_classes_say_what_a_restore_could_do_now_whatever_the_grace():
+    """Unreachable shares within grace cannot be fetched: they never make an
+    object healthier than its confirmed shares (issue 25: '(2 healthy, 6
+    unreachable)' was 'degraded', '(0 healthy, 8 unreachable)' too)."""
+    policy = RepairPolicy(grace=30 * DAY)
+    expect = {0: HEALTHY, 1: DEGRADED, 2: DEGRADED, 3: AT_RISK, 4: AT_RISK,
+              5: UNAVAILABLE, 6: UNAVAILABLE, 8: UNAVAILABLE}
+    for away, state in expect.items():
+        book, obj = HealthBook(), _object()
+        _away(book, obj, range(away))
+        health = book.classify(obj, DAY, policy)
+        assert (away, health.state) == (away, state)
+        assert health.readable == (state not in (UNAVAILABLE, LOST))
+
+
+def test_fewer_than_k_left_counting_the_unreachable_is_lost():
+    book, obj = HealthBook(), _object()
+    _away(book, obj, range(3), outcome=MISSING)
+    _away(book, obj, (3,))
+    assert book.classify(obj, DAY, RepairPolicy()).state == AT_RISK      # 4 confirmed
+    _away(book, obj, range(3, 8))
+    assert book.classify(obj, DAY, RepairPolicy()).state == UNAVAILABLE  # 5 away, 0 confirmed
+    _away(book, obj, (3, 4), outcome=CORRUPT)
+    assert book.classify(obj, DAY, RepairPolicy()).state == LOST         # 3 away at most
+
+
+def test_down_to_the_safety_margin_repair_does_not_wait_for_the_grace():
+    """Two holders away an hour with a grace of three days: 6 = k + 2
+    confirmed, so every share not confirmed is re-created now."""
+    assert SAFETY_MARGIN == 2 and RepairPolicy().urgent_at(4, 8) == 6
+    book, obj = HealthBook(), _object()
+    _away(book, obj, (2, 5))
+    health = book.classify(obj, 3600.0, RepairPolicy(grace=3 * DAY))
+    assert health.needs_repair and health.urgent and health.to_recreate() == (2, 5)
+    assert health.state == DEGRADED
+
+
+def test_the_grace_still_postpones_the_repair_of_a_comfortably_redundant_object():
+    book, obj = HealthBook(), _object()
+    _away(book, obj, (4,))
+    assert not book.classify(obj, 3600.0, RepairPolicy(grace=3 * DAY)).needs_repair
+    # a wider margin is an option: 7 confirmed is then urgent too
+    health = book.classify(obj, 3600.0, RepairPolicy(grace=3 * DAY, margin=3))
+    assert health.needs_repair and health.to_recreate() == (4,)
+
+
+def test_the_margin_never_asks_to_repair_an_object_with_all_shares_confirmed():
+    health = HealthBook().classify(_object(k=2, n=4), 0.0, RepairPolicy(margin=5))
+    assert health.state == HEALTHY and not health.needs_repair
+    assert RepairPolicy(margin=5).urgent_at(2, 4) == 3
 
 
 def test_unreachable_since_is_the_first_miss_and_an_answer_resets_it():
@@ -86,12 +142,12 @@ def test_fewer_than_k_left_is_lost_and_cannot_be_repaired():
     assert health.state == LOST and not health.readable and not health.needs_repair
 
 
-def test_fewer_than_k_confirmed_but_others_away_is_degraded_not_lost():
+def test_fewer_than_k_confirmed_but_others_away_is_unavailable_not_lost():
     book, obj = HealthBook(), _object()
     for i in range(5):
         book.observe(Observation(obj.shares[i].key, obj.shares[i].node, UNREACHABLE, 0.0))
     health = book.classify(obj, 1.0, RepairPolicy())
-    assert health.state == DEGRADED and not health.readable and not health.needs_repair
+    assert health.state == UNAVAILABLE and not health.readable and not health.needs_repair
 
 
 def test_a_node_back_after_its_share_moved_is_surplus_not_a_second_share():

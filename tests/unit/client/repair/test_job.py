@@ -1,5 +1,6 @@
 """The check and repair job against the in-memory network."""
-from flud.client.repair.health import (CORRUPT, DAY, DEGRADED, HEALTHY, LOST, RepairPolicy)
+from flud.client.repair.health import (AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST,
+                                       UNAVAILABLE, RepairPolicy)
 from flud.client.repair.rotation import parse_subset
 from flud.client.repair.state import CheckState
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
@@ -11,7 +12,8 @@ def test_a_first_check_challenges_every_share_and_finds_all_healthy():
     objects = [world.add(first_node=i) for i in range(5)]
     report = world.check(objects)
     assert report.challenged == 40 and report.window == 1.0
-    assert report.counts() == {HEALTHY: 5, DEGRADED: 0, LOST: 0, "repaired": 0}
+    assert report.counts() == {HEALTHY: 5, DEGRADED: 0, AT_RISK: 0, UNAVAILABLE: 0, LOST: 0,
+                               "repaired": 0}
     assert all(r.reachable and r.corrupt == 0 for r in report.nodes)
 
 
@@ -221,9 +223,11 @@ def test_the_summary_is_plain_json_naming_what_is_not_healthy():
     bad = objects[1].shares[4]
     world.node(bad.node).corrupt.add(bytes.fromhex(bad.key))
     summary = json.loads(json.dumps(world.check(objects, repair=True).summary()))
-    assert summary["counts"] == {HEALTHY: 2, DEGRADED: 0, LOST: 0, "repaired": 1}
+    assert summary["counts"] == {HEALTHY: 2, DEGRADED: 0, AT_RISK: 0, UNAVAILABLE: 0, LOST: 0,
+                                 "repaired": 1}
     [row] = summary["objects"]
     assert row["id"] == objects[1].object_id and row["lost"] == [4] and row["repaired"] == [4]
+    assert (row["confirmed"], row["n"]) == (8, 8)
     assert summary["recreated"]["shares"] == 1
     assert {n["node"]: n["corrupt"] for n in summary["nodes"]}[bad.node] == 1
 
@@ -306,3 +310,30 @@ def test_the_rotation_follows_the_injected_clock_not_the_reactor():
     daily = world.check(objects, clock=lambda: now[0])
     assert abs(daily.window - 1 / 7) < 1e-9
     assert 0 < daily.challenged < first.challenged
+
+
+def test_with_fewer_free_nodes_than_shares_to_make_only_what_they_take_is_fetched():
+    """9 nodes, 3 holders down: 5 confirmed (urgent), 3 to make, and one node
+    (holding none of it) answers: one share is made, two are reported as
+    found no node, and the object ends with 6 confirmed, not an error."""
+    world = World(nodes=9)
+    obj = world.add(kind="extent")
+    for s in obj.shares[:3]:
+        world.node(s.node).up = False
+    report = world.check([obj], repair=True, policy=RepairPolicy())
+    result = report.objects[0]
+    assert len(result.repaired) == 1 and result.unplaced == 2 and result.confirmed == 6
+    assert result.state == DEGRADED and "redundancy reduced" in result.error
+
+
+def test_no_free_node_at_all_fetches_nothing_and_says_so():
+    world = World(nodes=8)
+    obj = world.add()
+    for s in obj.shares[:3]:
+        world.node(s.node).up = False
+    fetched_before = world.network.calls.get("retrieve", 0)
+    report = world.check([obj], repair=True, policy=RepairPolicy())
+    result = report.objects[0]
+    assert result.repaired == () and result.unplaced == 3 and result.state == AT_RISK
+    assert world.network.calls.get("retrieve", 0) == fetched_before
+    assert report.recreated_shares == 0
