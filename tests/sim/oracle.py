@@ -2,6 +2,7 @@
 every node answering honestly (never a client's view): the head the nodes
 hold, whether each listed snapshot restores to the tree it recorded, and
 whether an object can be read from the nodes that are up now."""
+import inspect
 import os
 import shutil
 
@@ -16,6 +17,14 @@ from flud.client.snapshots import open_repository
 from tests.sim.tree import read_tree, tree_diff
 
 UNREADABLE_STATES = {"lost", "unavailable"}   # what check may call an object a restore cannot read
+
+
+def open_for_reading(ctx):
+    """open_repository as a reader (restore, ls): the nodes' newest head,
+    whoever wrote it (where the code knows readers from writers)."""
+    if "reading" in inspect.signature(open_repository).parameters:
+        return open_repository(ctx, reading=True)
+    return open_repository(ctx)
 
 
 class Head:
@@ -38,7 +47,7 @@ def read_head(world, home_path) -> Head:
     """The head with every existing node up and honest."""
     @defer.inlineCallbacks
     def job(clock, home, network, ctx):
-        root, repo = yield open_repository(ctx)
+        root, repo = yield open_for_reading(ctx)
         if repo is None:
             return Head(error="no version-2 repository on the nodes")
         try:
@@ -66,7 +75,7 @@ def needed_objects(world, home_path, listed):
 
     @defer.inlineCallbacks
     def job(clock, home, network, ctx):
-        _, repo = yield open_repository(ctx)
+        _, repo = yield open_for_reading(ctx)
         try:
             reached = yield Reach(repo, listed, ctx).run()
             return set(reached.bundles) | set(reached.extents)
@@ -81,7 +90,7 @@ def restore_record(world, home_path, record, dest, oracle=True):
     honest; else the nodes a job now finds). (summary, failed lines)."""
     @defer.inlineCallbacks
     def job(clock, home, network, ctx):
-        _, repo = yield open_repository(ctx)
+        _, repo = yield open_for_reading(ctx)
         try:
             restore = Restore(clock, home, network, ctx.pool, ctx.monitor, ctx.progress,
                               {"k": ctx.coder.k, "n": ctx.coder.n, "bundles": repo.bundles},
