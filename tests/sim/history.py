@@ -454,8 +454,19 @@ class Simulation:
     def op_second_home(self):
         if "B" not in self.homes:
             self.homes["B"] = self.world.new_home("B")
-        op = self.rng.choice([self.op_backup, self.op_backup, self.op_forget, self.op_prune])
-        return op("B")
+        op = self.rng.choice([self.op_backup, self.op_backup, self.op_forget, self.op_prune,
+                              self.op_adopt, self.op_adopt])
+        return op(self.rng.choice("AB") if op == self.op_adopt else "B")
+
+    def op_adopt(self, home_name):
+        """`flud adopt`: this home takes over writing (where the code has it);
+        the other home is refused from then on."""
+        from flud.client import head as head_module
+        if not hasattr(head_module, "adopt"):
+            return f"adopt ({home_name}): no `flud adopt` in this code"
+        status, result = self._job("adopt", self.homes[home_name],
+                                   lambda clock, home, network, ctx: head_module.adopt(ctx))
+        return f"adopt ({home_name}) {status}: {_short(result if status != 'ok' else '')}"
 
     # ---- nodes -----------------------------------------------------------------
 
