@@ -221,39 +221,45 @@ class World:
         network.client_id = self.client_id
         ctx = self.context(clock, home, network)
         out = io.StringIO()
+        result = []
         try:
             with _wall_time(self.wall()), contextlib.redirect_stdout(out), \
                     contextlib.redirect_stderr(out), _quiet_garbage():
                 d = make(clock, home, network, ctx)
+                del make
                 try:
                     events = self._drive(clock, d, kill_at)
+                    if events is not None:
+                        d.addBoth(result.append)
                 finally:
-                    # what the job left behind goes now (an abandoned job's
-                    # generators close; a lost error is logged), not in some
-                    # later job's step
-                    del make
+                    # What the job left behind goes now (a killed job's
+                    # generators close; an error nobody handled is logged),
+                    # not in some later step: its Deferred holds them.
+                    del d
                     gc.collect(2 if kill_at is not None else 1)
             lost = UNHANDLED[:]
             del UNHANDLED[:]
-            if lost and kill_at is None:
+            if events is None:
+                raise Killed(f"killed after {kill_at} steps")
+            if lost:
                 raise Unhandled("; ".join(lost[:3]))
         finally:
             self.now = max(self.now, clock.seconds())
             home.close()
-        result = []
-        d.addBoth(result.append)
         if isinstance(result[0], Failure):
             result[0].raiseException()
         return result[0], events
 
-    def _drive(self, clock, d, kill_at) -> int:
+    def _drive(self, clock, d, kill_at):
         """Step the job's reactor one due moment at a time (each an await
-        point of some part of the job) until it finishes or is killed."""
+        point of some part of the job) until it finishes (the number of
+        steps) or is killed (None: it is dropped, as by SIGKILL)."""
         events, started = 0, clock.seconds()
         while not d.called:
             if kill_at is not None and events >= kill_at:
                 d.addErrback(lambda _: None)   # never fires: the process is gone
-                raise Killed(f"killed after {events} steps")
+                del clock.calls[:]             # nor does anything it was waiting for
+                return None
             calls = clock.calls        # task.Clock keeps them sorted by time
             if not calls:
                 raise Hung("the job waits for something that never comes")
