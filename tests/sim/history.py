@@ -49,10 +49,10 @@ FAULT_KINDS = {
     "clock": "the client's wall clock jumps forward or back (finding 9, client side)",
 }
 # Issue 25's health classes (healthy, degraded, at risk: k + 1 or fewer
-# reachable, unavailable, lost): with FLUD_SIM_HEALTH_CLASSES=1 a check that
-# calls an object "healthy" with k + 1 or fewer shares fetchable is a
-# violation too (today's check has no "at risk": off by default).
-HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES") == "1"
+# reachable, unavailable, lost): a check that calls an object "healthy" with
+# k + 1 or fewer shares fetchable is a violation too. FLUD_SIM_HEALTH_CLASSES=0
+# turns that off (for a check from before the classes, which had no "at risk").
+HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES", "1") == "1"
 DEFAULT_FAULTS = frozenset({"clock", "replay", "kill"})   # the kinds that pass on main (commit, head, repair merged)
 
 
