@@ -367,14 +367,14 @@ class Simulation:
             if state in oracle.UNREADABLE_STATES:
                 continue
             readable = oracle.readable(self.world, obj, keys)
-            if HEALTH_CLASSES and state == "healthy" and readable <= obj.k + 1:
-                raise Violation(f"check calls {obj.kind} {obj.object_id[:16]} 'healthy' but "
-                                f"only {readable} of its shares can be fetched now (k={obj.k}: "
-                                f"at risk)")
             if readable < obj.k:
                 raise Violation(f"check calls {obj.kind} {obj.object_id[:16]} {state!r} but a "
                                 f"restore can fetch only {readable} of the {obj.k} shares "
                                 f"it needs")
+            if HEALTH_CLASSES and state == "healthy" and readable <= obj.k + 1:
+                raise Violation(f"check calls {obj.kind} {obj.object_id[:16]} 'healthy' but "
+                                f"only {readable} of its shares can be fetched now (k={obj.k}: "
+                                f"at risk)")
 
     def op_verify(self):
         args = self._args("verify", "--home", self.homes["A"])
