@@ -14,6 +14,7 @@ the client's simulated wall time.
 """
 import contextlib
 import gc
+import hashlib
 import io
 import itertools
 import logging
@@ -191,6 +192,7 @@ class World:
         home = create_home(path, join=("127.0.0.1", 1), secret=self.secret,
                            overrides=self.config)
         home.close()
+        _seeded_home_id(path, self.secret + name.encode())
         return path
 
     # ---- running a job --------------------------------------------------------
@@ -269,6 +271,17 @@ class World:
             if clock.seconds() - started > JOB_LIMIT or events > EVENT_LIMIT:
                 raise Hung(f"the job ran {clock.seconds() - started:.0f} s, {events} steps")
         return events
+
+
+def _seeded_home_id(path: str, seed: bytes) -> None:
+    """Where homes carry an id of their own (made at random), the seed
+    makes it instead, so a replay prints the same ids."""
+    try:
+        from flud.client.home import HOME_ID_FILE
+    except ImportError:
+        return
+    with open(os.path.join(path, HOME_ID_FILE), "w") as f:   # before any job reads it
+        f.write(hashlib.blake2b(seed, digest_size=16).hexdigest() + "\n")
 
 
 UNHANDLED = []   # errors no Deferred handled, seen while the harness ran a job
