@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
 COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud storage aggregator tools
 
-.PHONY: venv demo test test-fast bench stress clean
+.PHONY: venv demo test test-fast bench stress simulate clean
 
 $(STAMP): pyproject.toml setup.py flud/_gf256.c
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,20 @@ STRESS_TIME ?= 900
 stress: $(STAMP)
 	@$(COMPILE)
 	$(PY) tools/stress.py --runs $(STRESS_RUNS) --time-limit $(STRESS_TIME) $(STRESS_ARGS)
+
+# Lifecycle simulation (tests/sim/): SEEDS histories from seed FROM, real
+# client jobs on an in-memory network, invariants checked after every step.
+# FAULTS: a comma list of fault kinds, "all" or "none" (default: those the
+# pytest run has on); STEPS: steps per history, or DAYS: simulated days per
+# history. A failing seed prints the command that replays it.
+SEEDS  ?= 100
+FROM   ?= 1
+STEPS  ?= 60
+DAYS   ?=
+FAULTS ?=
+simulate: $(STAMP)
+	$(PY) tools/simulate.py --seeds $(SEEDS) --from $(FROM) --steps $(STEPS) \
+		$(if $(DAYS),--days $(DAYS)) $(if $(FAULTS),--faults $(FAULTS)) $(SIM_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
