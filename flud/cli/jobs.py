@@ -326,6 +326,7 @@ def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, pro
         # read now: the map's cache goes with the repository
         manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
                                            manifest)
+        manifest["unconfirmed"] = found.repo.unconfirmed
     finally:
         found.close()
     return manifest
@@ -389,11 +390,16 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     for node_hex, shares in job.unreachable.items():
         print(f"  node {node_hex[:12]} unreachable: {shares} of its shares came from "
               f"other holders")
+    unconfirmed = found.repo.unconfirmed if found.repo is not None else ""
+    if unconfirmed:
+        # what was restored is whole, but may not be the newest snapshot
+        print(f"  not sure this is the newest snapshot: {unconfirmed}")
+        _summary(args).update(root_unconfirmed=unconfirmed)
     print(_memory_line(monitor))
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] or s["unmatched"] else EXIT_OK
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed else EXIT_OK
 
 
 def _listed(items, what, most=20) -> None:
@@ -443,9 +449,13 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
         print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
               f"and a restore would miss it")
         _listed(damaged, "unreadable")
+    unconfirmed = manifest.get("unconfirmed", "")
+    if unconfirmed:   # what was verified is the newest snapshot these nodes show
+        print(f"not sure this is the newest snapshot: {unconfirmed}")
+        _summary(args).update(root_unconfirmed=unconfirmed)
     if damaged or short:
         return EXIT_ERROR
-    return EXIT_OK if not bad else EXIT_SKIPPED
+    return EXIT_OK if not bad and not unconfirmed else EXIT_SKIPPED
 
 
 def _verify_table(per_node) -> dict:

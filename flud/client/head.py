@@ -102,7 +102,8 @@ def saved_head(client_index):
 def nodes_root(ctx):
     """The newest root the nodes answer with, or None."""
     try:
-        found = yield find_root(ctx.network, ctx.secret)
+        # a writer: one holder's answer (manifest.root_holders says why one is enough)
+        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"], least=1)
     except ManifestMissing:
         return None
     return found
@@ -206,7 +207,7 @@ def put_root_again(ctx, repo):
     highest now (its holders leave), only while it is still the nodes'
     newest: put after another writer's, it would bring the head back."""
     yield _check_unmoved(ctx, Head.of_repository(repo))
-    yield put_root_v2(ctx.network, ctx.secret, ctx.coder.n, repo.root)
+    yield put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], repo.root)
 
 
 def _next_generation(client_index, head: Head) -> int:
@@ -215,9 +216,9 @@ def _next_generation(client_index, head: Head) -> int:
     return max(head.generation, client_index.get_meta(ATTEMPT_META, 0)) + 1
 
 
-def _put_root(ctx, root: RootRecord):
+def _put_root(ctx, root: RootRecord, everywhere=False):
     ctx.index.set_meta(ATTEMPT_META, root.generation)   # before: a kill mid-put counts too
-    return put_root_v2(ctx.network, ctx.secret, ctx.coder.n, root)
+    return put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], root, everywhere)
 
 
 @defer.inlineCallbacks
@@ -364,7 +365,7 @@ def adopt(ctx, accept_older=False):
         repo.close()
     root = found.successor(ctx.home.home_id, last_id=head.last_id,
                            generation=_next_generation(ctx.index, head))
-    yield _put_root(ctx, root)
+    yield _put_root(ctx, root, everywhere=True)   # a handover: every holder, see root_holders
     head.root, head.generation = root, root.generation
     head.save(ctx.index)
     return head, found.home if found.home != ctx.home.home_id else ""

@@ -15,11 +15,13 @@ import zlib
 from twisted.internet import defer
 
 from flud.client.holders import RootRecord, is_root_v1
+from flud.client.placement import rank
 from flud.client.records import (bundle_of, entries_to_wire, holder_keys_from_wire,
                                  manifest_ref_segments)
 from flud.client.segments import fetch_segment
 from flud.crypto import derive_key, open_sealed, seal
 from flud.errors import FludError
+from flud.protocol.errors import ErrorCode, RemoteError
 
 MANIFEST_VERSION = 1
 ROOT_COPIES_EXTRA = 2
@@ -193,23 +195,57 @@ def root_quorum(sent: int) -> int:
     return sent // 2 + 1
 
 
+def root_holders(network, n) -> list:
+    """The root's home set: the n + ROOT_COPIES_EXTRA nodes that rank
+    highest among every node known, up or not (fixed, not the ones up now).
+    A root is put on the highest ranked nodes up now (a majority of those
+    must take it: nodes that left for good, still on the member list, must
+    not stop every backup and repair), which is this set while its nodes
+    are up. A handover (`flud adopt`) must reach every node of the set that
+    answers and at least a majority of it, so the home that wrote before
+    sees the new writer's root from any one of them it reaches and is
+    refused; a writer therefore needs an answer from one node of the set.
+    A reader without a head of its own that hears from fewer than a
+    majority of the set says it may not have found the newest root."""
+    return rank(root_place_key(network), list(network.nodes))[:n + ROOT_COPIES_EXTRA]
+
+
+class RootUnconfirmed(FludError):
+    """Fewer than a majority of the root's holders answered: the newest
+    root may be on the others. `best` is the newest among those that did."""
+
+    code = "ROOT_UNCONFIRMED"
+
+    def __init__(self, message, best=None):
+        super().__init__(message)
+        self.best = best
+
+
 @defer.inlineCallbacks
-def put_root(network, secret, n, root):
+def put_root(network, secret, n, root, everywhere=False):
+    """everywhere: every holder must take it (a handover), not a majority."""
     record = _seal_json(secret, "root", root)
-    targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
+    if everywhere:
+        fixed = root_holders(network, n)
+        failed = set(fixed) - set(network.alive_ids())
+        targets = [t for t in fixed if t not in failed]
+        needed = max(len(targets), root_quorum(len(fixed)))
+    else:
+        targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
+        needed = root_quorum(len(targets))
     results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
                                        consumeErrors=True)
     accepted = sum(1 for ok, _ in results if ok)
-    if not targets or accepted < root_quorum(len(targets)):
+    if not targets or accepted < needed:
         raise RootNotStored(
             f"only {accepted} of the {len(targets)} nodes asked took the new root record "
-            f"({root_quorum(len(targets))} are needed): the head did not move, and what this "
+            f"({needed} are needed): the head did not move, and what this "
             f"run stored is kept for the next run. Run it again when more nodes are up.")
 
 
-def put_root_v2(network, secret, n, root: RootRecord):
+def put_root_v2(network, secret, n, root: RootRecord, everywhere=False):
     """A version-2 root record, sealed and placed as version 1's is."""
-    return put_root(network, secret, n, json.loads(root.encode()))
+    return put_root(network, secret, n, json.loads(root.encode()), everywhere)
 
 
 def _root_rank(root) -> tuple:
@@ -223,14 +259,21 @@ def _root_rank(root) -> tuple:
 
 
 @defer.inlineCallbacks
-def find_root(network, secret):
+def find_root(network, secret, n=None, least=None):
     """Ask every node for our root record; the newest one that opens wins:
-    a version-1 root (a dict: snapshot, manifest, created) or a RootRecord."""
+    a version-1 root (a dict: snapshot, manifest, created) or a RootRecord.
+    n: also require an answer (a root, or none held) from `least` of the
+    root's holders (root_holders; a majority by default), else
+    RootUnconfirmed."""
     ids = network.alive_ids()
     results = yield defer.DeferredList([network.call(t, "root_get") for t in ids],
                                        consumeErrors=True)
     best = None
-    for ok, blob in results:
+    holders = set(root_holders(network, n)) if n else set()
+    answered = 0
+    for node_id, (ok, blob) in zip(ids, results):
+        if node_id in holders and (ok or _holds_none(blob)):
+            answered += 1
         if not ok:
             continue
         try:
@@ -241,11 +284,24 @@ def find_root(network, secret):
             continue  # not ours or damaged: the GCM tag (or the record's checks) says so
         if best is None or _root_rank(root) > _root_rank(best):
             best = root
+    least = root_quorum(len(holders)) if least is None else least
+    if holders and answered < least:
+        raise RootUnconfirmed(
+            f"only {answered} of the {len(holders)} nodes that hold this home's root record "
+            f"answered ({least} are needed to be sure of the newest): "
+            f"the newest head may be on the others. Nothing was changed; run it again when "
+            f"more nodes are up.", best)
     if best is None:
         raise ManifestMissing(
             "no node holds a manifest for this key. Check that you imported the right key "
             "and that the nodes you joined are the ones you backed up to.")
     return best
+
+
+def _holds_none(failure) -> bool:
+    """A node that answered that it holds no root for us (it did answer)."""
+    err = getattr(failure, "value", None)
+    return isinstance(err, RemoteError) and err.code == ErrorCode.NOT_FOUND
 
 
 @defer.inlineCallbacks

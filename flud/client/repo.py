@@ -159,6 +159,7 @@ class Repository:
 
     def __init__(self, ctx, report_bad=lambda node, key, why: None,
                  count_retrieves=lambda n: None):
+        self.unconfirmed = ""   # why its root may not be the newest (a reader's), or ""
         self.ctx = ctx
         self.sealer = BlobSealer(ctx.secret)
         self.cache = MapCache(ctx.home.path)

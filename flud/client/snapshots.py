@@ -12,7 +12,7 @@ from twisted.internet import defer
 
 from flud.client.chain import Saved, StaleRoot, judge_home
 from flud.client.holders import RootRecord
-from flud.client.manifest import ManifestMissing, fetch_manifest, find_root
+from flud.client.manifest import ManifestMissing, RootUnconfirmed, fetch_manifest, find_root
 from flud.client.repo import Repository
 from flud.errors import FludError
 
@@ -47,11 +47,13 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
     The nodes' root is judged against this home's head (client/chain.py):
     a writer gets StaleRoot, ForkedHead or OtherWriter; a reader
     (reading=True) gets this home's own head where the nodes' is older."""
+    unconfirmed = ""
     if root is None:
-        root = yield _judged_root(ctx, reading)
+        root, unconfirmed = yield _judged_root(ctx, reading)
     if not isinstance(root, RootRecord):
         return root, None
     repo = Repository(ctx, report_bad, count_retrieves)
+    repo.unconfirmed = unconfirmed
     try:
         yield repo.open(root)
     except BaseException:
@@ -62,8 +64,24 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
 
 @defer.inlineCallbacks
 def _judged_root(ctx, reading):
+    """(the root to read, "" or why it may not be the newest)."""
+    unconfirmed = ""
     try:
-        found = yield find_root(ctx.network, ctx.secret)
+        # a writer needs one holder's answer, a reader a majority to be sure
+        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"],
+                                least=None if reading else 1)
+    except RootUnconfirmed as err:
+        if not reading:
+            raise   # a writer that hears from no holder at all writes nothing
+        # A reader takes the newest it can see, and says it may not be the
+        # newest, unless it is the head this home wrote last itself.
+        found, unconfirmed = err.best, str(err)
+        saved = Saved(ctx.index).root
+        if saved is not None and isinstance(found, RootRecord) \
+                and found.digest() == saved.digest():
+            unconfirmed = ""
+        else:
+            log.warning("%s", unconfirmed)
     except ManifestMissing:
         found = None
     try:
@@ -77,7 +95,7 @@ def _judged_root(ctx, reading):
                     "(generation %d): the nodes holding the newest are away, or one answered "
                     "with an old root. Reading this home's head instead.", newest,
                     saved.generation)
-        return saved.root
+        return saved.root, ""
     except FludError:
         if not reading:
             raise   # a reader reads the nodes' newest, whoever wrote it
@@ -85,7 +103,7 @@ def _judged_root(ctx, reading):
         raise ManifestMissing(
             "no node holds a manifest for this key. Check that you imported the right key "
             "and that the nodes you joined are the ones you backed up to.")
-    return found
+    return found, unconfirmed
 
 
 @defer.inlineCallbacks

@@ -101,7 +101,12 @@ def test_holders_stopped_one_at_a_time_are_repaired(testnet_factory, tmp_path):
                 "--k", str(K), "--n", str(N), env=env)
     assert proc.returncode == 0, output(proc)
     proc = flud("restore", "--home", new_home, "--to", tmp_path / "dest2")
-    assert proc.returncode == 0, output(proc)
+    # Six nodes are gone for good but still on the member list: a home from
+    # the key alone cannot tell whether the newest root was on them, so it
+    # restores the newest it finds and says it cannot be sure (exit 1).
+    assert proc.returncode in (0, 1), output(proc)
+    if proc.returncode == 1:
+        assert "not sure this is the newest snapshot" in proc.stdout, output(proc)
     assert compare_trees(src, tmp_path / "dest2" / "src") == []
 
 

@@ -415,16 +415,18 @@ class Simulation:
                                "bundles": found.repo.bundles},
                               block_writer=InlineBlockWriter, sync=lambda fd: None)
                 summary = yield TreeRestore(job, found.repo, found.record).run(dest)
-                return summary, found.record_id, job.failed
+                return summary, found.record_id, job.failed, found.repo.unconfirmed
             finally:
                 found.close()
         try:
             status, result = self._job("restore", home_path, make, killable=False)
             if status != "ok":
                 return "failed", result
-            summary, record_id, failed = result
+            summary, record_id, failed, unconfirmed = result
             if summary["failed"]:
                 return "failed", f"{summary['failed']} failed: {failed[:2]}"
+            if unconfirmed:   # `flud restore` says so and exits 1: not a success
+                return "unsure", unconfirmed
             head = self.head()
             newest = head.ids[-1] if head.ids else None
             if record_id != newest:

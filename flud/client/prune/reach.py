@@ -21,6 +21,7 @@ from twisted.internet import defer
 from flud.client.manifest import fetch_manifest
 from flud.client.records import Bundle, extent_id, extent_stored_bytes
 from flud.client.tree import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
+from flud.errors import FludError
 
 BUNDLE, EXTENT = "b", "x"
 FETCHES_AT_ONCE = 32    # records being fetched at once
@@ -30,6 +31,24 @@ FETCH_CHUNK = 256       # records of a level read before their entries are taken
 def object_id(kind: str, name: str) -> str:
     """An object's id in prune's bookkeeping: what one set of DELETEs removes."""
     return f"{kind}:{name}"
+
+
+class RecordUnreadable(FludError):
+    """A record a kept snapshot reaches cannot be read now (its bundle's
+    holders are away or damaged): what it reaches is unknown, so nothing
+    may be deleted this run."""
+
+    code = "PRUNE_RECORD_UNREADABLE"
+
+
+def _unreadable(failure):
+    err = failure.value
+    if isinstance(err, defer.FirstError):
+        err = err.subFailure.value
+    raise RecordUnreadable(
+        f"a record the kept snapshots reach cannot be read now ({err}): nothing is deleted "
+        f"while what it reaches is unknown. Run `flud check --repair`, or prune again when "
+        f"more nodes are up.") from err
 
 
 class Reached(NamedTuple):
@@ -127,8 +146,9 @@ class Reach:
 
     def _fetch_all(self, blob_ids):
         slots = defer.DeferredSemaphore(FETCHES_AT_ONCE)
-        return defer.gatherResults([slots.run(self.repo.open_blob, b) for b in blob_ids],
-                                   consumeErrors=True)
+        d = defer.gatherResults([slots.run(self.repo.open_blob, b) for b in blob_ids],
+                                consumeErrors=True)
+        return d.addErrback(_unreadable)
 
     @defer.inlineCallbacks
     def _large_all(self, blob_ids):

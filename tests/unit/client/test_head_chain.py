@@ -155,6 +155,7 @@ class _Only:
     def __init__(self, network, node_id):
         self._network, self._node = network, node_id
         self.client_id = network.client_id
+        self.nodes = {node_id: network.nodes[node_id]}   # the root's holders: this one
 
     def place(self, key, count):
         return [self._node]
@@ -346,7 +347,7 @@ def test_a_home_and_a_root_from_before_the_chain_write_on(world, tmp_path):
 
 def _put_on_one_node(network, node_id):
     """A put_root_v2 that reaches one node and then fails (no majority)."""
-    def put(net, secret, n, root):
+    def put(net, secret, n, root, everywhere=False):
         d = put_root_v2(_Only(network, node_id), secret, n, root)
 
         def fail(_):
@@ -422,3 +423,59 @@ def test_check_repairs_root_put_again_never_goes_over_a_newer_root(world, tmp_pa
     finally:
         repo.close()
     assert run_until(clock, find_root(network, home.secret)) == newer
+
+
+def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(world, tmp_path):
+    """The root goes to a fixed set (the highest ranked of every known node,
+    up or not) and needs a majority of it: a write made while some holders
+    were away is seen by a read made while others are. A reader that hears
+    from fewer than a majority says it is not sure (RootUnconfirmed); a
+    writer needs one holder; a handover (adopt) needs every holder, so the
+    home that wrote before sees it from any holder it reaches."""
+    from flud.client.manifest import RootUnconfirmed, root_holders
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    write(os.path.join(src, "a.txt"), b"alpha")
+    run_backup(world, [src])
+    n = home.config["n"]
+    holders = root_holders(network, n)
+    quorum = len(holders) // 2 + 1
+    minority = len(holders) - quorum
+    for node_id in holders[:minority]:               # away while the next root is written
+        network.nodes[node_id].up = False
+    write(os.path.join(src, "b.txt"), b"beta")
+    run_backup(world, [src])
+    newest = run_until(clock, find_root(network, home.secret, n))
+    _all_up(network, holders)
+    for node_id in holders[-minority:]:              # a different minority away for the read
+        network.nodes[node_id].up = False
+    assert run_until(clock, find_root(network, home.secret, n)) == newest
+    _all_up(network, holders)
+    for node_id in holders[:quorum]:                 # most holders away: a reader is not sure
+        network.nodes[node_id].up = False
+    with pytest.raises(RootUnconfirmed) as raised:
+        run_until(clock, find_root(network, home.secret, n))
+    assert raised.value.code == "ROOT_UNCONFIRMED"
+    assert run_until(clock, find_root(network, home.secret, n, least=1)) is not None
+    # a second home cannot take over while a holder is away; with all of
+    # them up it can, and the first home, reaching one holder, is refused
+    world_b = _second_home(world, tmp_path)
+    _all_up(network, holders)
+    network.nodes[holders[0]].up = False
+    with pytest.raises(RootNotStored):
+        run_until(clock, adopt(ctx_of(world_b)))
+    _all_up(network, holders)
+    run_until(clock, adopt(ctx_of(world_b)))
+    for node_id in holders[1:]:
+        network.nodes[node_id].up = False
+    write(os.path.join(src, "c.txt"), b"gamma")
+    with pytest.raises(FludError) as refused:
+        run_backup(world, [src])
+    assert refused.value.code == "OTHER_WRITER"
+    _all_up(network, holders)
+
+
+def _all_up(network, node_ids):
+    for node_id in node_ids:
+        network.nodes[node_id].up = True
+    network.health.failed.clear()
