@@ -24,6 +24,7 @@ import threading
 import blake3
 import zfec
 from twisted.internet import defer
+from twisted.python import failure
 
 from aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
 from aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
@@ -89,6 +90,7 @@ class SmallFiles:
         self._stored = {}           # (bundle id hex, share index) -> node that took it
         self._challenges = PackedChallenges()
         self._tars_in_flight = []
+        self._tar_failure = None    # the first tar that failed for good (raised by the run)
         self._tar_slots = defer.DeferredSemaphore(MAX_TARS_IN_FLIGHT)
         # The aggregator is filled in a worker and drained on the reactor.
         self._aggregator_lock = threading.Lock()
@@ -117,9 +119,11 @@ class SmallFiles:
                 self.aggregator.flush()
             self._account_small()
             self._send_sealed()
+            self._raise_tar_failure()
             if not self._tars_in_flight:
                 return
             yield settle_all(list(self._tars_in_flight))
+            self._raise_tar_failure()
 
     def close(self) -> None:
         """Its memory goes back, landed or not."""
@@ -443,13 +447,26 @@ class SmallFiles:
     def _tar_finished(self, result, d):
         if d in self._tars_in_flight:
             self._tars_in_flight.remove(d)
+        if isinstance(result, failure.Failure):
+            # Kept for the run to raise (_raise_tar_failure), never left in a
+            # Deferred nobody waits on any more: a tar may fail after the run
+            # stopped waiting for it.
+            if self._tar_failure is None:
+                self._tar_failure = result
+            return None
+        return result
+
+    def _raise_tar_failure(self, result=None):
+        if self._tar_failure is not None:
+            self._tar_failure.raiseException()
         return result
 
     def _wait_one_tar(self):
         if not self._tars_in_flight:
-            return defer.succeed(None)
+            return defer.maybeDeferred(self._raise_tar_failure)
         return defer.DeferredList(list(self._tars_in_flight), fireOnOneCallback=True,
-                                  fireOnOneErrback=True, consumeErrors=True)
+                                  fireOnOneErrback=True, consumeErrors=True
+                                  ).addCallback(self._raise_tar_failure)
 
     @defer.inlineCallbacks
     def _store_tar(self, tar):
