@@ -53,7 +53,12 @@ FAULT_KINDS = {
 # k + 1 or fewer shares fetchable is a violation too. FLUD_SIM_HEALTH_CLASSES=0
 # turns that off (for a check from before the classes, which had no "at risk").
 HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES", "1") == "1"
-DEFAULT_FAULTS = frozenset({"clock", "replay", "kill"})   # the kinds that pass on main (commit, head, repair merged)
+# Every kind but "stale" runs in `make test`. "stale" (most of the root's
+# holders away at once, one of the rest replaying an old root) still finds a
+# fork after a handover now and then: a writer needs one holder's answer,
+# not a majority (client/manifest.py root_holders says why), and a hostile
+# holder can be that one. `make simulate FAULTS=all` shows it.
+DEFAULT_FAULTS = frozenset(FAULT_KINDS) - {"stale"}
 
 
 def faults_from_env(default=DEFAULT_FAULTS) -> frozenset:
@@ -592,6 +597,8 @@ class Simulation:
             self.verified[blob_id] = epoch
         if op_name in ("op_backup", "op_second_home"):
             self._new_objects_stored(head)
+        else:   # what other jobs wrote (prune's map pages, repairs) is not a backup's
+            self.last_objects = {obj.object_id for obj in head.objects}
 
     def _new_objects_stored(self, head):
         """Every share of an object that first appears in the map now is on

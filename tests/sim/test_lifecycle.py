@@ -13,8 +13,8 @@ import pytest
 from tests.sim.history import (FAULT_KINDS, Simulation, Outcome, Violation, faults_from_env,
                                default_base, run_history)
 
-SEEDS = int(os.environ.get("FLUD_SIM_SEEDS", "20"))
-STEPS = int(os.environ.get("FLUD_SIM_STEPS", "40"))
+SEEDS = int(os.environ.get("FLUD_SIM_SEEDS", "100"))
+STEPS = int(os.environ.get("FLUD_SIM_STEPS", "30"))
 PER_KIND_SEEDS = int(os.environ.get("FLUD_SIM_KIND_SEEDS", "2"))
 ENABLED = faults_from_env()
 
