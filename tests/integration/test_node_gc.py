@@ -309,9 +309,10 @@ def test_a_job_that_fails_still_renews_and_says_until_when(tmp_path):
         assert leases["lease_seconds"] == 200 * DAY  # the shortest the nodes reported
         assert before <= leases["renewed"] <= time.time()
         assert leases["kept_until"] == leases["renewed"] + 200 * DAY
-        for node in nodes[1:]:  # only the renewal reached these two
-            assert tool("stats-one", node.addr, observer)["leases"]["renewals"] == \
-                renewals[node.addr] + 1
+        for node in nodes[1:]:  # the refused job reached these two: their leases renewed
+            # (any authenticated request renews: the job's STATS, and its root reads)
+            assert tool("stats-one", node.addr, observer)["leases"]["renewals"] > \
+                renewals[node.addr]
         listing = flud("ls", "--home", home)
         until = time.strftime("%Y-%m-%d", time.localtime(leases["kept_until"]))
         assert f"until at least {until}" in listing.stdout, output(listing)
