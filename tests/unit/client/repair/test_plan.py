@@ -1,4 +1,3 @@
-import pytest
 
 from flud.client.holders import HolderMap, MapPage
 from flud.client.records import Bundle, ShareHolder
