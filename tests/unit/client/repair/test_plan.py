@@ -1,4 +1,3 @@
-
 from flud.client.holders import HolderMap, MapPage
 from flud.client.records import Bundle, ShareHolder
 from flud.client.repair.health import StoredObject
