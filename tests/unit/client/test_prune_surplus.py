@@ -79,6 +79,18 @@ def repair_away(world, victim):
     network.health.failed.discard(victim)
 
 
+def busiest_repaired_away(world):
+    """(the node holding the most shares, the copies the map's pages name
+    on it), after repair_away took it away and brought it back."""
+    network = world[2]
+    counts = {node_id: len(keys_on(world, node_id)) for node_id in network.nodes}
+    victim = max(counts, key=counts.get)
+    mapped, _ = newest_map(world, pages_only=True)
+    old_copies = mapped[victim.hex()] & keys_on(world, victim)
+    repair_away(world, victim)
+    return victim, old_copies
+
+
 def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an_outage(
         world, tmp_path):
     clock, home, network = world
@@ -96,11 +108,7 @@ def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an
     run_until(clock, forgetting.forget(ctx_of(world), Policy(last=1), False, UTC,
                                        say=lambda text: None))
     assert prune(world, now=100.0)["marked"] >= 1    # g.bin's extent: deleted by the next run
-    counts = {node_id: len(keys_on(world, node_id)) for node_id in network.nodes}
-    victim = max(counts, key=counts.get)
-    mapped, _ = newest_map(world, pages_only=True)
-    old_copies = mapped[victim.hex()] & keys_on(world, victim)
-    repair_away(world, victim)
+    victim, old_copies = busiest_repaired_away(world)
     named, _ = newest_map(world)
     # what the map named there and names no more; a copy this home's index
     # still names there stays (a backup may name it again: kept until the
@@ -208,11 +216,7 @@ def test_a_writers_page_merge_hands_the_copies_it_drops_to_prune(world, tmp_path
         write(os.path.join(src, f"f{i}.bin"), rng.randbytes(4000))
     write(os.path.join(src, "big.bin"), rng.randbytes(3 * 1024 * 1024))
     run_backup(world, [src])
-    counts = {node_id: len(keys_on(world, node_id)) for node_id in network.nodes}
-    victim = max(counts, key=counts.get)
-    mapped, _ = newest_map(world, pages_only=True)
-    old_copies = mapped[victim.hex()] & keys_on(world, victim)
-    repair_away(world, victim)
+    victim, old_copies = busiest_repaired_away(world)
     for i in range(3):   # each backup appends a page; past MERGE_AT they are merged
         write(os.path.join(src, f"new{i}.bin"), rng.randbytes(3000))
         run_backup(world, [src])
