@@ -19,7 +19,7 @@ from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
 from flud.client.head import Head, put_root_again, record_sender, store_blobs, write_head
 from flud.client.holders import HolderMap, MapPage
-from flud.client.prune_state import pending_object_ids
+from flud.client.prune_state import deleted_copies, pending_object_ids
 from flud.client.records import Extent, ShareHolder
 from flud.client.repair.health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
 from flud.client.repair.job import CheckJob
@@ -113,6 +113,8 @@ class Check:
         self.left_out, objects = len(objects) - len(kept), kept
         challenges = IndexChallenges(index, repo.cache)
         state = self._state()
+        for key, node in deleted_copies(index):   # gone by prune: no longer reported surplus
+            state.book.pruned(key, node)
 
         def challenge_of(share):
             return probe_of(ctx.secret, share, challenges.get(share.key))

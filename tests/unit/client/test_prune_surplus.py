@@ -149,6 +149,9 @@ def test_surplus_copies_are_deleted_by_two_runs_even_across_a_map_rewrite_and_an
     assert third["surplus_deleted"] == len(marked) and third["failed"] == 0
     assert not keys_on(world, victim) & surplus
     assert {place_of(oid) for oid in marked} <= deleted_copies(home.index)   # for check
+    report = run_until(clock, Check(ctx_of(world), repair=False).run(), limit=2_000_000)
+    assert not {(key, node) for _, key, node in report.surplus} & \
+        {place_of(oid) for oid in marked}       # check no longer calls them surplus
     assert prune(world, now=500.0)["surplus"] == 0
     named, challenged = newest_map(world)
     everything = set().union(*named.values())
