@@ -32,11 +32,12 @@ from flud.client.backup.small import SmallFiles
 from flud.client.backup.snapshot import TreeWriter, publish_tree
 from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
+from flud.client.excludes import ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.head import adopt_head
 from flud.client.leases import renew_leases
 from flud.client.records import EmptyContent
-from flud.client.scan import Entry, entry_of, list_children
+from flud.client.scan import Entry, entry_of
 from flud.client.walk import walk
 from flud.coding import SegmentCoder
 
@@ -72,7 +73,7 @@ class Backup:
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
-                        "reduced_redundancy": 0}
+                        "reduced_redundancy": 0, "excluded": 0}
         self.skipped = []
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
@@ -94,7 +95,9 @@ class Backup:
 
     @defer.inlineCallbacks
     def run(self, paths, excludes=(), tags=()):
-        """Back up `paths` (files or directories) as a new snapshot."""
+        """Back up `paths` (files or directories) as a new snapshot.
+        excludes: ExcludeRules, ExcludeOptions or globs (flud/client/excludes.py)."""
+        excludes = ExcludeRules.of(excludes)   # a bad exclude file stops here, before any change
         ctx = self.ctx
         index = ctx.index
         started = ctx.clock()
@@ -195,7 +198,7 @@ class Backup:
             if top.kind != "dir":
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
-            for listing in walk(root, excludes, self._skip, list_children):
+            for listing in walk(root, (), self._skip, excludes.lister(root, self._excluded)):
                 files = [e for e in listing.entries if e.kind == "file"]
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
@@ -268,6 +271,9 @@ class Backup:
         # one row a share, streamed in: the manifest reads them back the same way
         index.add_challenges(challenges.items())
         self.contents.new = {}
+
+    def _excluded(self, path, why):
+        self.summary["excluded"] += 1
 
     def _skip(self, path, why):
         self.summary["skipped"] += 1
