@@ -27,14 +27,14 @@ def run_client(args, job: str) -> int:
     filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
-    args.summary = {}
+    args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        if job not in READ_ONLY_JOBS:
-            lock.acquire()
+        if job not in READ_ONLY_JOBS and not getattr(args, "lock_held", False):
+            lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
     except (UserError, HomeBusy, *_refusals()) as err:
@@ -202,6 +202,7 @@ def _typed(user_error, err):
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli.backup_flags import exclude_options
     from flud.client.backup.run import Backup
     from flud.client.segments import StoreFailed
     from flud.errors import FludError
@@ -209,7 +210,7 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     job = Backup(reactor, home, network, pool, monitor, progress,
                  parallel_files=args.parallel_files)
     try:
-        result = yield job.run(args.paths, args.exclude, tags=args.tag)
+        result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
     except StoreFailed as err:
         raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                                f"run the backup again."), err)
@@ -220,7 +221,7 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
-          f"{s['skipped']} skipped, {s['dedup']} deduplicated)")
+          f"{s['skipped']} skipped, {s['dedup']} deduplicated, {s['excluded']} excluded)")
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")

@@ -174,3 +174,27 @@ def test_parse_size():
     for bad in ("", "ten", "-1", True):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+def test_fixture_home_keeps_what_the_rules_say_and_never_lists_the_cache(tmp_path, monkeypatch):
+    """The fixture home of issue 28 (tools/bench/home_tree.py): a cache of
+    100,000 entries is one probe and one stat of its tag, never a listing.
+    (Its cost in time: tools/bench/bench_excludes.py.)"""
+    from tools.bench.home_tree import make_home
+
+    root = tmp_path / "home"
+    kept = make_home(str(root), cache_entries=100_000)
+    listings, stats = [], []
+    real_scandir, real_lstat = os.scandir, os.lstat
+    monkeypatch.setattr(excludes_module.os, "scandir",
+                        lambda p: listings.append(p) or real_scandir(p))
+    monkeypatch.setattr(excludes_module.os, "lstat",
+                        lambda p, *a, **k: stats.append(p) or real_lstat(p, *a, **k))
+    options = ExcludeOptions(exclude_caches=True, if_present=(".nobackup",),
+                             larger_than=parse_size("8M"))
+    assert set(listed(root, options)) == kept
+    cache = str(root / ".cache")
+    assert cache not in listings
+    assert not [p for p in listings if p.startswith(cache + "/")]
+    assert [p for p in stats if p.startswith(cache + "/")] == [cache + "/CACHEDIR.TAG"] * 2
+    assert len(stats) < 100   # the markers probed in each of the few directories
