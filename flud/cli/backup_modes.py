@@ -14,6 +14,7 @@ from flud.errors import FludError
 SPOOL_CHUNK = 1024 * 1024
 STDIN_DIR = "stdin"           # in the client home: where a command's output is spooled
 SKIPPED_SHOWN = 20
+EXCLUDED_SHOWN = 1000   # excluded paths in --dry-run --json (all are counted)
 
 
 class CommandFailed(FludError):
@@ -70,41 +71,55 @@ def dry_run(args) -> int:
     from flud.cli.home import open_home
     from flud.client.backup.preview import NEW, preview
     from flud.client.progress import human_bytes
+    from flud.client.run_rows import RUN_META
 
     as_json = getattr(args, "json", False)
     home = open_home(args.home)
     if home is None:
         return _fail(args, "no client home there", "CLIENT_HOME")
     out = sys.stdout
-    skipped = []
+    skipped, excluded = [], []
     first = [True]
 
     def on_file(entry, status):
         if status == "unchanged":
             return
-        if as_json:
+        if as_json:   # (ASCII: a name that is not UTF-8 still makes valid JSON)
             out.write(("" if first[0] else ",\n") + json.dumps(
-                {"path": entry.path, "status": status, "size": entry.size},
-                ensure_ascii=False))
+                {"path": entry.path, "status": status, "size": entry.size}))
             first[0] = False
         else:
             mark = "+" if status == NEW else "M"
-            out.write(f"{mark} {human_bytes(entry.size):>10}  {entry.path}\n")
+            out.write(f"{mark} {human_bytes(entry.size):>10}  {_shown(entry.path)}\n")
 
     def on_skip(path, why):
         if len(skipped) < SKIPPED_SHOWN:
             skipped.append((path, why))
-        print(f"  skipped {path}: {why}", file=sys.stderr)
+        print(f"  skipped {_shown(path)}: {why}", file=sys.stderr)
+
+    def on_exclude(path, why):
+        if len(excluded) < EXCLUDED_SHOWN:
+            excluded.append((path, why))
+        if not as_json:
+            out.write(f"x {'':>10}  {_shown(path)}  ({why})\n")
 
     if as_json:
         out.write('{"command": "backup", "dry_run": true, "files": [\n')
-    error = None
+    error, interrupted = None, False
     try:
-        totals = preview(home.index, args.paths, exclude_options(args), on_file, on_skip)
+        interrupted = home.index.get_meta(RUN_META) is not None
+        totals = preview(home.index, args.paths, exclude_options(args), on_file, on_skip,
+                         on_exclude)
     except FludError as err:   # a bad ignore pattern: named with its file and line
         error = err
     finally:
         home.close()
+    if interrupted and error is None:
+        # its rows are rolled back (or adopted) when the next backup starts:
+        # files it had sent may then count as changed again
+        print("note: a backup was interrupted here; the next backup first settles what it "
+              "left, and may then read again some files counted here as unchanged",
+              file=sys.stderr)
     if error is not None:
         message = f"the dry run stopped: {error}"
         print(f"error: {message}", file=sys.stderr)
@@ -114,7 +129,8 @@ def dry_run(args) -> int:
         return EXIT_ERROR
     code = EXIT_SKIPPED if totals.skipped else EXIT_OK
     summary = {**vars(totals), "files_total": totals.files, "bytes_total": totals.bytes,
-               "skipped_paths": skipped, "exit": code}
+               "skipped_paths": skipped, "excluded_paths": excluded,
+               "interrupted_run": interrupted, "exit": code}
     if as_json:
         out.write("\n], " + json.dumps(summary)[1:] + "\n")
     else:
@@ -124,6 +140,11 @@ def dry_run(args) -> int:
               f"{totals.unchanged} unchanged ({human_bytes(totals.unchanged_bytes)}); "
               f"{totals.excluded} excluded, {totals.skipped} skipped. Nothing was sent.")
     return code
+
+
+def _shown(path: str) -> str:
+    """A path as a terminal can print it (a name that is not UTF-8 shows U+FFFD)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 # ---- --stdin-from-command ---------------------------------------------------

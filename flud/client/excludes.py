@@ -180,8 +180,9 @@ class DirectoryLister:
                     is_dir = child.is_dir(follow_symlinks=False)
                 except OSError:
                     is_dir = False
-                if chain.matches(prefix + child.name, is_dir):
-                    self._exclude(child.path, "an ignore pattern")
+                hit = chain.hit(prefix + child.name, is_dir)
+                if hit is not None and hit.include:
+                    self._exclude(child.path, f"matches {hit}")
                     continue
             try:
                 child_st = child.stat(follow_symlinks=False)

@@ -17,7 +17,7 @@ Paths are relative, '/'-separated, without a leading '/' ("a/b/c.txt").
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 import pathspec
 
@@ -64,6 +64,19 @@ def _compile_line(text: str, source: str, line: int):
     return pattern
 
 
+class PatternHit(NamedTuple):
+    """The line that decided a path: where it is, what it says, and whether
+    it selects (True) or is a negation (False)."""
+    source: str
+    line: int          # 0 when the pattern did not come from a file
+    pattern: str
+    include: bool
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{self.pattern!r} ({where})"
+
+
 class PathMatcher:
     """The lines of one pattern source, anchored at `base`.
 
@@ -71,8 +84,10 @@ class PathMatcher:
     the root): a `.fludignore` in "a/b" sees "a/b/x/y" as "x/y", and says
     nothing about paths outside "a/b"."""
 
-    def __init__(self, patterns: list, source: str, base: str = ""):
+    def __init__(self, patterns: list, source: str, base: str = "", lines: tuple = ()):
+        """lines: (line number, text) of each pattern, for PatternHit."""
         self._spec = pathspec.GitIgnoreSpec(patterns)
+        self._lines = tuple(lines) or tuple((0, "?") for _ in patterns)
         self.source = source
         self.base = base.strip("/")
         self._prefix = self.base + "/" if self.base else ""
@@ -83,24 +98,27 @@ class PathMatcher:
                    base: str = "", first_line: int = 1) -> "PathMatcher":
         """Compile lines (with or without their line ends); a bad line raises
         PatternError naming source and its line number (from first_line)."""
-        patterns = []
+        patterns, where = [], []
         for number, text in enumerate(lines, start=first_line):
-            pattern = _compile_line(text.rstrip("\r\n"), source, number)
+            text = text.rstrip("\r\n")
+            pattern = _compile_line(text, source, number)
             if pattern is not None:
                 patterns.append(pattern)
-        return cls(patterns, source, base)
+                where.append((number, text))
+        return cls(patterns, source, base, where)
 
     @classmethod
     def from_patterns(cls, patterns: Iterable[str], source: str = "command line",
                       base: str = "") -> "PathMatcher":
         """Patterns given one by one (command-line flags, a config list): an
         error names the source and the pattern, with no line number."""
-        compiled = []
+        compiled, where = [], []
         for text in patterns:
             pattern = _compile_line(text, source, 0)
             if pattern is not None:
                 compiled.append(pattern)
-        return cls(compiled, source, base)
+                where.append((0, text))
+        return cls(compiled, source, base, where)
 
     @classmethod
     def from_file(cls, path: str, base: str = "") -> "PathMatcher":
@@ -130,9 +148,7 @@ class PathMatcher:
     def __repr__(self) -> str:
         return f"PathMatcher({self.source!r}, base={self.base!r}, {self.pattern_count} patterns)"
 
-    def check(self, relpath: str, is_dir: bool) -> Optional[bool]:
-        """True: the last line matching relpath is a pattern; False: it is a
-        negation ('!'); None: no line matches, or relpath is outside base."""
+    def _result(self, relpath: str, is_dir: bool):
         if self._prefix:
             if not relpath.startswith(self._prefix):
                 return None
@@ -141,7 +157,21 @@ class PathMatcher:
             return None
         if is_dir:
             relpath += "/"
-        return self._spec.check_file(relpath).include
+        return self._spec.check_file(relpath)
+
+    def check(self, relpath: str, is_dir: bool) -> Optional[bool]:
+        """True: the last line matching relpath is a pattern; False: it is a
+        negation ('!'); None: no line matches, or relpath is outside base."""
+        result = self._result(relpath, is_dir)
+        return None if result is None else result.include
+
+    def hit(self, relpath: str, is_dir: bool) -> Optional[PatternHit]:
+        """The line that decides relpath (check's answer, with its place), or None."""
+        result = self._result(relpath, is_dir)
+        if result is None or result.include is None:
+            return None
+        line, text = self._lines[result.index]
+        return PatternHit(self.source, line, text, result.include)
 
     def matches(self, relpath: str, is_dir: bool) -> bool:
         """Whether these patterns select relpath (a directory when is_dir)."""
@@ -182,4 +212,12 @@ class MatcherChain:
 
     def matches(self, relpath: str, is_dir: bool) -> bool:
         return self.check(relpath, is_dir) is True
+
+    def hit(self, relpath: str, is_dir: bool) -> Optional[PatternHit]:
+        """The line that decides relpath, in the innermost matcher with an opinion."""
+        for matcher in reversed(self._matchers):
+            found = matcher.hit(relpath, is_dir)
+            if found is not None:
+                return found
+        return None
 

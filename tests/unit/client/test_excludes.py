@@ -55,7 +55,11 @@ def test_nested_fludignore_with_negations(tmp_path):
     write(tmp_path, "src/deep/.fludignore", b"important.log\n")   # deeper file wins again
     write(tmp_path, "secrets/key")
     write(tmp_path, "other/important.log")       # src's negation says nothing here
-    found = listed(tmp_path)
+    excluded = []
+    found = listed(tmp_path, excluded=excluded)
+    assert dict(excluded)["src/deep/important.log"] == \
+        f"matches 'important.log' ({tmp_path}/src/deep/.fludignore:1)"
+    assert dict(excluded)["build"] == f"matches '/build/' ({tmp_path}/.fludignore:2)"
     assert set(found) == {".fludignore", "src", "src/.fludignore", "src/build",
                           "src/build/keep.c", "src/important.log", "src/deep",
                           "src/deep/.fludignore", "other"}

@@ -148,3 +148,17 @@ def test_chain_skips_empty_matchers():
     chain = MatcherChain().pushed(None).pushed(matcher("# only a comment"))
     assert not chain
     assert len(chain.pushed(matcher("x"))) == 1
+
+
+def test_hit_names_the_deciding_line():
+    root = PathMatcher.from_lines(["# c", "*.log", "!keep.log"], source="/r/.fludignore")
+    deeper = PathMatcher.from_lines(["", "keep.log"], source="/r/a/.fludignore", base="a")
+    chain = MatcherChain().pushed(root).pushed(deeper)
+    hit = chain.hit("x.log", False)
+    assert (hit.source, hit.line, hit.pattern, hit.include) == ("/r/.fludignore", 2, "*.log", True)
+    assert str(hit) == "'*.log' (/r/.fludignore:2)"
+    assert chain.hit("keep.log", False).include is False
+    assert chain.hit("a/keep.log", False)[:3] == ("/r/a/.fludignore", 2, "keep.log")
+    assert chain.hit("x.txt", False) is None
+    flags = PathMatcher.from_patterns(["*.iso"], source="--exclude")
+    assert str(flags.hit("a.iso", False)) == "'*.iso' (--exclude)"
