@@ -237,6 +237,9 @@ def backup_command_output(args, run_client) -> int:
             size = spool_command_output(command, path)
         except CommandFailed as err:
             return _fail(args, str(err), err.code)
+        except OSError as err:   # the home's disk is full, or cannot be written
+            return _fail(args, f"the output of `{' '.join(command)}` could not be spooled to "
+                               f"{path}: {err.strerror or err}; no snapshot was made", "SPOOL")
         print(f"`{' '.join(command)}` wrote {size} bytes; backing them up as {name}",
               file=sys.stderr)
         args.paths = [path]

@@ -171,9 +171,10 @@ class DirectoryLister:
         limit = self.options.larger_than
         children = []
         for child in found:
-            if globs and any(fnmatch.fnmatch(child.name, p) or fnmatch.fnmatch(child.path, p)
-                             for p in globs):
-                self._exclude(child.path, "--exclude")
+            glob = globs and next((p for p in globs if fnmatch.fnmatch(child.name, p)
+                                   or fnmatch.fnmatch(child.path, p)), None)
+            if glob:
+                self._exclude(child.path, f"matches --exclude {glob!r}")
                 continue
             if chain:
                 try:
