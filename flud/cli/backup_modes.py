@@ -14,6 +14,7 @@ from flud.errors import FludError
 SPOOL_CHUNK = 1024 * 1024
 STDIN_DIR = "stdin"           # in the client home: where a command's output is spooled
 SKIPPED_SHOWN = 20
+INDEX_NAME = "index.sqlite"   # flud/client/home.py
 EXCLUDED_SHOWN = 1000   # excluded paths in --dry-run --json (all are counted)
 
 
@@ -69,7 +70,7 @@ def dry_run(args) -> int:
     """What the backup would do, walked against the client index; nothing is
     sent, nothing written (no lock is taken: like `flud ls`, it only reads)."""
     from flud.cli.home import open_home
-    from flud.client.backup.preview import NEW, preview
+    from flud.client.backup.preview import NEW, NoIndex, preview
     from flud.client.progress import human_bytes
     from flud.client.run_rows import RUN_META
 
@@ -107,8 +108,10 @@ def dry_run(args) -> int:
         out.write('{"command": "backup", "dry_run": true, "files": [\n')
     error, interrupted = None, False
     try:
-        interrupted = home.index.get_meta(RUN_META) is not None
-        totals = preview(home.index, args.paths, exclude_options(args), on_file, on_skip,
+        exists = os.path.exists(os.path.join(home.path, INDEX_NAME))
+        index = home.index if exists else NoIndex()   # a dry run creates no index
+        interrupted = index.get_meta(RUN_META) is not None
+        totals = preview(index, args.paths, exclude_options(args), on_file, on_skip,
                          on_exclude)
     except FludError as err:   # a bad ignore pattern: named with its file and line
         error = err

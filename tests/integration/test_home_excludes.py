@@ -56,15 +56,24 @@ def relative(setup, files) -> dict:
     return {f["path"][len(root):]: f for f in files}
 
 
+def index_bytes(setup) -> bytes:
+    """The client index as on disk (with its write-ahead log, if any)."""
+    return b"".join(open(path, "rb").read() for path in (
+        os.path.join(setup["home"], name) for name in ("index.sqlite", "index.sqlite-wal"))
+        if os.path.exists(path))
+
+
 def test_dry_run_lists_exactly_what_the_backup_then_stores(setup):
+    before = index_bytes(setup)
     dry = backup(setup, "--dry-run")
+    assert index_bytes(setup) == before      # nothing written to the client index
     listed = relative(setup, dry["files"])
     assert set(listed) == kept_files(setup["kept"])
     assert {f["status"] for f in listed.values()} == {"new"}
     assert dry["new"] == len(listed) and dry["changed"] == dry["unchanged"] == 0
     assert dry["new_bytes"] == sum(f["size"] for f in listed.values())
     assert dry["excluded"] >= 9 and dry["skipped"] == 0 and dry["exit"] == 0
-    assert snapshots(setup) == []           # nothing written to the index
+    assert snapshots(setup) == []
 
     real = backup(setup)
     assert (real["new"], real["changed"], real["unchanged"], real["skipped"]) == \
@@ -77,7 +86,9 @@ def test_dry_run_lists_exactly_what_the_backup_then_stores(setup):
     # a change and a new file: the dry run names them, the backup stores them
     (setup["src"] / "docs" / "notes.md").write_bytes(b"# notes, longer now\n")
     (setup["src"] / "docs" / "new.txt").write_bytes(b"new\n")
+    before = index_bytes(setup)
     dry = backup(setup, "--dry-run")
+    assert index_bytes(setup) == before
     assert {p: f["status"] for p, f in relative(setup, dry["files"]).items()} == {
         "docs/notes.md": "changed", "docs/new.txt": "new"}
     assert (dry["new"], dry["changed"], dry["unchanged"]) == (1, 1, len(listed) - 1)

@@ -45,6 +45,23 @@ class PreviewTotals:
         return self.new_bytes + self.changed_bytes + self.unchanged_bytes
 
 
+class NoIndex:
+    """The index of a home that has none yet (no backup ran): every file is
+    new. A dry run does not create one."""
+
+    @staticmethod
+    def states_known(directory):
+        return {}
+
+    @staticmethod
+    def dir_local(path):
+        return None
+
+    @staticmethod
+    def get_meta(key, default=None):
+        return default
+
+
 def preview(index, paths, excludes=(), on_file: Callable = lambda entry, status: None,
             on_skip: Callable = lambda path, why: None,
             on_exclude: Callable = lambda path, why: None) -> PreviewTotals:
