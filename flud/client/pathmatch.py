@@ -17,6 +17,7 @@ Paths are relative, '/'-separated, without a leading '/' ("a/b/c.txt").
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, NamedTuple, Optional
 
 import pathspec
@@ -64,6 +65,25 @@ def _compile_line(text: str, source: str, line: int):
     return pattern
 
 
+def _any_of(patterns):
+    """One regex that matches where any of the patterns' does, or None.
+
+    A walk asks about every name in the tree and most match nothing:
+    pathspec tries each pattern in turn (15 us a path for 20 patterns), one
+    alternation rejects such a path in one pass. The patterns' named
+    groups (their directory mark) become plain ones: names may not repeat."""
+    sources = []
+    for pattern in patterns:
+        regex = getattr(pattern, "regex", None)
+        if regex is None or regex.flags & ~re.UNICODE:
+            return None
+        sources.append(re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", regex.pattern))
+    try:
+        return re.compile("|".join(f"(?:{source})" for source in sources))
+    except re.error:
+        return None
+
+
 class PatternHit(NamedTuple):
     """The line that decided a path: where it is, what it says, and whether
     it selects (True) or is a negation (False)."""
@@ -87,6 +107,7 @@ class PathMatcher:
     def __init__(self, patterns: list, source: str, base: str = "", lines: tuple = ()):
         """lines: (line number, text) of each pattern, for PatternHit."""
         self._spec = pathspec.GitIgnoreSpec(patterns)
+        self._any = _any_of(patterns)
         self._lines = tuple(lines) or tuple((0, "?") for _ in patterns)
         self.source = source
         self.base = base.strip("/")
@@ -157,6 +178,8 @@ class PathMatcher:
             return None
         if is_dir:
             relpath += "/"
+        if self._any is not None and self._any.match(relpath) is None:
+            return None   # no pattern matches: the answer pathspec would give, sooner
         return self._spec.check_file(relpath)
 
     def check(self, relpath: str, is_dir: bool) -> Optional[bool]:

@@ -162,3 +162,25 @@ def test_hit_names_the_deciding_line():
     assert chain.hit("x.txt", False) is None
     flags = PathMatcher.from_patterns(["*.iso"], source="--exclude")
     assert str(flags.hit("a.iso", False)) == "'*.iso' (--exclude)"
+
+
+def test_the_quick_rejection_agrees_with_pathspec():
+    """_any_of only says early what pathspec would: compared on many paths."""
+    import itertools
+    import pathspec
+    lines = ["*.log", "!keep.log", "build/", "/top", "a/**/z", "docs/*.pdf", "**/tmp",
+             "logs/**", "[ab]?.txt", "\\#hash", "name\\ ", "*.o", "!/top/keep.o"]
+    m = PathMatcher.from_lines(lines)
+    assert m._any is not None
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    parts = ["a", "b", "top", "build", "docs", "tmp", "logs", "z", "x.log", "keep.log",
+             "f.pdf", "ab.txt", "a1.txt", "#hash", "name ", "k.o", "keep.o"]
+    checked = 0
+    for depth in (1, 2, 3):
+        for combo in itertools.product(parts, repeat=depth):
+            path = "/".join(combo)
+            for is_dir in (False, True):
+                want = spec.check_file(path + ("/" if is_dir else "")).include
+                assert m.check(path, is_dir) == want, (path, is_dir)
+                checked += 1
+    assert checked > 10000
