@@ -217,7 +217,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     except FludError as err:   # typed: exit 2 with its code under --json, no traceback
         raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
-    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
+    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
+                          too_large_paths=job.too_large)
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
@@ -232,6 +233,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
+    for path, why in job.too_large:
+        print(f"  excluded {path}: {why}")
     return EXIT_SKIPPED if s["skipped"] else EXIT_OK
 
 

@@ -36,12 +36,13 @@ from flud.client.pathmatch import IGNORE_FILE_NAME, MatcherChain, PathMatcher, P
 from flud.client.scan import entry_of
 
 __all__ = ["ExcludeOptions", "ExcludeRules", "DirectoryLister", "PatternError", "parse_size",
-           "CACHEDIR_TAG", "CACHEDIR_SIGNATURE", "IGNORE_FILE_NAME"]
+           "CACHEDIR_TAG", "CACHEDIR_SIGNATURE", "IGNORE_FILE_NAME", "LARGER_THAN"]
 
 CACHEDIR_TAG = "CACHEDIR.TAG"
 # https://bford.info/cachedir/: the tag must begin with exactly these bytes
 CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 
+LARGER_THAN = "larger than --exclude-larger-than"   # a reason's start: the summary lists these
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
 
 
@@ -191,7 +192,7 @@ class DirectoryLister:
                 on_skip(child.path, f"vanished or unreadable: {err.strerror}")
                 continue
             if limit is not None and stat.S_ISREG(child_st.st_mode) and child_st.st_size > limit:
-                self._exclude(child.path, "larger than --exclude-larger-than")
+                self._exclude(child.path, f"{LARGER_THAN}: {child_st.st_size} bytes")
                 continue
             entry = entry_of(child.path, child_st, on_skip)
             if entry is not None:

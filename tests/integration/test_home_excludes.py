@@ -79,6 +79,8 @@ def test_dry_run_lists_exactly_what_the_backup_then_stores(setup):
     assert (real["new"], real["changed"], real["unchanged"], real["skipped"]) == \
         (dry["new"], 0, 0, 0)
     assert real["excluded"] == dry["excluded"]
+    big = str(setup["src"] / "videos" / "holiday.mkv")
+    assert real["too_large_paths"] == [[big, f"larger than --exclude-larger-than: {64 << 20} bytes"]]
     stored = snapshot_files(setup)
     assert stored == {path: f["size"] for path, f in listed.items()}
     assert stored[".cache/CACHEDIR.TAG"] > 0 and "docs/disc.iso" not in stored

@@ -32,7 +32,7 @@ from flud.client.backup.small import SmallFiles
 from flud.client.backup.snapshot import TreeWriter, publish_tree
 from flud.client.blobs import BlobSealer
 from flud.client.context import JobContext
-from flud.client.excludes import ExcludeRules
+from flud.client.excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.head import adopt_head
 from flud.client.leases import renew_leases
@@ -42,6 +42,7 @@ from flud.client.walk import walk
 from flud.coding import SegmentCoder
 
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
+SHOWN_TOO_LARGE = 20         # files left out for their size, named in the summary
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
 
@@ -75,6 +76,7 @@ class Backup:
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
                         "reduced_redundancy": 0, "excluded": 0}
         self.skipped = []
+        self.too_large = []      # (path, why): files left out by --exclude-larger-than
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
@@ -274,6 +276,9 @@ class Backup:
 
     def _excluded(self, path, why):
         self.summary["excluded"] += 1
+        # a file left out for its size is the user's data, not a cache: said by name
+        if why.startswith(LARGER_THAN) and len(self.too_large) < SHOWN_TOO_LARGE:
+            self.too_large.append((path, why))
 
     def _skip(self, path, why):
         self.summary["skipped"] += 1

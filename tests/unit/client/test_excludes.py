@@ -143,7 +143,7 @@ def test_larger_than(tmp_path):
     excluded = []
     found = listed(tmp_path, ExcludeOptions(larger_than=1024), excluded)
     assert set(found) == {"small", "exact"}
-    assert excluded == [("big", "larger than --exclude-larger-than")]
+    assert excluded == [("big", "larger than --exclude-larger-than: 1025 bytes")]
 
 
 def test_one_file_system_keeps_a_mount_point_empty(tmp_path, monkeypatch):
