@@ -198,7 +198,7 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
 
 def _check_backup(reader, options) -> None:
     """The [backup] values a job would only refuse later: said now, with their line."""
-    from flud.client.excludes import parse_size
+    from flud.client.backup.source_excludes import parse_size
 
     if options["exclude_larger_than"]:
         reader.convert("backup", "exclude_larger_than", options["exclude_larger_than"],

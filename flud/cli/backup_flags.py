@@ -34,7 +34,7 @@ def add_backup_flags(backup) -> None:
 
 def _size(text: str) -> int:
     import argparse
-    from flud.client.excludes import parse_size
+    from flud.client.backup.source_excludes import parse_size
     try:
         return parse_size(text)
     except ValueError as err:
@@ -43,7 +43,7 @@ def _size(text: str) -> int:
 
 def exclude_options(args):
     """The ExcludeOptions of a `flud backup` command line."""
-    from flud.client.excludes import ExcludeOptions
+    from flud.client.backup.source_excludes import ExcludeOptions
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     return ExcludeOptions(
         globs=tuple(get("exclude", ())), exclude_files=tuple(get("exclude_file", ())),

@@ -6,7 +6,7 @@ CACHEDIR.TAG cache of 100,000 entries).
 The fixture home (tools/bench/home_tree.py) is built twice in a temporary
 directory: once with a cache of N entries (default 100,000), once with the
 same cache holding only its tag. Each is walked as a backup's first walk
-walks it (flud/client/walk.py with the backup's exclude rules, every entry
+walks it (flud/client/backup/source_walk.py with the backup's exclude rules, every entry
 stat'ed), with --exclude-caches; the cache's cost is the difference of the
 median walk times. The same home walked without --exclude-caches says what
 the cache would cost if it were not excluded. Then what a .fludignore of 20
@@ -41,8 +41,8 @@ def add_arguments(parser) -> None:
 
 def walk_once(root: str, exclude_caches: bool) -> tuple:
     """(seconds, entries kept) of one first walk of root."""
-    from flud.client.excludes import ExcludeOptions, ExcludeRules, parse_size
-    from flud.client.walk import walk
+    from flud.client.backup.source_excludes import ExcludeOptions, ExcludeRules, parse_size
+    from flud.client.backup.source_walk import walk
 
     rules = ExcludeRules.of(ExcludeOptions(exclude_caches=exclude_caches, if_present=(MARKER,),
                                            larger_than=parse_size("8M")))

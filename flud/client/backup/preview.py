@@ -13,10 +13,10 @@ import dataclasses
 import os
 from typing import Callable
 
-from flud.client.backup.run import listing_fingerprint
-from flud.client.excludes import ExcludeRules
-from flud.client.scan import entry_of
-from flud.client.walk import walk
+from flud.client.backup.backup_job import listing_fingerprint
+from flud.client.backup.source_excludes import ExcludeRules
+from flud.client.backup.source_scan import entry_of
+from flud.client.backup.source_walk import walk
 
 NEW, CHANGED, UNCHANGED = "new", "changed", "unchanged"
 

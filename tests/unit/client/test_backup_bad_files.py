@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from flud.client.backup.run import Backup
+from flud.client.backup.backup_job import Backup
 from flud.client.backup.preview import preview
 from tests.unit.client.fakes import make_world, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup

@@ -1,13 +1,13 @@
-"""flud/client/excludes.py: what a backup's walk leaves out, and that a pruned
+"""flud/client/backup/source_excludes.py: what a backup's walk leaves out, and that a pruned
 directory is never listed."""
 import os
 
 import pytest
 
-from flud.client import excludes as excludes_module
-from flud.client.excludes import (CACHEDIR_SIGNATURE, ExcludeOptions, ExcludeRules, PatternError,
+from flud.client.backup import source_excludes as excludes_module
+from flud.client.backup.source_excludes import (CACHEDIR_SIGNATURE, ExcludeOptions, ExcludeRules, PatternError,
                                   parse_size)
-from flud.client.walk import walk
+from flud.client.backup.source_walk import walk
 
 TAG = CACHEDIR_SIGNATURE + b"\n# This file is a cache directory tag.\n"
 
