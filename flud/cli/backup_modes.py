@@ -9,19 +9,10 @@ from flud.cli.backup_flags import DEFAULT_STDIN_NAME, exclude_options
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
 from flud.errors import FludError
 
-# The command's output is copied to the spool this much at a time: the
-# copy's memory, whatever the output's size.
-SPOOL_CHUNK = 1024 * 1024
-STDIN_DIR = "stdin"           # in the client home: where a command's output is spooled
+STDIN_DIR = "stdin"    # in the client home: --stdin-from-command's placeholder and part file
 SKIPPED_SHOWN = 20
 INDEX_NAME = "index.sqlite"   # flud/client/home.py
 EXCLUDED_SHOWN = 1000   # excluded paths in --dry-run --json (all are counted)
-
-
-class CommandFailed(FludError):
-    """--stdin-from-command: the command could not run, or exited non-zero."""
-
-    code = "COMMAND_FAILED"
 
 
 def check_backup_args(args):
@@ -152,57 +143,50 @@ def _shown(path: str) -> str:
 
 # ---- --stdin-from-command ---------------------------------------------------
 
-def spool_command_output(argv, path: str, chunk: int = SPOOL_CHUNK) -> int:
-    """Run argv, its output copied to `path` (mode 0600) CHUNK bytes at a
-    time; its stderr goes to ours. Returns the bytes written; CommandFailed
-    if it cannot start or exits non-zero (the spool is then removed)."""
-    import subprocess
+def backup_command_output(args, run_client) -> int:
+    """Back up the command's output as NAME, streamed (flud/client/backup/
+    command_stream.py): the snapshot's one root. The job lock is held from
+    before the command starts to the end; the command is killed if the
+    backup ends before its output does."""
+    from flud.agent.lock import HomeBusy, HomeLock
+    from flud.client.backup.command_stream import (CommandFailed, CommandStream,
+                                                   make_placeholder)
+    from flud.client.home import ClientHome, HomeError
 
-    shown = " ".join(argv)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
-                 0o600)
-    written = 0
+    try:
+        home = ClientHome(args.home)
+    except HomeError as err:
+        return _fail(args, str(err), "CLIENT_HOME")
+    home_path, small_limit = home.path, home.config["small_file_limit"]
+    home.close()
+    lock = HomeLock(home_path)
+    try:
+        lock.acquire()
+    except HomeBusy as err:
+        return _fail(args, str(err), err.code)
+    name = args.stdin_filename or DEFAULT_STDIN_NAME
+    stream_dir = os.path.join(home_path, STDIN_DIR)
+    placeholder = os.path.join(stream_dir, name)
+    stream = CommandStream(args.paths, placeholder, os.path.join(stream_dir, f".{name}.part"))
     try:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    bufsize=0)
+            os.makedirs(stream_dir, mode=0o700, exist_ok=True)
+            make_placeholder(placeholder, max(small_limit, 1))
         except OSError as err:
-            raise CommandFailed(f"cannot run `{shown}`: {err.strerror or err}") from None
-        buffer = bytearray(chunk)
-        view = memoryview(buffer)
+            return _fail(args, f"cannot write in {stream_dir}: {err.strerror or err}", "STDIN_DIR")
         try:
-            while True:
-                got = proc.stdout.readinto(buffer)
-                if not got:
-                    break
-                _write_all(fd, view[:got])
-                written += got
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            proc.stdout.close()
-        status = proc.wait()
-        if status != 0:
-            how = f"was killed by signal {-status}" if status < 0 else f"exited with {status}"
-            raise CommandFailed(f"`{shown}` {how} after {written} bytes of output: "
-                                f"no snapshot was made")
-    except BaseException:
-        os.close(fd)
-        fd = None
-        _remove(path)
-        raise
+            stream.start()
+        except CommandFailed as err:
+            return _fail(args, str(err), err.code)
+        print(f"backing up the output of `{stream.shown}` as {name}", file=sys.stderr)
+        args.paths = [placeholder]
+        args.lock_held = True
+        args.stream_source = stream
+        return run_client(args, "backup")
     finally:
-        if fd is not None:
-            os.close(fd)
-    return written
-
-
-def _write_all(fd, data) -> None:
-    while data:
-        done = os.write(fd, data)
-        data = data[done:]
+        stream.stop()
+        _remove(placeholder)
+        lock.release()
 
 
 def _remove(path) -> None:
@@ -210,45 +194,3 @@ def _remove(path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def backup_command_output(args, run_client) -> int:
-    """Spool the command's output in the client home (bounded memory: one
-    chunk), back it up as NAME (the snapshot's one root), remove the spool.
-    The job lock is held from before the command runs to the end."""
-    from flud.agent.lock import HomeBusy, HomeLock
-    from flud.client.home import ClientHome, HomeError
-
-    try:
-        home = ClientHome(args.home)
-    except HomeError as err:
-        return _fail(args, str(err), "CLIENT_HOME")
-    home_path = home.path
-    home.close()
-    lock = HomeLock(home_path)
-    try:
-        lock.acquire()
-    except HomeBusy as err:
-        return _fail(args, str(err), err.code)
-    command = list(args.paths)
-    name = args.stdin_filename or DEFAULT_STDIN_NAME
-    spool_dir = os.path.join(home_path, STDIN_DIR)
-    path = os.path.join(spool_dir, name)
-    try:
-        os.makedirs(spool_dir, mode=0o700, exist_ok=True)
-        try:
-            size = spool_command_output(command, path)
-        except CommandFailed as err:
-            return _fail(args, str(err), err.code)
-        except OSError as err:   # the home's disk is full, or cannot be written
-            return _fail(args, f"the output of `{' '.join(command)}` could not be spooled to "
-                               f"{path}: {err.strerror or err}; no snapshot was made", "SPOOL")
-        print(f"`{' '.join(command)}` wrote {size} bytes; backing them up as {name}",
-              file=sys.stderr)
-        args.paths = [path]
-        args.lock_held = True
-        args.summary = {"stdin": {"command": command, "filename": name, "bytes": size}}
-        return run_client(args, "backup")
-    finally:
-        _remove(path)
-        lock.release()

@@ -4,6 +4,7 @@ progress, runs the job and prints its summary."""
 import contextlib
 import json
 import logging
+import os
 import sys
 
 from twisted.internet import defer
@@ -207,8 +208,13 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     from flud.client.repository.segments import StoreFailed
     from flud.errors import FludError
 
+    stream = getattr(args, "stream_source", None)   # --stdin-from-command (backup_modes.py)
+    parts = {}
+    if stream is not None:
+        from flud.client.backup.command_stream import streaming_large_files
+        parts = {"large_files": streaming_large_files(stream)}
     job = Backup(reactor, home, network, pool, monitor, progress,
-                 parallel_files=args.parallel_files)
+                 parallel_files=args.parallel_files, **parts)
     try:
         result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
     except StoreFailed as err:
@@ -217,6 +223,9 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     except FludError as err:   # typed: exit 2 with its code under --json, no traceback
         raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
+    if stream is not None:
+        _summary(args)["stdin"] = {"command": stream.argv, "bytes": stream.bytes,
+                                   "filename": os.path.basename(stream.path)}
     _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
                           too_large_paths=job.too_large)
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0

@@ -60,24 +60,3 @@ def test_a_reader_that_went_away_is_still_main_s_to_handle(home, monkeypatch):
     with pytest.raises(BrokenPipeError):
         _run(monkeypatch, home, BrokenPipeError(), as_json=False)
 
-
-def test_stdin_spool_is_bounded_and_removed_when_the_command_fails(tmp_path):
-    """--stdin-from-command's copy: chunk by chunk, the bytes as written; a
-    command that fails or cannot start leaves no spool behind."""
-    import sys
-    from flud.cli.backup_modes import CommandFailed, spool_command_output
-
-    spool = tmp_path / "out"
-    script = "import sys; [sys.stdout.write('x' * 1000) for _ in range(3000)]"
-    assert spool_command_output([sys.executable, "-c", script], str(spool), chunk=4096) \
-        == 3_000_000
-    assert spool.read_bytes() == b"x" * 3_000_000 and spool.stat().st_mode & 0o777 == 0o600
-    for argv, words in (([sys.executable, "-c", "print('half'); raise SystemExit(4)"],
-                         "exited with 4 after 5 bytes"),
-                        (["/nonexistent/command"], "cannot run"),
-                        ([sys.executable, "-c", "import os, signal; "
-                          "os.kill(os.getpid(), signal.SIGKILL)"], "killed by signal 9")):
-        with pytest.raises(CommandFailed) as caught:
-            spool_command_output(argv, str(spool))
-        assert words in str(caught.value)
-        assert not spool.exists()
