@@ -202,3 +202,28 @@ def test_fixture_home_keeps_what_the_rules_say_and_never_lists_the_cache(tmp_pat
     assert not [p for p in listings if p.startswith(cache + "/")]
     assert [p for p in stats if p.startswith(cache + "/")] == [cache + "/CACHEDIR.TAG"] * 2
     assert len(stats) < 100   # the markers probed in each of the few directories
+
+
+def test_one_file_system_on_this_machines_own_mounts(monkeypatch):
+    """/dev/shm, /dev/pts...: real mount points below /dev are kept, never listed."""
+    top = "/dev"
+    try:
+        device = os.lstat(top).st_dev
+        mounts = [os.path.join(top, e.name) for e in os.scandir(top)
+                  if e.is_dir(follow_symlinks=False)
+                  and e.stat(follow_symlinks=False).st_dev != device]
+    except OSError:
+        mounts = []
+    if not mounts:
+        pytest.skip("no file system mounted directly below /dev on this machine")
+    listings = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(excludes_module.os, "scandir",
+                        lambda p: listings.append(p) or real_scandir(p))
+    rules = ExcludeRules.of(ExcludeOptions(one_file_system=True))
+    found = set()
+    for directory in walk(top, (), lambda p, w: None, rules.lister(top)):
+        found.update(e.path for e in directory.entries)
+    for mount in mounts:
+        assert mount in found and mount not in listings
+        assert not [p for p in found | set(listings) if p.startswith(mount + "/")]
