@@ -17,6 +17,7 @@ TLS send queues have their allowance (Network.count_sends).
 The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
+import itertools
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.backup.contents import ContentLog
+from flud.client.backup.holes import split_holes
 from flud.client.backup.large import LargeFiles
 from flud.client.backup.small import SmallFiles
 from flud.client.backup.snapshot import TreeWriter, publish_tree
@@ -74,6 +76,7 @@ class Backup:
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
                         "reduced_redundancy": 0}
         self.skipped = []
+        self._links = {}   # (dev, inode) -> the path of its first link, of files with several
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
@@ -125,22 +128,26 @@ class Backup:
         ctx.progress.start(count, size)
         limit = self.small.policy.small_file_limit
         content_of = {}
-        large = [_entry(row) for row in index.pending_rows(limit, 2 ** 62)]
+        large, holed = split_holes((_entry(row) for row in index.pending_rows(limit, 2 ** 62)),
+                                   limit, self._skip)
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
         sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
         try:
             self.small.open(with_files=count > len(large))
             try:
-                self._empty_files(content_of)
+                self._empty_files(content_of, holed)
                 yield settle_all([
-                    self.small.send_all(self._small_files(limit, content_of), content_of),
+                    self.small.send_all(itertools.chain(
+                        self._small_files(limit, content_of),
+                        (e for e in holed if e.size)), content_of),
                     self.large.send_all(large, content_of, self._skip)])
                 yield self.small.finish()
                 self._save_contents()
                 self._landed(content_of)
                 writer = TreeWriter(index, BlobSealer(ctx.secret), self.small,
-                                    {path for path, _ in self.skipped}, self._save_contents)
+                                    {path for path, _ in self.skipped}, self._save_contents,
+                                    links=self._links, on_problem=self._skip)
                 tree = yield writer.build(roots, excludes)
                 yield self.small.finish()
                 self._save_contents()
@@ -190,13 +197,14 @@ class Backup:
             if top is None:
                 continue
             if top.kind == "file":
-                self._classify([top], index.states_known(os.path.dirname(root)))
+                self._classify(self._first_links([top]),
+                               index.states_known(os.path.dirname(root)))
                 continue
             if top.kind != "dir":
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
             for listing in walk(root, excludes, self._skip, list_children):
-                files = [e for e in listing.entries if e.kind == "file"]
+                files = self._first_links(e for e in listing.entries if e.kind == "file")
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
                 # unchanged and their contents known (prune forgets every
@@ -211,6 +219,19 @@ class Backup:
                 subtrees[listing.path] = subtree
                 index.add_seen_dir(listing.path, local, subtree)
 
+    def _first_links(self, files) -> list:
+        """The files to read: a file with several links in the tree is read
+        (and stored) once, at the first of them (walk order); the others
+        take its content when the tree is built (snapshot.py)."""
+        kept = []
+        for entry in files:
+            if entry.nlink > 1:
+                first = self._links.setdefault((entry.dev, entry.inode), entry.path)
+                if first != entry.path:
+                    continue
+            kept.append(entry)
+        return kept
+
     def _classify(self, files, states) -> None:
         """The changed files go to the pending table."""
         changed = []
@@ -223,9 +244,11 @@ class Backup:
                 self.summary["changed" if state else "new"] += 1
         self.ctx.index.add_pending(changed)
 
-    def _empty_files(self, content_of) -> None:
-        for row in self.ctx.index.pending_rows(0, 1):
-            content_of[row[0]] = self.contents.remember("empty", EMPTY)
+    def _empty_files(self, content_of, holed=()) -> None:
+        """Empty files, and those with holes alone (no data to send)."""
+        for path in itertools.chain((row[0] for row in self.ctx.index.pending_rows(0, 1)),
+                                    (e.path for e in holed if not e.size)):
+            content_of[path] = self.contents.remember("empty", EMPTY)
             self.ctx.progress.file_done(0)
 
     def _small_files(self, limit, content_of):
