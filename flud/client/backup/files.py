@@ -15,7 +15,7 @@ class FileChanged(FludError):
 def read_small(entry):
     """The file's bytes in a buffer of their own (encrypted there later);
     of a file with holes, its data ranges end to end."""
-    if entry.ranges is not None:
+    if getattr(entry, "ranges", None) is not None:
         data = read_packed(entry.path, entry.ranges)
         got = len(data)
     else:
@@ -32,14 +32,15 @@ def read_small(entry):
 def changed(entry, st) -> bool:
     """stat says the file is no longer as it was scanned (its time, or its
     whole length: a file with holes is read for less)."""
+    holed = getattr(entry, "ranges", None) is not None
     return (st.st_mtime_ns != entry.mtime_ns
-            or st.st_size != (entry.whole if entry.ranges is not None else entry.size))
+            or st.st_size != (entry.whole if holed else entry.size))
 
 
 def file_reader(entry):
     """What reads a large file front to back: its data ranges alone if it
     has holes."""
-    if entry.ranges is not None:
+    if getattr(entry, "ranges", None) is not None:
         return PackedReader(entry.path, entry.ranges)
     return SequentialReader(entry.path)
 

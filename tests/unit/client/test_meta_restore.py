@@ -1,0 +1,83 @@
+"""What a restore does with a tree's metadata (restore/meta.py), on the
+fake network: hard links made again (and a restore of one link alone still
+gets the file), owners and devices left alone and said when not root, an
+xattr the destination refuses said and counted while the data lands."""
+import errno
+import os
+import stat
+
+import pytest
+
+from flud.client.restore import meta as restore_meta
+from tests.unit.client.fakes import make_world
+from tests.unit.client.test_pipeline import run_backup
+from tests.unit.client.test_tree_restore import _restore
+
+ROOT = os.geteuid() == 0
+
+
+def _home(root):
+    os.makedirs(root / "a")
+    os.makedirs(root / "b")
+    (root / "a" / "one").write_bytes(b"linked" * 100)
+    os.link(root / "a" / "one", root / "b" / "two")
+    os.link(root / "a" / "one", root / "b" / "three")
+    (root / "tagged").write_bytes(b"tagged data")
+    os.setxattr(root / "tagged", "user.note", b"kept")
+    os.mkfifo(root / "pipe")
+    if ROOT:
+        os.mknod(root / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.chown(root / "tagged", 65534, 65534)
+
+
+def test_hard_links_come_back_as_one_inode_and_stored_once(tmp_path):
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    backup, _, _ = run_backup(world, [str(tmp_path / "src")])
+    assert backup["bytes_read"] == 600 + len(b"tagged data")   # the linked file read once
+    summary, _ = _restore(world, str(tmp_path / "out"))
+    assert summary["failed"] == 0 and summary["hardlinks"] == 2
+    out = tmp_path / "out" / "src"
+    inodes = {os.stat(out / p).st_ino for p in ("a/one", "b/two", "b/three")}
+    assert len(inodes) == 1 and os.stat(out / "a/one").st_nlink == 3
+    assert (out / "b" / "two").read_bytes() == b"linked" * 100
+    assert stat.S_ISFIFO(os.lstat(out / "pipe").st_mode)
+    assert os.getxattr(out / "tagged", "user.note") == b"kept"
+
+
+def test_one_link_restored_alone_is_a_whole_file(tmp_path):
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    run_backup(world, [str(tmp_path / "src")])
+    summary, _ = _restore(world, str(tmp_path / "out"), paths=["src/b/three"])
+    assert summary["failed"] == 0 and summary["files"] == 1
+    assert (tmp_path / "out" / "src" / "b" / "three").read_bytes() == b"linked" * 100
+
+
+def test_without_root_owners_and_devices_are_left_and_said(tmp_path, monkeypatch):
+    if not ROOT:
+        pytest.skip("making a device node and giving a file away need root")
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    run_backup(world, [str(tmp_path / "src")])
+    monkeypatch.setattr(restore_meta, "is_root", lambda: False)
+    summary, job = _restore(world, str(tmp_path / "out"))
+    out = tmp_path / "out" / "src"
+    assert os.stat(out / "tagged").st_uid == os.geteuid()     # not given away
+    assert not os.path.exists(out / "null")
+    assert summary["meta_not_set"] == 1
+    assert job.not_set == [("src/null", "a device node: made by root only")]
+
+
+def test_an_xattr_the_destination_refuses_is_said_and_the_data_restored(tmp_path, monkeypatch):
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    run_backup(world, [str(tmp_path / "src")])
+
+    def refuse(*args, **kw):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+    monkeypatch.setattr(restore_meta.os, "setxattr", refuse)
+    summary, job = _restore(world, str(tmp_path / "out"))
+    assert summary["failed"] == 0 and summary["meta_not_set"] == 1
+    assert job.not_set == [("src/tagged", "xattr user.note: Operation not supported")]
+    assert (tmp_path / "out" / "src" / "tagged").read_bytes() == b"tagged data"
