@@ -39,6 +39,7 @@ from flud.client.head import adopt_head
 from flud.client.leases import renew_leases
 from flud.client.records import EmptyContent
 from flud.client.scan import Entry, entry_of, list_children
+from flud.client.tree import DIR_VERSION
 from flud.client.walk import walk
 from flud.coding import SegmentCoder
 
@@ -49,9 +50,12 @@ EMPTY = EmptyContent(0)
 
 def listing_fingerprint(entries) -> str:
     """What a directory's listing says of its entries (names, kinds, modes,
-    times, sizes, inodes, link targets): equal fingerprints, no change."""
-    rows = [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size, e.ctime_ns,
-             e.inode, e.target] for e in entries]
+    times, sizes, inodes, link targets; ctime moves with any change of owner,
+    xattrs or links): equal fingerprints, no change. The directory record's
+    version is in it, so a record of an older version is made again (with
+    the metadata it lacked), never kept."""
+    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size,
+                             e.ctime_ns, e.inode, e.target] for e in entries]
     return blake3.blake3(json.dumps(rows, ensure_ascii=False,
                                     separators=(",", ":")).encode("utf-8", "surrogateescape")
                          ).hexdigest()

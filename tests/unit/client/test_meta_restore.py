@@ -81,3 +81,34 @@ def test_an_xattr_the_destination_refuses_is_said_and_the_data_restored(tmp_path
     assert summary["failed"] == 0 and summary["meta_not_set"] == 1
     assert job.not_set == [("src/tagged", "xattr user.note: Operation not supported")]
     assert (tmp_path / "out" / "src" / "tagged").read_bytes() == b"tagged data"
+
+
+def test_a_snapshot_of_version_2_records_still_restores(tmp_path, monkeypatch):
+    """Directory records as flud wrote them before metadata (version 2, six
+    fields an entry) restore as they did."""
+    import json
+
+    from flud.client import tree
+    from tools.treecmp import compare_trees
+
+    written = []
+
+    def version_2(record):
+        written.append(record)
+        value = {"v": 2, "t": "dir", "e": [e.to_wire()[:6] for e in record.entries]}
+        if record.more:
+            value["more"] = list(record.more)
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
+
+    world = make_world(tmp_path, nodes=12)
+    src = tmp_path / "src"
+    os.makedirs(src / "d")
+    (src / "d" / "f").write_bytes(b"old format" * 50)
+    os.symlink("d/f", src / "link")
+    with monkeypatch.context() as patched:
+        patched.setattr(tree.DirectoryRecord, "encode", version_2)
+        run_backup(world, [str(src)])
+    assert len(written) == 3     # src/d, src and the snapshot's root
+    summary, _ = _restore(world, str(tmp_path / "out"))
+    assert summary["failed"] == 0 and summary["files"] == 1
+    assert compare_trees(str(src), str(tmp_path / "out" / "src")) == []
