@@ -33,7 +33,7 @@ import threading
 
 from flud.client.records import Entry
 from flud.client.restore.destdir import UnsafePath
-from flud.client.restore.files import into_place
+from flud.client.restore.files import BESIDE_SUFFIX, into_place
 from flud.client.sparse import expand
 from flud.client.tree import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
 
@@ -61,6 +61,7 @@ class MetaApplier:
         self.numeric_ids = numeric_ids
         self.as_root = is_root() if as_root is None else as_root
         self.not_set, self.not_set_count = [], 0
+        self.written = {}   # path -> (dev, inode) of each restored file other links join
         self._lock = threading.Lock()
         self._users, self._groups = {}, {}
 
@@ -68,6 +69,10 @@ class MetaApplier:
         """A restored file's metadata, through its descriptor (its content
         written): holes, owner, mode, xattrs, times."""
         meta, problems = entry.meta, []
+        if meta.link is not None:   # what its later links are made to, whatever its name
+            st = os.fstat(fd)
+            with self._lock:
+                self.written[entry.rel] = (st.st_dev, st.st_ino)
         if meta.ranges is not None:
             _expand(fd, meta.ranges, entry.whole)
         self.owner(fd, meta, problems)
@@ -273,8 +278,9 @@ class TreeMeta:
         try:
             with self.restore.dest.place(first) as source, \
                     self.restore.dest.place(path) as place:
-                _, beside = into_place(place, lambda name: os.link(
-                    source.name, name, src_dir_fd=source.dir_fd, dst_dir_fd=place.dir_fd,
+                name = self._restored_name(source, first)
+                _, beside = into_place(place, lambda new: os.link(
+                    name, new, src_dir_fd=source.dir_fd, dst_dir_fd=place.dir_fd,
                     follow_symlinks=False))
         except UnsafePath as err:
             self.restore.refuse(path, err.why)
@@ -287,6 +293,19 @@ class TreeMeta:
             return
         self.restore.summary["hardlinks"] += 1
         self.restore.summary["beside"] += beside
+
+    def _restored_name(self, source, first) -> str:
+        """The name the file restored as `first` has: its own, or the one
+        beside what was there (never the file that was there)."""
+        written = self.applier.written.get(first)
+        for name in (source.name, source.name + BESIDE_SUFFIX):
+            try:
+                st = os.stat(name, dir_fd=source.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == written:
+                return name
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), first)
 
     def _dir(self, path, meta) -> None:
         problems = []

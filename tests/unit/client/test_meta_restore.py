@@ -112,3 +112,18 @@ def test_a_snapshot_of_version_2_records_still_restores(tmp_path, monkeypatch):
     summary, _ = _restore(world, str(tmp_path / "out"))
     assert summary["failed"] == 0 and summary["files"] == 1
     assert compare_trees(str(src), str(tmp_path / "out" / "src")) == []
+
+
+def test_a_later_link_joins_the_restored_file_never_one_that_was_there(tmp_path):
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    run_backup(world, [str(tmp_path / "src")])
+    out = tmp_path / "out" / "src"
+    os.makedirs(out / "a")
+    (out / "a" / "one").write_bytes(b"the user's own")
+    summary, _ = _restore(world, str(tmp_path / "out"))
+    assert summary["failed"] == 0 and summary["hardlinks"] == 2
+    assert (out / "a" / "one").read_bytes() == b"the user's own"
+    restored = os.stat(out / "a" / "one.flud-restored")
+    assert os.stat(out / "b" / "two").st_ino == restored.st_ino
+    assert (out / "b" / "three").read_bytes() == b"linked" * 100
