@@ -149,6 +149,8 @@ def test_a_home_keeps_its_links_xattrs_acls_holes_and_special_files(net, tmp_pat
     backup_json(home, src)
     os.chmod(src / "a" / "big-enough", 0o604)
     os.setxattr(src / "a" / "big-enough", "user.tag", b"x")
+    if ROOT:
+        os.chown(src / "b", 65534, 65534)      # a directory's own owner
     third = backup_json(home, src)
     print(f"figures: metadata-only change sent {third['bytes_sent']} B, "
           f"read {third['bytes_read']} B")
@@ -162,6 +164,8 @@ def test_a_home_keeps_its_links_xattrs_acls_holes_and_special_files(net, tmp_pat
     assert stat.S_IMODE(os.stat(changed).st_mode) == 0o604
     assert os.getxattr(changed, "user.tag") == b"x"
     assert os.getxattr(again / "home-src" / "xattr.txt", "user.note") == b"changed"
+    if ROOT:
+        assert os.stat(again / "home-src" / "b").st_uid == 65534
 
 
 @pytest.fixture

@@ -127,3 +127,14 @@ def test_a_later_link_joins_the_restored_file_never_one_that_was_there(tmp_path)
     restored = os.stat(out / "a" / "one.flud-restored")
     assert os.stat(out / "b" / "two").st_ino == restored.st_ino
     assert (out / "b" / "three").read_bytes() == b"linked" * 100
+
+
+def test_owners_go_by_name_where_this_machine_knows_it_else_by_number():
+    from flud.client.meta import Owner
+    by_name = restore_meta.MetaApplier(numeric_ids=False, as_root=True)
+    numeric = restore_meta.MetaApplier(numeric_ids=True, as_root=True)
+    recorded = Owner(5000, 5001, "root", "root")       # root's name, another machine's numbers
+    assert by_name.ids(recorded) == (0, 0)
+    assert numeric.ids(recorded) == (5000, 5001)
+    unknown = Owner(5000, 5001, "no-such-user-here", "")
+    assert by_name.ids(unknown) == (5000, 5001)
