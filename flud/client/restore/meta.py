@@ -31,6 +31,8 @@ import pwd
 import stat
 import threading
 
+from twisted.internet import defer
+
 from flud.client.records import Entry
 from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.files import BESIDE_SUFFIX, into_place
@@ -131,6 +133,17 @@ def _by_name(cache, name, number, lookup) -> int:
             found = number
         cache[name] = found
     return found
+
+
+def set_large_meta(pool, set_meta, fd: int, entry):
+    """Deferred: set_meta(fd, entry) of a large file, on a pool thread when
+    it has holes to put back (moving its data is disk work the reactor must
+    not wait on), at once otherwise."""
+    meta = getattr(entry, "meta", None)
+    if meta is not None and meta.ranges:
+        return pool.run(set_meta, fd, entry)
+    set_meta(fd, entry)
+    return defer.succeed(None)
 
 
 def _expand(fd: int, ranges, whole: int) -> None:
