@@ -1,4 +1,4 @@
-"""Directory records of version 3 (flud/client/tree.py, meta.py): each entry
+"""Directory records of version 3 (flud/client/repository/tree_records.py, entry_meta.py): each entry
 with its metadata (owner, xattrs, hard link, data ranges, device numbers);
 version-2 records (no metadata) still read; what a hostile record could
 put in the metadata is refused."""
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from flud.client.meta import MAX_RANGES, MAX_XATTR_BYTES, EMPTY_META, Meta, Owner
-from flud.client.tree import (BadRecord, DirEntry, DirectoryRecord, SmallRef,
+from flud.client.repository.entry_meta import MAX_RANGES, MAX_XATTR_BYTES, EMPTY_META, Meta, Owner
+from flud.client.repository.tree_records import (BadRecord, DirEntry, DirectoryRecord, SmallRef,
                               directory_records)
 
 H = "ab" * 32

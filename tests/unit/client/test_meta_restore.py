@@ -1,4 +1,4 @@
-"""What a restore does with a tree's metadata (restore/meta.py), on the
+"""What a restore does with a tree's metadata (restore/meta_restore.py), on the
 fake network: hard links made again (and a restore of one link alone still
 gets the file), owners and devices left alone and said when not root, an
 xattr the destination refuses said and counted while the data lands."""
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from flud.client.restore import meta as restore_meta
+from flud.client.restore import meta_restore as restore_meta
 from tests.unit.client.fakes import make_world
 from tests.unit.client.test_pipeline import run_backup
 from tests.unit.client.test_tree_restore import _restore
@@ -88,7 +88,7 @@ def test_a_snapshot_of_version_2_records_still_restores(tmp_path, monkeypatch):
     fields an entry) restore as they did."""
     import json
 
-    from flud.client import tree
+    from flud.client.repository import tree_records as tree
     from tools.treecmp import compare_trees
 
     written = []
@@ -130,7 +130,7 @@ def test_a_later_link_joins_the_restored_file_never_one_that_was_there(tmp_path)
 
 
 def test_owners_go_by_name_where_this_machine_knows_it_else_by_number():
-    from flud.client.meta import Owner
+    from flud.client.repository.entry_meta import Owner
     by_name = restore_meta.MetaApplier(numeric_ids=False, as_root=True)
     numeric = restore_meta.MetaApplier(numeric_ids=True, as_root=True)
     recorded = Owner(5000, 5001, "root", "root")       # root's name, another machine's numbers
