@@ -226,7 +226,7 @@ class Backup:
     def _first_links(self, files) -> list:
         """The files to read: a file with several links in the tree is read
         (and stored) once, at the first of them (walk order); the others
-        take its content when the tree is built (snapshot.py)."""
+        take its content when the tree is built (tree_writer.py)."""
         kept = []
         for entry in files:
             if entry.nlink > 1:

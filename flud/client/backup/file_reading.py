@@ -1,8 +1,8 @@
 """Reading a backup's files, and what is said when one cannot be read."""
 import os
 
-from flud.client.sparse import PackedReader, read_packed
 from flud.client.directio import SequentialReader
+from flud.client.sparse import PackedReader, read_packed
 from flud.errors import FludError
 
 

@@ -21,7 +21,8 @@ from twisted.python.failure import Failure
 from flud.client.repository.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
-from flud.client.backup.file_reading import FileChanged, changed, file_reader, read_into, why_skipped
+from flud.client.backup.file_reading import (FileChanged, changed, file_reader, read_into,
+                                             why_skipped)
 from flud.client.backup.plans import ExtentPlans
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
                                  challenges_to_wire, extent_id)

@@ -76,7 +76,7 @@ def entry_of(path: str, st, on_skip) -> Entry:
     what is not backed up: a special file, a link that cannot be read."""
     mode = st.st_mode
     # ctime for every kind: a chmod, chown or xattr change moves it alone,
-    # and the listing's fingerprint (backup/run.py) must see it.
+    # and the listing's fingerprint (backup_job.py) must see it.
     common = dict(ctime_ns=st.st_ctime_ns, inode=st.st_ino, uid=st.st_uid, gid=st.st_gid,
                   nlink=st.st_nlink, dev=st.st_dev)
     if stat.S_ISDIR(mode):

@@ -12,8 +12,8 @@ import os
 from typing import Callable
 
 from flud.client.repository.entry_meta import EMPTY_META
-from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, DirEntry,
-                              directory_records)
+from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
+                                                DirEntry, directory_records)
 
 _KINDS = {"file": "f", "symlink": "l", "dir": DIRECTORY, "fifo": FIFO,
           "chardev": CHAR_DEVICE, "blockdev": BLOCK_DEVICE}

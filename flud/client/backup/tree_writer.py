@@ -171,9 +171,12 @@ class TreeWriter:
         return file_ref
 
     def _holes(self, entry, state, stored: int) -> tuple:
-        """The data ranges of a file whose content holds only them: found
-        again where the file is as it was read (KeyError if it is not, or
-        they are no longer what was stored: the next backup reads it)."""
+        """The data ranges of a file whose content holds only them, found
+        again from the file (the index keeps its content, not its ranges).
+        KeyError, and the file named, where the file is no longer as it was
+        read or its ranges no longer add up to what was stored: it is left
+        out of this snapshot (and of the next ones until the file changes:
+        holes that move while its size and times stay are not expected)."""
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as err:

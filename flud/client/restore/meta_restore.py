@@ -37,7 +37,8 @@ from flud.client.records import Entry
 from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.file_writer import BESIDE_SUFFIX, into_place
 from flud.client.sparse import expand
-from flud.client.repository.tree_records import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
+from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
+                                                FILE, SYMLINK)
 
 NOT_SET_LISTED = 100   # what was not set, named; all of it is counted
 _ROOT_ONLY = ("trusted.", "security.")

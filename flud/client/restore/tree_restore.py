@@ -19,8 +19,8 @@ from flud.client.repository.version1 import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
 from flud.client.restore.meta_restore import TreeMeta
 from flud.client.restore.wanted_paths import Wanted
-from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, LargeRecord,
-                              LargeRef, SmallRef)
+from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
+                                                LargeRecord, LargeRef, SmallRef)
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 

@@ -1,5 +1,5 @@
-"""Directory records of version 3 (flud/client/repository/tree_records.py, entry_meta.py): each entry
-with its metadata (owner, xattrs, hard link, data ranges, device numbers);
+"""Directory records of version 3 (client/repository/tree_records.py,
+entry_meta.py): each entry with its metadata (owner, xattrs, hard link, data ranges, device numbers);
 version-2 records (no metadata) still read; what a hostile record could
 put in the metadata is refused."""
 import json
