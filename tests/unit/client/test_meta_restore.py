@@ -138,3 +138,25 @@ def test_owners_go_by_name_where_this_machine_knows_it_else_by_number():
     assert numeric.ids(recorded) == (5000, 5001)
     unknown = Owner(5000, 5001, "no-such-user-here", "")
     assert by_name.ids(unknown) == (5000, 5001)
+
+
+def test_an_xattr_that_cannot_be_read_is_named_and_the_file_kept(tmp_path, monkeypatch):
+    from flud.client.backup import meta_reading
+
+    world = make_world(tmp_path, nodes=12)
+    _home(tmp_path / "src")
+    real = os.getxattr
+
+    def unreadable(path, name, *args, **kw):
+        if name == "user.note":
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+        return real(path, name, *args, **kw)
+    monkeypatch.setattr(meta_reading.os, "getxattr", unreadable)
+    backup, _, job = run_backup(world, [str(tmp_path / "src")])
+    monkeypatch.undo()
+    assert backup["skipped"] == 1
+    assert job.skipped == [(str(tmp_path / "src" / "tagged"),
+                            "xattr user.note not kept: Permission denied")]
+    summary, _ = _restore(world, str(tmp_path / "out"))
+    assert (tmp_path / "out" / "src" / "tagged").read_bytes() == b"tagged data"
+    assert os.listxattr(tmp_path / "out" / "src" / "tagged") == []
