@@ -165,8 +165,10 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
 def expand(fd: int, ranges, size: int) -> None:
     """The file open as fd holds the packed content of `ranges` from offset
     0: each range goes to its place (last first, its end first: a range only
-    moves up, so nothing not yet moved is overwritten), what lies between
-    becomes holes, and the file is `size` long. COPY_PIECE held at once."""
+    moves up, so nothing not yet moved is overwritten), what it leaves
+    becomes a hole, and the file is `size` long. COPY_PIECE held at once;
+    the data is written twice (a restore writing each range at its place
+    at once would save that: not done)."""
     packed = packed_size(ranges)
     position = packed
     for offset, length in reversed(ranges):
@@ -181,6 +183,10 @@ def expand(fd: int, ranges, size: int) -> None:
                 raise OSError(errno.EIO, "the packed content is shorter than its ranges")
             os.pwrite(fd, data, offset + done - piece)
             done -= piece
+        # What it leaves behind (below its new place) is a hole at once, so
+        # the file never takes much more room than its data: no range not
+        # yet moved lies there (theirs are all below `position`).
+        punch_hole(fd, position, min(length, offset - position))
     # What still holds packed bytes and is no range's is a hole again.
     end = 0
     for offset, length in ranges:

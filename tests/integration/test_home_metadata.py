@@ -32,6 +32,18 @@ needs_tools = pytest.mark.skipif(
                       "apt-get install attr acl (.ci/run does)")
 
 
+def user_xattrs(where) -> None:
+    """Skip where the tests' temporary directory has no user xattrs."""
+    probe = where / "xattr-probe"
+    probe.write_bytes(b"")
+    try:
+        os.setxattr(probe, "user.probe", b"1")
+    except OSError as err:
+        pytest.skip(f"no user xattrs under {where}: {err.strerror}")
+    finally:
+        probe.unlink()
+
+
 @pytest.fixture(scope="module")
 def net(module_testnet_factory):
     return module_testnet_factory(NODES, "home-meta-net")
@@ -85,6 +97,7 @@ def dump(tool_args, root):
 
 @needs_tools
 def test_a_home_keeps_its_links_xattrs_acls_holes_and_special_files(net, tmp_path):
+    user_xattrs(tmp_path)
     src = tmp_path / "home-src"
     make_home(src)
     home = tmp_path / "client"
@@ -185,6 +198,7 @@ def ramfs(tmp_path):
 
 def test_a_restore_onto_a_file_system_without_xattrs_keeps_the_data_and_says_so(
         net, tmp_path, ramfs):
+    user_xattrs(tmp_path)
     src = tmp_path / "src"
     src.mkdir()
     write_random(src / "tagged.txt", 700, 6)

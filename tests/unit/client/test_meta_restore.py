@@ -23,7 +23,12 @@ def _home(root):
     os.link(root / "a" / "one", root / "b" / "two")
     os.link(root / "a" / "one", root / "b" / "three")
     (root / "tagged").write_bytes(b"tagged data")
-    os.setxattr(root / "tagged", "user.note", b"kept")
+    try:
+        os.setxattr(root / "tagged", "user.note", b"kept")
+    except OSError as err:
+        if err.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        pytest.skip(f"the tests' temporary directory has no user xattrs ({root})")
     os.mkfifo(root / "pipe")
     if ROOT:
         os.mknod(root / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
