@@ -81,6 +81,7 @@ class Backup:
                         "reduced_redundancy": 0}
         self.skipped = []
         self._links = {}   # (dev, inode) -> the path of its first link, of files with several
+        self._holed = {}   # path -> entry of each file with holes this run reads
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
@@ -134,6 +135,7 @@ class Backup:
         content_of = {}
         large, holed = split_holes((_entry(row) for row in index.pending_rows(limit, 2 ** 62)),
                                    limit, self._skip)
+        self._holed = {e.path: e for e in itertools.chain(large, holed) if e.ranges is not None}
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
         sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
@@ -277,6 +279,10 @@ class Backup:
                 break
         if landed:
             self.ctx.index.record_landed(landed)
+            holes = [(path, e.whole, e.mtime_ns, cid, e.ranges) for path, cid in landed
+                     if (e := self._holed.get(path)) is not None]
+            if holes:   # the ranges each was read with, by its content (tree_writer.py)
+                self.ctx.index.record_holes(holes)
 
     def _save_contents(self):
         bundles, challenges = self.small.records()

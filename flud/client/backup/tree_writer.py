@@ -171,12 +171,16 @@ class TreeWriter:
         return file_ref
 
     def _holes(self, entry, state, stored: int) -> tuple:
-        """The data ranges of a file whose content holds only them, found
-        again from the file (the index keeps its content, not its ranges).
-        KeyError, and the file named, where the file is no longer as it was
-        read or its ranges no longer add up to what was stored: it is left
-        out of this snapshot (and of the next ones until the file changes:
-        holes that move while its size and times stay are not expected)."""
+        """The data ranges of a file whose content holds only them: those it
+        was read with (the index keeps them by content), or else (a link
+        other than the first, an index from before them) found again from
+        the file. KeyError, and the file named, where the file is no longer
+        as it was read or its ranges no longer add up to what was stored: it
+        is left out of this snapshot."""
+        kept = self.index.holes_of(entry.path)
+        if (kept is not None and kept[:3] == (state.size, state.mtime_ns, state.content_id)
+                and packed_size(kept[3]) == stored):
+            return kept[3]
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as err:

@@ -165,3 +165,34 @@ def test_an_xattr_that_cannot_be_read_is_named_and_the_file_kept(tmp_path, monke
     summary, _ = _restore(world, str(tmp_path / "out"))
     assert (tmp_path / "out" / "src" / "tagged").read_bytes() == b"tagged data"
     assert os.listxattr(tmp_path / "out" / "src" / "tagged") == []
+
+
+def test_a_file_with_holes_keeps_the_ranges_it_was_read_with(tmp_path, monkeypatch):
+    """The tree takes a holed file's ranges from the index (as they were
+    read), in the run that read it and in later ones, never asking the
+    file again; restored, the file is whole and its holes are holes."""
+    from flud.client.backup import tree_writer
+
+    world = make_world(tmp_path, nodes=12)
+    src = tmp_path / "src"
+    src.mkdir()
+    mib = 1024 * 1024
+    with open(src / "disk.img", "wb") as f:       # 64 MiB, 2 MiB of data: the large-file path
+        f.truncate(64 * mib)
+        f.write(os.urandom(mib))
+        f.seek(40 * mib)
+        f.write(os.urandom(mib))
+
+    def never(*args, **kw):
+        raise AssertionError("ranges asked of the file again")
+    monkeypatch.setattr(tree_writer, "data_ranges", never)
+    first, _, _ = run_backup(world, [str(src)])
+    (src / "other").write_bytes(b"a change in the directory")
+    second, _, _ = run_backup(world, [str(src)])      # the directory's record made again
+    assert first["skipped"] == second["skipped"] == 0
+    assert first["bytes_read"] <= 2 * mib + 64 * 1024
+    summary, _ = _restore(world, str(tmp_path / "out"))
+    out = tmp_path / "out" / "src" / "disk.img"
+    assert summary["failed"] == 0
+    assert out.read_bytes() == (src / "disk.img").read_bytes()
+    assert os.stat(out).st_blocks * 512 <= 3 * mib
