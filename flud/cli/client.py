@@ -142,6 +142,8 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--home", required=True)
     restore.add_argument("--to", required=True, metavar="DEST")
     restore.add_argument("--snapshot", type=int)
+    restore.add_argument("--numeric-ids", action="store_true",
+                         help="as root: owners by the numbers recorded, not by their names")
     restore.add_argument("--memory-log", metavar="FILE")
     restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
                          help="MiB of transfer buffers held at once (default 64)")

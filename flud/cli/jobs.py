@@ -373,7 +373,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
             job = Restore(reactor, home, network, pool, monitor, progress,
                           {"k": home.config["k"], "n": home.config["n"],
                            "bundles": found.repo.bundles})
-            s = yield TreeRestore(job, found.repo, found.record).run(args.to, args.paths)
+            tree = TreeRestore(job, found.repo, found.record,
+                               numeric_ids=getattr(args, "numeric_ids", False))
+            s = yield tree.run(args.to, args.paths)
     except RestoreError as err:
         raise UserError(str(err))
     finally:
@@ -383,7 +385,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
                           record_retrieves=record_retrieves[0],
                           bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
                           unmatched_paths=job.unmatched[:100],
-                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
+                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]],
+                          not_set=[{"path": p, "what": w}
+                                   for p, w in getattr(job, "not_set", [])[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -391,6 +395,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
           f"({record_retrieves[0]} of them for the snapshot's records)")
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
+    not_set = _not_set(job, s)
     if s["refused"]:
         print(f"{s['refused']} refused: their path under {args.to} passes through a symlink "
               f"or something that is not a directory (never followed), or is not a plain "
@@ -412,7 +417,23 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed else EXIT_OK
+    return (EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed or not_set
+            else EXIT_OK)
+
+
+def _not_set(job, s) -> int:
+    """What a version-3 snapshot's restore could not set of its entries'
+    metadata (restore/meta_restore.py): said, counted; its number."""
+    if s.get("hardlinks") or s.get("specials"):
+        print(f"{s.get('hardlinks', 0)} hard link(s) made, {s.get('specials', 0)} FIFO(s) "
+              f"and device node(s) made")
+    count = s.get("meta_not_set", 0)
+    if count:
+        print(f"{count} path(s) restored without some of their metadata "
+              f"(the destination refused it, or it needs root):")
+        for path, what in getattr(job, "not_set", [])[:20]:
+            print(f"  {path}: {what}")
+    return count
 
 
 def _listed(items, what, most=20) -> None:

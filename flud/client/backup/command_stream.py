@@ -112,12 +112,18 @@ class CommandStream:
 
 
 def make_placeholder(path: str, size: int) -> None:
-    """The file the backup walks in place of the stream: sparse (no disk),
-    `size` long (at least the small-file limit: the large files' way)."""
+    """The file the backup walks in place of the stream: `size` long (at
+    least the small-file limit: the large files' way). Written, not a hole:
+    a file of holes only is backed up as its data ranges (flud/client/
+    sparse.py), which would take the stream's file out of the large files'
+    way; the small-file limit is small, so this costs little disk."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
                  0o600)
     try:
-        os.ftruncate(fd, size)
+        zeros = bytes(min(size, 1 << 20))
+        left = size
+        while left:
+            left -= os.write(fd, zeros[:left])
     finally:
         os.close(fd)
 
