@@ -351,18 +351,28 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
 
     def count(n):
         record_retrieves[0] += n
+    from flud.client.pathmatch import PatternError
+    from flud.client.restore.select import Selection
     found = yield _find(ctx, args.snapshot, count_retrieves=count)
+    steer = {"overwrite": getattr(args, "overwrite", "never")}
+    include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
     try:
         if found.manifest is not None:
-            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest)
-            s = yield job.run(args.to, args.paths)
+            if getattr(args, "delete", False):
+                raise RestoreError("--delete needs a snapshot made by flud 2 or later; this "
+                                   "one is a version-1 manifest")
+            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest,
+                          **steer)
+            selection = Selection(include, exclude, found.manifest.get("roots", ()))
+            s = yield job.run(args.to, args.paths, selection)
         else:
             job = Restore(reactor, home, network, pool, monitor, progress,
                           {"k": home.config["k"], "n": home.config["n"],
-                           "bundles": found.repo.bundles})
-            s = yield TreeRestore(job, found.repo, found.record).run(args.to, args.paths)
-    except RestoreError as err:
-        raise UserError(str(err))
+                           "bundles": found.repo.bundles}, **steer)
+            s = yield TreeRestore(job, found.repo, found.record, include, exclude,
+                                  getattr(args, "delete", False)).run(args.to, args.paths)
+    except (RestoreError, PatternError) as err:
+        raise _typed(UserError(str(err)), err)
     finally:
         found.close()
     elapsed = reactor.seconds() - start
@@ -370,12 +380,14 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
                           record_retrieves=record_retrieves[0],
                           bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
                           unmatched_paths=job.unmatched[:100],
+                          deleted_paths=[p for p, _ in job.deleted_paths[:100]],
                           failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
           f"{s['retrieves'] + record_retrieves[0]} RETRIEVEs "
           f"({record_retrieves[0]} of them for the snapshot's records)")
+    _steered(s, job, args)
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
     if s["refused"]:
@@ -400,6 +412,20 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         _listed(job.failed, "failed")
         return EXIT_ERROR
     return EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed else EXIT_OK
+
+
+def _steered(s, job, args) -> None:
+    """What --overwrite and --delete did, and what the files cost to fetch."""
+    print(f"fetched {human_bytes(s['fetched_bytes'])} of file data"
+          + (f"; {human_bytes(s['reused_bytes'])} already under {args.to} was used "
+             f"({s['resumed']} file(s) resumed)" if s["reused_bytes"] else ""))
+    if s["unchanged"]:
+        print(f"{s['unchanged']} path(s) already in place as the snapshot has them: kept")
+    if s["replaced"]:
+        print(f"{s['replaced']} path(s) replaced (--overwrite {args.overwrite})")
+    if s["deleted"]:
+        print(f"{s['deleted']} path(s) under {args.to} deleted: not in the snapshot (--delete)")
+        _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths], "deleted")
 
 
 def _listed(items, what, most=20) -> None:

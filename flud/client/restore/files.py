@@ -121,6 +121,21 @@ def sync_filesystem(fd: int) -> None:
         raise OSError(err, f"syncfs: {os.strerror(err)}")
 
 
+class Landed:
+    """An item's data for a file already written whole to `temp` (a killed
+    restore's, checked: restore/inplace.py): renamed with its batch, not
+    written again."""
+    __slots__ = ("temp", "size")
+
+    def __init__(self, temp: str, size: int):
+        self.temp, self.size = temp, size
+
+
+def _beside_or_new(place, temp: str) -> bool:
+    """The default way into place (a restore's --overwrite never)."""
+    return into_place(place, lambda name: place.rename_new(temp, name))[1]
+
+
 class _Pending:
     """A file written to its temp name, waiting for its batch's sync."""
     __slots__ = ("entry", "temp", "beside", "size")
@@ -139,8 +154,12 @@ class FileWriter:
     durable (sync_filesystem; tests count calls)."""
 
     def __init__(self, reactor, dest, sink, sync=sync_filesystem, threads=WRITE_THREADS,
-                 batch_files=BATCH_FILES, batch_bytes=BATCH_BYTES):
+                 batch_files=BATCH_FILES, batch_bytes=BATCH_BYTES, overwrite=None):
+        """overwrite: a restore/overwrite.Overwrite (None: never's way, today's:
+        numbered temp names, beside what is there)."""
         self._reactor = reactor
+        self._overwrite = overwrite
+        self._put = overwrite.put if overwrite is not None else _beside_or_new
         self._dest = dest
         self._sink = sink
         self._sync = sync
@@ -214,11 +233,14 @@ class FileWriter:
         refused, outcomes = [], []
         for entry, data, opener in items:
             try:
-                plain = opener(data) if opener is not None else data
-                if plain is None:
-                    refused.append((entry, bytes(data)))
-                    continue
-                pending = self._write_temp(entry, plain)
+                if isinstance(data, Landed):
+                    pending = _Pending(entry, data.temp, data.size)
+                else:
+                    plain = opener(data) if opener is not None else data
+                    if plain is None:
+                        refused.append((entry, bytes(data)))
+                        continue
+                    pending = self._write_temp(entry, plain)
             except UnsafePath as err:
                 outcomes.append(("refused", entry, err.why))
                 continue
@@ -232,7 +254,13 @@ class FileWriter:
 
     def _write_temp(self, entry, plain) -> _Pending:
         with self._dest.place(entry.rel) as place:
-            temp, fd = new_temp(place, self.numbers, lambda name: place.open_new(name, 0o600))
+            if self._overwrite is not None and self._overwrite.resumable:
+                temp = self._overwrite.temp_name(place.name, entry.last)
+                place.unlink(temp)   # what is there did not check out (inplace.py)
+                fd = place.open_new(temp, 0o600)
+            else:
+                temp, fd = new_temp(place, self.numbers,
+                                    lambda name: place.open_new(name, 0o600))
             try:
                 try:
                     view = memoryview(plain)
@@ -277,8 +305,7 @@ class FileWriter:
         for pending in batch:
             try:
                 with self._dest.place(pending.entry.rel) as place:
-                    _, pending.beside = into_place(
-                        place, lambda name: place.rename_new(pending.temp, name))
+                    pending.beside = self._put(place, pending.temp)
                 outcomes.append(("done", pending.entry, pending))
             except UnsafePath as err:  # its directory changed meanwhile: left as it is
                 outcomes.append(("refused", pending.entry, err.why))

@@ -35,6 +35,8 @@ and skipped; the rest is restored.
 import functools
 import itertools
 import logging
+import mmap
+import os
 
 from twisted.internet import defer
 
@@ -48,8 +50,12 @@ from flud.client.restore.blocks import BlockRestore
 from flud.client.restore.buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.files import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
-                                       RestoreError, into_place, new_temp, set_meta,
+                                       Landed, RestoreError, into_place, new_temp, set_meta,
                                        sync_filesystem)
+from flud.client.restore.inplace import (FETCH, IN_FINAL, KEEP, LANDED, Look, SegmentCheck,
+                                         copy_range, look_small, newer_in_place)
+from flud.client.restore.metered import MeteredNetwork
+from flud.client.restore.overwrite import IF_NEWER, NEVER, Overwrite, resume_temp
 from flud.client.restore.paths import Wanted
 from flud.client.restore.runs import SmallRuns
 from flud.client.restore.small import SmallFetch
@@ -66,20 +72,24 @@ LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # the k primary blocks of two 2 MiB segments at the defaults (the plaintext
 # is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
+LOOK_CHUNK = 64             # small files looked at in place per pool call
 
 
 class Restore:
     def __init__(self, reactor, home, network, pool, monitor, progress, manifest,
                  block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True,
-                 sync=sync_filesystem):
+                 sync=sync_filesystem, overwrite=NEVER):
         """block_writer, block_buffers, by_blocks: how large files are
         written (BlockWriter: on threads of its own; InlineBlockWriter: on the
         calling thread, small files too), what holds their blocks, and whether
         full segments go block by block (False: every segment whole); see
         blocks.py. sync(fd): makes DEST's filesystem durable, once per batch
-        of small files (files.py)."""
+        of small files (files.py). overwrite: what to do with a name already
+        taken under DEST (restore/overwrite.py)."""
         k, n = manifest["k"], manifest["n"]
-        self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
+        self.overwrite = Overwrite(overwrite)
+        self.metered = MeteredNetwork(network)   # what the files cost: fetched_bytes
+        self.ctx = JobContext(reactor, home, self.metered, pool, monitor, progress,
                               SegmentCoder(k, n))
         self.network = network
         self.progress = progress
@@ -92,7 +102,8 @@ class Restore:
                                        self.report_bad, self._count_retrieves)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "refused": 0, "unmatched": 0, "bad_shares": 0,
-                        "retrieves": 0}
+                        "retrieves": 0, "unchanged": 0, "resumed": 0, "replaced": 0,
+                        "reused_bytes": 0, "fetched_bytes": 0, "deleted": 0}
         self.bad_shares = []
         self.unreachable = {}  # node hex -> shares of it fetched elsewhere
         self._reported = set()
@@ -101,6 +112,8 @@ class Restore:
         self._refused = set()
         self.unmatched = []  # the PATHs asked for that matched nothing
         self._unmade = set()  # directories whose mkdir failed: what is under them fails too
+        self._maybe_dirs = []   # (rel, mode, mtime_ns) made only if something under them is
+        self.deleted_paths = []   # --delete: [(path, is_dir)]
         self.dest = None  # a SafeDest while run() runs
         self._files = None  # its FileWriter
         self._file_threads = block_writer.file_threads
@@ -178,13 +191,20 @@ class Restore:
             self.progress.warn(f"nothing in the snapshot matches {path}")
 
     @defer.inlineCallbacks
-    def run(self, dest, paths=()):
+    def run(self, dest, paths=(), selection=None):
+        """A version-1 manifest's entries under dest; selection: a
+        restore/select.Selection (--include, --exclude)."""
         wanted = Wanted(paths, snapshot_paths(self.manifest.get("roots", ()), paths))
         entries = []
         for entry in entries_from_wire(self.manifest["entries"]):
             wanted.saw(entry.rel)
-            if wanted(entry.rel):
-                entries.append(entry)
+            if not wanted(entry.rel):
+                continue
+            if selection and not selection.wants(entry.rel, entry.kind == DIR):
+                if entry.kind == DIR and selection.descends(entry.rel):
+                    self.maybe_dir(entry.rel, entry.mode, entry.mtime_ns)
+                continue
+            entries.append(entry)
         self.asked_for(wanted)
         files = [e for e in entries if e.is_file]
         self.open(dest, len(files), sum(e.size for e in files))
@@ -217,7 +237,7 @@ class Restore:
         """Restore these entries (a directory's before its files); contents:
         content id -> content record as written, for their files."""
         self._files = FileWriter(self.ctx.reactor, self.dest, self, sync=self._sync,
-                                 threads=self._file_threads)
+                                 threads=self._file_threads, overwrite=self.overwrite)
         self._files.numbers = self._numbers
         self._contents = contents
         files = [e for e in entries if e.is_file]
@@ -232,6 +252,8 @@ class Restore:
         # Refused (or failed) before anything is fetched for them (a file
         # is checked again where it is written).
         files = [e for e in files if self._made(e.rel, self.dest.check, e.rel)]
+        if self.overwrite.looks_first:   # what is in place already is not fetched
+            files = yield self._looked(files, contents)
         small = [(e, content_from_wire(contents[e.last])) for e in files
                  if content_kind(contents[e.last]) == SMALL]
         transfer = self.ctx.monitor.transfer("small", "small files")
@@ -255,14 +277,40 @@ class Restore:
                 except RestoreError as err:
                     self._failed(entry.rel, err)
 
+    def maybe_dir(self, rel, mode, mtime_ns) -> None:
+        """A directory the selection does not name: if something under it
+        is restored (and so made it), it gets its mode and times too."""
+        self._maybe_dirs.append((rel, mode, mtime_ns))
+
+    def deleted(self, outcome) -> None:
+        """--delete's outcome in one directory (restore/delete.py)."""
+        deleted, failed = outcome
+        for path, is_dir in deleted:
+            self.summary["deleted"] += 1
+            self.deleted_paths.append((path, is_dir))
+        for path, why in failed:
+            self._failed(path, why)
+
     def finish(self):
         """Directories get their modes and times, deepest first (writing
         into them moved their mtime)."""
-        for rel, mode, mtime_ns in sorted(self._dirs, reverse=True):
+        made = []
+        for rel, mode, mtime_ns in self._maybe_dirs:
+            fd = None
+            try:
+                fd = self.dest.open_dir(rel)
+            except UnsafePath:
+                pass
+            if fd is not None:
+                os.close(fd)
+                made.append((rel, mode, mtime_ns))
+        for rel, mode, mtime_ns in sorted(self._dirs + made, reverse=True):
             try:
                 self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
             except OSError as err:  # gone meanwhile, say: the rest still gets its times
                 self._failed(rel, err)
+        self.summary["replaced"] = self.overwrite.replaced
+        self.summary["fetched_bytes"] = self.metered.fetched_bytes
         self.progress.finish()
         return defer.succeed(None)
 
@@ -278,24 +326,143 @@ class Restore:
     @defer.inlineCallbacks
     def _large(self, entry):
         """Block by block into a temp file (flud/client/restore/blocks.py), a window
-        of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
+        of FILE_FOOTPRINT ahead; fsynced, then renamed into place. Under
+        if-changed, the segments already in place or in the temp a killed
+        run left are not fetched again (_in_place)."""
         content = content_from_wire(self._contents[entry.last])
         transfer = self.ctx.monitor.transfer("download", entry.rel)
         place = self.dest.place(entry.rel)
         try:
-            temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
-                name, dir_fd=place.dir_fd))
+            if self.overwrite.mode == IF_NEWER and (
+                    yield self.ctx.pool.run(newer_in_place, place, entry)):
+                self._kept(entry)
+                return
+            skip = frozenset()
+            if self.overwrite.resumable:
+                temp = resume_temp(place.name, entry.last)
+                out = PositionalWriter(temp, dir_fd=place.dir_fd, reuse=True)
+                try:
+                    skip = yield self._in_place(place, temp, out, entry, content, transfer)
+                except BaseException:
+                    out.close()
+                    raise
+                if skip is KEEP:
+                    out.close()
+                    place.unlink(temp)
+                    self._kept(entry)
+                    return
+            else:
+                temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
+                    name, dir_fd=place.dir_fd))
             try:
                 with out:
-                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
+                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run(skip)
                     set_meta(out.fd, entry)
                 self._finish(place, temp, entry)
             except BaseException:
-                place.unlink(temp)
+                if not self.overwrite.resumable:   # a resumable one is kept for the rerun
+                    place.unlink(temp)
                 raise
         finally:
             place.close()
             transfer.close()
+
+    @defer.inlineCallbacks
+    def _in_place(self, place, temp, out, entry, content, transfer):
+        """if-changed, a large file: KEEP if the file in place holds it
+        whole (its mode and times set); else the positions of the segments
+        the temp now holds (found there, or copied there from the file in
+        place), which are not fetched. Reads one segment at a time into a
+        buffer of one segment, counted on `transfer`."""
+        records = list(content.segment_fetches())
+        size = max((r.length for r in records), default=0)
+        yield transfer.reserve(size, "check")
+        final = temp_read = None
+        buffer = mmap.mmap(-1, max(size, 1))
+        try:
+            final = place.open_file()
+            temp_read = place.open_file(temp)
+            check = SegmentCheck(self.ctx.secret, final and final[0],
+                                 temp_read and temp_read[0], buffer)
+            where, offset = [], 0
+            for record in records:
+                where.append((yield self.ctx.pool.run(check.where, offset, record.length,
+                                                      record.key)))
+                offset += record.length
+            if (final is not None and final[1].st_size == entry.size
+                    and all(w == IN_FINAL for w in where)):
+                yield self.ctx.pool.run(set_meta, final[0], entry)
+                return KEEP
+            offset, skip, reused = 0, set(), 0
+            for position, (record, found) in enumerate(zip(records, where)):
+                if found == IN_FINAL:
+                    yield self.ctx.pool.run(copy_range, final[0], out.fd, offset,
+                                            record.length, buffer)
+                if found is not None:
+                    skip.add(position)
+                    reused += record.length
+                offset += record.length
+        finally:
+            for opened in (final, temp_read):
+                if opened is not None:
+                    os.close(opened[0])
+            buffer.close()
+            if not transfer.closed:
+                transfer.unreserve(size, "check")
+        if reused:
+            self.summary["resumed"] += 1
+            self.summary["reused_bytes"] += reused
+            self.progress.bytes_done(reused)
+        return frozenset(skip)
+
+    @defer.inlineCallbacks
+    def _looked(self, files, contents):
+        """if-changed, if-newer: the small and empty files in place looked at
+        (restore/inplace.py, on the pool, LOOK_CHUNK at a time): those kept
+        or found whole in a killed run's temp are not fetched. The files
+        left to fetch."""
+        newer_only = self.overwrite.mode == IF_NEWER
+        secret = self.ctx.secret
+        left, landed = [], []
+
+        def look(chunk):
+            looks = []
+            for entry in chunk:
+                try:
+                    with self.dest.place(entry.rel) as place:
+                        temp = None if newer_only else resume_temp(place.name, entry.last)
+                        looks.append(look_small(place, entry, contents[entry.last], secret,
+                                                temp, newer_only))
+                except UnsafePath as err:   # its directory changed meanwhile
+                    looks.append(err)
+                except OSError:   # unreadable in place: fetched, and replacing it says why
+                    looks.append(Look(FETCH))
+            return looks
+
+        for start in range(0, len(files), LOOK_CHUNK):
+            chunk = files[start:start + LOOK_CHUNK]
+            small = [e for e in chunk if content_kind(contents[e.last]) != LARGE]
+            left.extend(e for e in chunk if content_kind(contents[e.last]) == LARGE)
+            looks = yield self.ctx.pool.run(look, small)
+            for entry, found in zip(small, looks):
+                if isinstance(found, UnsafePath):
+                    self.refuse(entry.rel, found.why)
+                elif found.action == KEEP:
+                    self._kept(entry)
+                elif found.action == LANDED:
+                    self.summary["resumed"] += 1
+                    self.summary["reused_bytes"] += entry.size
+                    landed.append((entry, Landed(found.temp, entry.size), None))
+                else:
+                    left.append(entry)
+        if landed:
+            self._files.write(landed)
+        return left
+
+    def _kept(self, entry):
+        """A file left as it is in place (it matched, or is newer)."""
+        self.summary["unchanged"] += 1
+        self.progress.file_done(entry.size)
 
     # --- what the small files' writer says (files.FileWriter), on the reactor
 
@@ -316,9 +483,10 @@ class Restore:
         self.progress.warn(f"could not restore {rel}: {err}")
 
     def _finish(self, place, temp, entry):
-        """Into place under its own name, or beside what is there: never
-        over it, even what appeared while it was written (files.into_place)."""
-        _, beside = into_place(place, lambda name: place.rename_new(temp, name))
+        """Into place under its own name, or as --overwrite says: by default
+        beside what is there, never over it, even what appeared while it was
+        written (files.into_place)."""
+        beside = self.overwrite.put(place, temp)
         self.summary["beside"] += beside
         self._count_file(entry)
 
@@ -329,9 +497,10 @@ class Restore:
 
     def _symlink(self, rel, target, mtime_ns):
         with self.dest.place(rel) as place:
-            # symlinkat never replaces a name: the first free of the two
-            name, beside = into_place(place, lambda name: place.symlink(target, name))
+            # never: symlinkat never replaces a name, the first free of the two
+            name, beside, kept = self.overwrite.put_symlink(
+                place, target, resume_temp(place.name, "symlink:" + target))
             place.set_link_times(name, mtime_ns)
         self.summary["beside"] += beside
-        self.summary["symlinks"] += 1
+        self.summary["symlinks" if not kept else "unchanged"] += 1
 
