@@ -145,7 +145,7 @@ def add_client_commands(sub) -> None:
     _job_flags(restore)
     add_restore_flags(restore)
     restore.set_defaults(handler=cmd_restore)
-    # add_dump_command(sub, _mib, _rate)
+    add_dump_command(sub, _mib, _rate)
 
     verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
     verify.add_argument("--home", required=True)

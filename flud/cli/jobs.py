@@ -18,7 +18,7 @@ log = logging.getLogger("flud.client")
 
 
 # Jobs that change nothing on the nodes or in the index run beside any other.
-READ_ONLY_JOBS = {"ls", "find", "diff"}
+READ_ONLY_JOBS = {"ls", "find", "diff", "dump"}
 
 
 def run_client(args, job: str) -> int:
@@ -133,7 +133,7 @@ def _job(reactor, home, args, job):
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
-        runner = {"backup": _backup, "restore": _restore, "verify": _verify,
+        runner = {"backup": _backup, "restore": _restore, "verify": _verify, "dump": _dump,
                   "ls": _browse, "find": _browse, "diff": _browse,
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
                   "adopt": _adopt}[job]
@@ -169,6 +169,7 @@ _READ = ("flud.client.snapshots", "flud.client.repo", "flud.client.restore.tree"
 JOB_MODULES = {
     "backup": ("flud.client.backup.run", *_READ),
     "restore": ("flud.client.restore.run", *_READ),
+    "dump": ("flud.client.restore.dump", *_READ),
     "verify": ("flud.client.verify", *_READ),
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
@@ -412,6 +413,42 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         _listed(job.failed, "failed")
         return EXIT_ERROR
     return EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _dump(reactor, home, network, pool, monitor, progress, args):
+    """flud dump: the bytes go to stdout, everything said to stderr."""
+    from flud.client.restore.dump import DumpError, dump_snapshot
+    from flud.client.segments import FetchFailed
+
+    out = sys.stdout.buffer
+    if out.isatty():
+        raise UserError("flud dump writes a file's bytes (or a tar stream): redirect stdout "
+                        "to a file or a pipe (`flud dump ... > out.tar`)")
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    start = reactor.seconds()
+    found = yield _find(ctx, args.snapshot)
+    try:
+        dump = yield dump_snapshot(ctx, found, args.path, out)
+    except DumpError as err:
+        raise _typed(UserError(str(err)), err)
+    except FetchFailed as err:
+        raise _typed(UserError(f"the dump stopped: {err}; what was written is cut short"),
+                     err)
+    finally:
+        found.close()
+    s = dump.summary
+    elapsed = reactor.seconds() - start
+    _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
+                          damaged=[{"path": d.path, "why": d.why} for d in dump.damaged])
+    what = "a tar stream" if dump.as_tar else "a file"
+    print(f"dumped {args.path} of snapshot {found.snapshot_id} as {what}: {s['files']} "
+          f"files, {s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} "
+          f"in {elapsed:.2f} s", file=sys.stderr)
+    print(_memory_line(monitor), file=sys.stderr)
+    for damaged in dump.damaged[:20]:
+        print(f"  not dumped {damaged.path}: {damaged.why}", file=sys.stderr)
+    return EXIT_ERROR if dump.damaged else EXIT_OK
 
 
 def _steered(s, job, args) -> None:
