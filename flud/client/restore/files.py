@@ -17,13 +17,18 @@ machine's disk (0.02 ms a file); an fdatasync per file cost 0.2 ms a file.
 
 What a crash in the middle leaves: the files of batches renamed before it
 are complete and durable; the files of the batch being written (and of a
-batch being renamed, not yet renamed) are `.N.flud-part` files beside their
-places, whole or partial. A rerun never reuses nor removes them (it picks
-temp names no file has): remove them by hand. A rerun into the same DEST
-finds the files renamed before the crash and restores each of them beside
-itself as NAME.flud-restored (counted as `beside` in its summary, exit code
-0 if nothing else went wrong); a file whose NAME.flud-restored exists too
-fails (exit code 1).
+batch being renamed, not yet renamed) are temp files beside their places,
+whole or partial, under fixed names (`.rHASH.flud-part`, made from the
+file's name and content: overwrite.resume_temp). A rerun writes each of
+them anew, or under `--overwrite if-changed` renames the ones that hold
+their whole content into place without fetching them (a large file's temp:
+keeps the segments that landed whole), so nothing is left behind either
+way. A rerun with the default `--overwrite never` finds the files renamed
+before the crash and restores each of them beside itself as
+NAME.flud-restored (counted as `beside` in its summary, exit code 0 if
+nothing else went wrong); a file whose NAME.flud-restored exists too fails
+(exit code 1). (A writer made without a restore's Overwrite picks numbered
+temp names `.N.flud-part` no file has.)
 
 Opening a file takes ~0.4 ms of the disk's time under load, and on the
 reactor thread it held up every RETRIEVE: so the writes, the syncs and the
@@ -254,9 +259,9 @@ class FileWriter:
 
     def _write_temp(self, entry, plain) -> _Pending:
         with self._dest.place(entry.rel) as place:
-            if self._overwrite is not None and self._overwrite.resumable:
+            if self._overwrite is not None:   # a restore's: fixed names (overwrite.py)
                 temp = self._overwrite.temp_name(place.name, entry.last)
-                place.unlink(temp)   # what is there did not check out (inplace.py)
+                place.unlink(temp)   # a killed run's, not used (or not whole): anew
                 fd = place.open_new(temp, 0o600)
             else:
                 temp, fd = new_temp(place, self.numbers,

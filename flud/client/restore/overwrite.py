@@ -18,11 +18,12 @@
 
 Every file that is written is still written to a temp name, made durable
 and renamed into place in one step, so a killed restore never leaves a
-half file under a final name. Under if-changed the temp names are fixed
-(resume_temp: made from the file's name and its content id) instead of
-numbered, so a rerun after a kill finds what the killed run wrote: a small
-file whose temp name holds its whole content is renamed into place without
-a fetch, and a large file's temp keeps every segment that landed whole.
+half file under a final name. The temp names are fixed (resume_temp: made
+from the file's name and its content id), in every mode, so a rerun after
+a kill finds what the killed run wrote: under if-changed a small file whose
+temp holds its whole content is renamed into place without a fetch, and a
+large file's temp keeps every segment that landed whole; under the other
+modes a temp is written anew. Either way none is left behind.
 
 A directory (or anything not a file) in a file's place is never replaced:
 that file fails, named, and the rest goes on.

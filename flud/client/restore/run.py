@@ -338,9 +338,11 @@ class Restore:
                 self._kept(entry)
                 return
             skip = frozenset()
+            # A fixed temp name: a killed run's is written over (never) or
+            # used for what it holds (if-changed: _in_place).
+            temp = resume_temp(place.name, entry.last)
+            out = PositionalWriter(temp, dir_fd=place.dir_fd, reuse=True)
             if self.overwrite.resumable:
-                temp = resume_temp(place.name, entry.last)
-                out = PositionalWriter(temp, dir_fd=place.dir_fd, reuse=True)
                 try:
                     skip = yield self._in_place(place, temp, out, entry, content, transfer)
                 except BaseException:
@@ -351,9 +353,6 @@ class Restore:
                     place.unlink(temp)
                     self._kept(entry)
                     return
-            else:
-                temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
-                    name, dir_fd=place.dir_fd))
             try:
                 with out:
                     yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run(skip)
