@@ -144,12 +144,14 @@ class Place:
 
     def open_file(self, name: str = None):
         """(descriptor, stat) of the regular file here, opened read only and
-        never through a symlink; None if the name is missing or is anything
-        else (a symlink, a directory, a FIFO: opening one never blocks)."""
+        never through a symlink; None if the name is missing, unreadable, or
+        anything else (a symlink, a directory, a FIFO: opening one never
+        blocks)."""
         try:
             fd = os.open(name or self.name, _READ_FLAGS, dir_fd=self.dir_fd)
         except OSError as err:
-            if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EACCES,
+                             errno.EPERM):   # unreadable: as if not there (replaced)
                 return None
             raise
         info = os.fstat(fd)

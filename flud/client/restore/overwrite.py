@@ -28,6 +28,7 @@ modes a temp is written anew. Either way none is left behind.
 A directory (or anything not a file) in a file's place is never replaced:
 that file fails, named, and the rest goes on.
 """
+import errno
 import threading
 
 import blake3
@@ -89,7 +90,7 @@ class Overwrite:
             raise RestoreError(f"{place.rel}: a directory has its name in DEST; "
                                f"a restore never replaces a directory with a file") from None
         except OSError as err:
-            if err.errno in (39,):  # ENOTEMPTY: the same, as some filesystems say it
+            if err.errno in (errno.ENOTEMPTY, errno.EEXIST):   # the same, as others say it
                 raise RestoreError(f"{place.rel}: a directory has its name in DEST") from None
             raise
         if existed:

@@ -381,8 +381,8 @@ class Restore:
         try:
             final = place.open_file()
             temp_read = place.open_file(temp)
-            check = SegmentCheck(self.ctx.secret, final and final[0],
-                                 temp_read and temp_read[0], buffer)
+            check = SegmentCheck(self.ctx.secret, final[0] if final else None,
+                                 temp_read[0] if temp_read else None, buffer)
             where, offset = [], 0
             for record in records:
                 where.append((yield self.ctx.pool.run(check.where, offset, record.length,
