@@ -357,6 +357,11 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     found = yield _find(ctx, args.snapshot, count_retrieves=count)
     steer = {"overwrite": getattr(args, "overwrite", "never")}
     include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
+    if getattr(args, "dry_run", False):
+        try:
+            return (yield _restore_dry_run(ctx, found, args, steer, include, exclude))
+        finally:
+            found.close()
     try:
         if found.manifest is not None:
             if getattr(args, "delete", False):
@@ -449,6 +454,44 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
     for damaged in dump.damaged[:20]:
         print(f"  not dumped {damaged.path}: {damaged.why}", file=sys.stderr)
     return EXIT_ERROR if dump.damaged else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _restore_dry_run(ctx, found, args, steer, include, exclude):
+    from flud.client.pathmatch import PatternError
+    from flud.client.restore.dryrun import DryRun
+    from flud.client.restore.run import RestoreError
+    from flud.client.restore.tree import TreeRestore
+
+    if found.manifest is not None:
+        raise UserError("--dry-run needs a snapshot made by flud 2 or later; this one is a "
+                        "version-1 manifest")
+    job = DryRun(ctx, **steer)
+    try:
+        s = yield TreeRestore(job, found.repo, found.record, include, exclude,
+                              getattr(args, "delete", False)).run(args.to, args.paths)
+    except (RestoreError, PatternError) as err:
+        raise _typed(UserError(str(err)), err)
+    _summary(args).update(s, snapshot=found.snapshot_id, dry_run=True,
+                          unmatched_paths=job.unmatched[:100],
+                          deleted_paths=[p for p, _ in job.deleted_paths[:100]])
+    print(f"dry run of snapshot {found.snapshot_id} into {args.to} (--overwrite "
+          f"{args.overwrite}): nothing fetched or written")
+    print(f"  would write {s['files']} files ({human_bytes(s['bytes'])}): {s['new']} new, "
+          f"{s['replaced']} replacing what is there, {s['beside']} beside what is there "
+          f"(NAME.flud-restored), {s['resumed']} from a killed run's temp")
+    print(f"  {s['unchanged']} files already in place as the snapshot has them; "
+          f"{s['dirs']} dirs, {s['symlinks']} symlinks")
+    print(f"  would fetch about {human_bytes(s['fetch_bytes'])} of file data")
+    if getattr(args, "delete", False):
+        print(f"  would delete {s['deleted']} path(s) not in the snapshot")
+        _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths],
+                 "would delete")
+    for path in job.unmatched[:20]:
+        print(f"  nothing in the snapshot matches {path}")
+    if s["refused"]:
+        _listed(job.refused, "refused")
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] or job.failed else EXIT_OK
 
 
 def _steered(s, job, args) -> None:

@@ -18,6 +18,10 @@ def add_restore_flags(restore) -> None:
                               "`flud ls` shows; repeatable)")
     restore.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                          help="do not restore what matches (gitignore syntax; repeatable)")
+    restore.add_argument("--dry-run", action="store_true",
+                         help="say what the restore would do (files new, replaced, kept, "
+                              "bytes to fetch, what --delete would remove); nothing is "
+                              "fetched or written")
     restore.add_argument("--delete", action="store_true",
                          help="remove what DEST's restored directories hold that the "
                               "snapshot does not (within the selection; needs --overwrite "

@@ -46,7 +46,10 @@ def backed_up(module_testnet_factory, tmp_path_factory):
 def test_an_interrupted_restore_resumes_fetching_only_what_did_not_land(backed_up):
     base, home, total = backed_up
     dest = str(base / "resumed")
-    killed = kill_midway(str(home), dest, total, fraction=0.5, extra=["tree"])
+    # Throttled, so that a poll every 20 ms catches it near half even on a
+    # loaded machine (25 MB in ~3 s); the resumed run is not.
+    killed = kill_midway(str(home), dest, total, fraction=0.5,
+                         extra=["tree", "--limit-download", "8M"])
     assert 0.5 <= killed["fraction"] < 0.75, killed
     code, summary, stderr = resume(str(home), dest, extra=["tree"])
     assert code == 0, stderr
@@ -134,6 +137,14 @@ def test_include_exclude_and_delete_from_the_command_line(backed_up):
     refused = flud("restore", "--home", home, "--to", dest, "--delete", "--json")
     assert refused.returncode == 2 and "--overwrite" in refused.stderr, output(refused)
     assert stray.exists()
+    dry = flud("restore", "--home", home, "--to", dest, "tree/d01", "--delete",
+               "--overwrite", "if-changed", "--dry-run", "--json")
+    assert dry.returncode == 0, output(dry)
+    planned = json.loads(dry.stdout)
+    assert planned["deleted_paths"] == ["tree/d01/s0/stray.txt"] and stray.exists()
+    # d01/s3 was excluded by the first restore: its files would come now
+    assert planned["dry_run"] and planned["unchanged"] > 0 and planned["new"] > 0
+    assert planned["fetch_bytes"] > 0
     proc = flud("restore", "--home", home, "--to", dest, "tree/d01", "--delete",
                 "--overwrite", "if-changed", "--json")
     assert proc.returncode == 0, output(proc)

@@ -82,7 +82,9 @@ def _resume_rows(base, home, files, total) -> list:
     common.flud("backup", tree, "--home", home, timeout=TIMEOUT).check("flud backup")
     dest = os.path.join(base, "dest")
     log("bench_restore: restore, killed at half its bytes")
-    killed = kill_midway(home, dest, total, fraction=0.5, timeout=TIMEOUT, extra=["tree"])
+    # throttled (~6 s to half), so that the kill lands near half on a busy machine
+    killed = kill_midway(home, dest, total, fraction=0.5, timeout=TIMEOUT,
+                         extra=["tree", "--limit-download", f"{max(8, total // 12_000_000)}M"])
     log(f"bench_restore: killed with {killed['fraction']:.0%} landed, "
         f"{killed['large_in_flight']} large file(s) in flight; resuming")
     code, summary, stderr = resume(home, dest, timeout=TIMEOUT, extra=["tree"])

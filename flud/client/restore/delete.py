@@ -24,11 +24,11 @@ from flud.client.restore.files import RestoreError
 _RESUME_TEMP = re.compile(r"^\.r[0-9a-f]{24}\.flud-part$")
 
 
-def delete_extra(dest, rel: str, kinds: dict, covers) -> tuple:
+def delete_extra(dest, rel: str, kinds: dict, covers, dry: bool = False) -> tuple:
     """(deleted, failed) under DEST/rel: kinds maps each name the snapshot
     has there to whether it is a directory; covers(path, is_dir) says
     whether the selection reaches a path. deleted: [(path, is_dir)];
-    failed: [(path, why)]."""
+    failed: [(path, why)]. dry (--dry-run): listed, not deleted."""
     fd = dest.open_dir(rel)
     if fd is None:
         return [], []
@@ -48,7 +48,9 @@ def delete_extra(dest, rel: str, kinds: dict, covers) -> tuple:
             if not covers(path, is_dir):
                 continue
             try:
-                if is_dir:
+                if dry:
+                    pass
+                elif is_dir:
                     shutil.rmtree(name, dir_fd=fd)
                 else:
                     os.unlink(name, dir_fd=fd)

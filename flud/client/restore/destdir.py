@@ -195,9 +195,13 @@ class SafeDest:
     """DEST, opened once; paths below it resolved name by name, never
     through a symlink. Safe to use from several threads (one lock)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, read_only: bool = False):
+        """read_only (a restore's --dry-run): nothing is ever made, DEST
+        included; FileNotFoundError if DEST is missing."""
         self.path = os.path.abspath(path)
-        os.makedirs(self.path, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            os.makedirs(self.path, exist_ok=True)
         self._root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._dirs = OrderedDict()  # "a/b" -> descriptor, least recently used first
         self._lock = threading.Lock()  # held around every use of the cache
@@ -222,6 +226,17 @@ class SafeDest:
         parts = split(rel)
         with self._lock:
             fd = os.dup(self._dir(parts[:-1], rel, create=True))
+        return Place(fd, parts[-1], rel)
+
+    def existing_place(self, rel: str):
+        """place(rel) where its parent is there already; None where it is not
+        (nothing is made)."""
+        parts = split(rel)
+        with self._lock:
+            try:
+                fd = os.dup(self._dir(parts[:-1], rel, create=False))
+            except FileNotFoundError:
+                return None
         return Place(fd, parts[-1], rel)
 
     def open_dir(self, rel: str):
@@ -274,6 +289,7 @@ class SafeDest:
         if fd is not None:
             self._dirs.move_to_end(key)
             return fd
+        create = create and not self.read_only
         parent = self._dir(parts[:-1], rel, create)
         fd = self._open_dir(parent, parts[-1], key, rel, create)
         self._dirs[key] = fd

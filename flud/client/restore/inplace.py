@@ -59,11 +59,12 @@ def _same_content(fd: int, info, entry, content, secret: bytes) -> bool:
 
 
 def look_small(place, entry, content: dict, secret: bytes, temp: Optional[str],
-               newer_only: bool) -> Look:
+               newer_only: bool, dry: bool = False) -> Look:
     """For a small or empty file (content: its record as written). newer_only
     (if-newer): keep what is in place unless the snapshot's copy is newer;
     else (if-changed): keep it if it holds the content, or use `temp` if a
-    killed run left the whole content there."""
+    killed run left the whole content there. dry (--dry-run): only look,
+    set and remove nothing."""
     opened = place.open_file()
     if newer_only:
         if opened is None:
@@ -74,7 +75,8 @@ def look_small(place, entry, content: dict, secret: bytes, temp: Optional[str],
         fd, info = opened
         try:
             if _same_content(fd, info, entry, content, secret):
-                if (info.st_mode & 0o7777) != entry.mode or info.st_mtime_ns != entry.mtime_ns:
+                if not dry and ((info.st_mode & 0o7777) != entry.mode
+                                or info.st_mtime_ns != entry.mtime_ns):
                     set_meta(fd, entry)
                 return Look(KEEP)
         finally:
@@ -85,11 +87,13 @@ def look_small(place, entry, content: dict, secret: bytes, temp: Optional[str],
             fd, info = left
             try:
                 if _same_content(fd, info, entry, content, secret):
-                    set_meta(fd, entry)
+                    if not dry:
+                        set_meta(fd, entry)
                     return Look(LANDED, temp)
             finally:
                 os.close(fd)
-            place.unlink(temp)   # a part of it, or another content: written anew
+            if not dry:
+                place.unlink(temp)   # a part of it, or another content: written anew
     return Look(FETCH)
 
 

@@ -146,11 +146,13 @@ class TreeRestore:
     def _listed(self, prefix, entries):
         """--delete: what DEST/prefix holds beyond the snapshot's entries goes,
         in a directory at or under a PATH asked for (never DEST's top)."""
-        if not prefix or not self._wanted.within(prefix) or not self.selection.descends(prefix):
-            return None
+        if (not prefix or self.restore.dest is None or not self._wanted.within(prefix)
+                or not self.selection.descends(prefix)):
+            return None   # (no dest: a dry run into a DEST not there yet)
         kinds = {e.name: e.kind == DIRECTORY for e in entries}
         d = self.restore.ctx.pool.run(delete_extra, self.restore.dest, prefix, kinds,
-                                      self.selection.wants if self.selection else _everything)
+                                      self.selection.wants if self.selection else _everything,
+                                      getattr(self.restore, "dry", False))
         return d.addCallback(self.restore.deleted)
 
     def _damaged(self, damaged):

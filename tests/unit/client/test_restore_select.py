@@ -88,3 +88,58 @@ def test_delete_is_refused_with_overwrite_never_and_around_the_clients_home(worl
     clock, home, network = world
     with pytest.raises(RestoreError, match="holds this client's home"):
         _restore(world, os.path.dirname(home.path), "always", delete=True)
+
+
+def _state(root) -> dict:
+    """Every path under root with its kind, size and mtime."""
+    out = {}
+    for folder, dirs, names in os.walk(root):
+        for name in dirs + names:
+            info = os.lstat(os.path.join(folder, name))
+            out[os.path.relpath(os.path.join(folder, name), root)] = (
+                info.st_mode, info.st_size, info.st_mtime_ns)
+    return out
+
+
+def _dry(world, dest, overwrite, **selection):
+    from flud.client.context import JobContext
+    from flud.client.progress import Progress
+    from flud.client.restore.dryrun import DryRun
+    from flud.client.restore.tree import TreeRestore
+    from flud.client.snapshots import find_snapshot
+    from flud.coding import SegmentCoder
+    from flud.memory import MemoryMonitor
+    from flud.workers import CPUPool
+    from tests.unit.client.fakes import run_until
+    clock, home, network = world
+    ctx = JobContext(clock, home, network, CPUPool(clock, inline=True),
+                     MemoryMonitor(clock=clock.seconds, rss_reader=lambda: 0),
+                     Progress("restore", quiet=True),
+                     SegmentCoder(home.config["k"], home.config["n"]), clock.seconds)
+    found = run_until(clock, find_snapshot(ctx))
+    try:
+        job = DryRun(ctx, overwrite)
+        return run_until(clock, TreeRestore(job, found.repo, found.record,
+                                            **selection).run(dest)), job
+    finally:
+        found.close()
+
+
+def test_a_dry_run_says_what_would_happen_and_touches_nothing(world, tmp_path):
+    world, src = world
+    out = tmp_path / "out"
+    _restore(world, str(out))
+    with open(out / "src" / "a" / "big.bin", "r+b") as f:   # one segment differs
+        f.write(b"changed")
+    (out / "src" / "b" / "c" / "f2.txt").unlink()
+    (out / "src" / "a" / "stray.txt").write_text("would go")
+    before = _state(out)
+    summary, job = _dry(world, str(out), "if-changed", delete=True)
+    assert _state(out) == before
+    assert summary["unchanged"] == 12 and summary["replaced"] == 1 and summary["new"] == 1
+    assert summary["fetch_bytes"] == 2 * 1024 * 1024 + (500 + 300 * 2)   # a segment, f2.txt
+    assert [p for p, _ in job.deleted_paths] == ["src/a/stray.txt"]
+    never, _ = _dry(world, str(out), "never")
+    assert never["beside"] == 13 and never["new"] == 1 and _state(out) == before
+    missing, _ = _dry(world, str(tmp_path / "nowhere"), "if-changed", delete=True)
+    assert missing["new"] == 14 and not (tmp_path / "nowhere").exists()
