@@ -19,7 +19,7 @@ import re
 import shutil
 import stat
 
-from flud.client.restore.files import RestoreError
+from flud.client.restore.file_writer import RestoreError
 
 _RESUME_TEMP = re.compile(r"^\.r[0-9a-f]{24}\.flud-part$")
 

@@ -18,7 +18,7 @@ from twisted.internet import defer
 
 from flud.client.records import DIR, LARGE, SYMLINK, content_from_wire, content_kind
 from flud.client.restore.destdir import SafeDest, UnsafePath
-from flud.client.restore.files import RestoreError
+from flud.client.restore.file_writer import RestoreError
 from flud.client.restore.inplace import (IN_FINAL, KEEP, LANDED, SegmentCheck, look_small,
                                          newer_in_place)
 from flud.client.restore.overwrite import IF_CHANGED, IF_NEWER, NEVER, Overwrite, resume_temp

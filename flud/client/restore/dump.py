@@ -23,12 +23,12 @@ import threading
 import blake3
 from twisted.internet import defer
 
-from flud.client.manifest import snapshot_paths
+from flud.client.repository.version1 import snapshot_paths
 from flud.client.records import (DIR, EMPTY, FILE, LARGE, SMALL, content_from_wire,
                                  entries_from_wire)
-from flud.client.restore.tree import TreeContents
-from flud.client.restore.small import SmallFetch
-from flud.client.segments import FetchFailed, fetch_segment_pieces
+from flud.client.restore.tree_restore import TreeContents
+from flud.client.restore.small_fetch import SmallFetch
+from flud.client.repository.segments import FetchFailed, fetch_segment_pieces
 from flud.compression import check_method, decompress_pieces
 from flud.crypto import segment_key
 from flud.errors import BadCompressedData, FludError
@@ -324,8 +324,8 @@ def dump_snapshot(ctx, found, path: str, out):
 
 @defer.inlineCallbacks
 def _walk(dump, found, out):
-    from flud.client.restore.paths import Wanted
-    from flud.client.treewalk import TreeReader
+    from flud.client.restore.wanted_paths import Wanted
+    from flud.client.repository.tree_walk import TreeReader
 
     manifest, named = found.manifest, dump.named
     if manifest is not None:

@@ -19,7 +19,7 @@ snapshot's) never matches and is fetched: slower, never wrong.
 import os
 from typing import NamedTuple, Optional
 
-from flud.client.restore.files import set_meta
+from flud.client.restore.file_writer import set_meta
 from flud.crypto import convergent_key, content_digest, segment_convergence
 
 KEEP, LANDED, FETCH = "keep", "landed", "fetch"

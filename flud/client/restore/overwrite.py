@@ -33,7 +33,7 @@ import threading
 
 import blake3
 
-from flud.client.restore.files import RestoreError, TEMP_SUFFIX, into_place
+from flud.client.restore.file_writer import RestoreError, TEMP_SUFFIX, into_place
 
 NEVER, IF_CHANGED, IF_NEWER, ALWAYS = "never", "if-changed", "if-newer", "always"
 MODES = (NEVER, IF_CHANGED, IF_NEWER, ALWAYS)

@@ -12,10 +12,10 @@ import pytest
 from flud.client.context import JobContext
 from flud.client.progress import Progress
 from flud.client.restore.overwrite import resume_temp
-from flud.client.restore.run import Restore
-from flud.client.restore.tree import TreeRestore
-from flud.client.restore.writer import InlineBlockWriter
-from flud.client.snapshots import find_snapshot
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.tree_restore import TreeRestore
+from flud.client.restore.block_writer import InlineBlockWriter
+from flud.client.repository.snapshot_lookup import find_snapshot
 from flud.coding import SegmentCoder
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
@@ -163,8 +163,8 @@ def test_if_changed_resumes_from_what_a_killed_run_left(world, tmp_path):
 
 def _content_ids(world, paths) -> dict:
     """The content id of each path, as the restore names its temp after."""
-    from flud.client.restore.tree import TreeContents
-    from flud.client.treewalk import TreeReader
+    from flud.client.restore.tree_restore import TreeContents
+    from flud.client.repository.tree_walk import TreeReader
     clock, home, network = world
     k, n = home.config["k"], home.config["n"]
     ctx = JobContext(clock, home, network, CPUPool(clock, inline=True),

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from flud.client.pathmatch import PatternError
-from flud.client.restore.files import RestoreError
+from flud.client.restore.file_writer import RestoreError
 from tests.unit.client.test_restore_overwrite import _restore, world  # noqa: F401 (fixture)
 
 
@@ -105,8 +105,8 @@ def _dry(world, dest, overwrite, **selection):
     from flud.client.context import JobContext
     from flud.client.progress import Progress
     from flud.client.restore.dryrun import DryRun
-    from flud.client.restore.tree import TreeRestore
-    from flud.client.snapshots import find_snapshot
+    from flud.client.restore.tree_restore import TreeRestore
+    from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
