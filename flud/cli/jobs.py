@@ -169,7 +169,7 @@ _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reade
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),
-    "dump": ("flud.client.restore.dump", *_READ),
+    "dump": ("flud.client.restore.dump_job", *_READ),
     "verify": ("flud.client.verify.verify_job", *_READ),
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
@@ -353,7 +353,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     def count(n):
         record_retrieves[0] += n
     from flud.client.pathmatch import PatternError
-    from flud.client.restore.select import Selection
+    from flud.client.restore.selection import Selection
     found = yield _find(ctx, args.snapshot, count_retrieves=count)
     steer = {"overwrite": getattr(args, "overwrite", "never")}
     include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
@@ -423,7 +423,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
 @defer.inlineCallbacks
 def _dump(reactor, home, network, pool, monitor, progress, args):
     """flud dump: the bytes go to stdout, everything said to stderr."""
-    from flud.client.restore.dump import DumpError, dump_snapshot
+    from flud.client.restore.dump_job import DumpError, dump_snapshot
     from flud.client.repository.segments import FetchFailed
 
     out = sys.stdout.buffer
@@ -459,7 +459,7 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
 @defer.inlineCallbacks
 def _restore_dry_run(ctx, found, args, steer, include, exclude):
     from flud.client.pathmatch import PatternError
-    from flud.client.restore.dryrun import DryRun
+    from flud.client.restore.dry_run import DryRun
     from flud.client.restore.restore_job import RestoreError
     from flud.client.restore.tree_restore import TreeRestore
 

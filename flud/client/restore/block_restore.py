@@ -124,7 +124,7 @@ class BlockRestore:
     @defer.inlineCallbacks
     def run(self, skip=frozenset()):
         """skip: positions of segments the file already holds (a resumed
-        restore, restore/inplace.py): not fetched, not written."""
+        restore, restore/in_place.py): not fetched, not written."""
         k = self.coder.k
         for record in self.content.segment_fetches():
             check_method(record.method)  # UnknownCompression before anything is fetched

@@ -128,7 +128,7 @@ def sync_filesystem(fd: int) -> None:
 
 class Landed:
     """An item's data for a file already written whole to `temp` (a killed
-    restore's, checked: restore/inplace.py): renamed with its batch, not
+    restore's, checked: restore/in_place.py): renamed with its batch, not
     written again."""
     __slots__ = ("temp", "size")
 

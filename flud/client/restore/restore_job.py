@@ -52,9 +52,9 @@ from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
                                        Landed, RestoreError, into_place, new_temp, set_meta,
                                        sync_filesystem)
-from flud.client.restore.inplace import (FETCH, IN_FINAL, KEEP, LANDED, Look, SegmentCheck,
+from flud.client.restore.in_place import (FETCH, IN_FINAL, KEEP, LANDED, Look, SegmentCheck,
                                          copy_range, look_small, newer_in_place)
-from flud.client.restore.metered import MeteredNetwork
+from flud.client.restore.metered_network import MeteredNetwork
 from flud.client.restore.overwrite import IF_NEWER, NEVER, Overwrite, resume_temp
 from flud.client.restore.wanted_paths import Wanted
 from flud.client.restore.small_runs import SmallRuns
@@ -283,7 +283,7 @@ class Restore:
         self._maybe_dirs.append((rel, mode, mtime_ns))
 
     def deleted(self, outcome) -> None:
-        """--delete's outcome in one directory (restore/delete.py)."""
+        """--delete's outcome in one directory (restore/delete_extra.py)."""
         deleted, failed = outcome
         for path, is_dir in deleted:
             self.summary["deleted"] += 1
@@ -417,7 +417,7 @@ class Restore:
     @defer.inlineCallbacks
     def _looked(self, files, contents):
         """if-changed, if-newer: the small and empty files in place looked at
-        (restore/inplace.py, on the pool, LOOK_CHUNK at a time): those kept
+        (restore/in_place.py, on the pool, LOOK_CHUNK at a time): those kept
         or found whole in a killed run's temp are not fetched. The files
         left to fetch."""
         newer_only = self.overwrite.mode == IF_NEWER

@@ -17,10 +17,10 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobDamaged
 from flud.client.repository.version1 import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
-from flud.client.restore.delete import check_delete_target, delete_extra
+from flud.client.restore.delete_extra import check_delete_target, delete_extra
 from flud.client.restore.file_writer import RestoreError
 from flud.client.restore.wanted_paths import Wanted
-from flud.client.restore.select import Selection
+from flud.client.restore.selection import Selection
 from flud.client.repository.tree_records import DIRECTORY, LargeRecord, LargeRef, SmallRef
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
@@ -82,8 +82,8 @@ class TreeContents:
 class TreeRestore:
     """restore: a run.Restore (its open/restore_batch/finish/close); repo: an
     open Repository; record: the SnapshotRecord to restore. include,
-    exclude: patterns (restore/select.py); delete: remove what the restored
-    directories hold that the snapshot does not (restore/delete.py)."""
+    exclude: patterns (restore/selection.py); delete: remove what the restored
+    directories hold that the snapshot does not (restore/delete_extra.py)."""
 
     def __init__(self, restore, repo, record, include=(), exclude=(), delete=False):
         self.restore = restore

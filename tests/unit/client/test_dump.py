@@ -12,7 +12,7 @@ import pytest
 
 from flud.client.context import JobContext
 from flud.client.progress import Progress
-from flud.client.restore.dump import DumpError, StreamWriter, dump_snapshot
+from flud.client.restore.dump_job import DumpError, StreamWriter, dump_snapshot
 from flud.client.repository.snapshot_lookup import find_snapshot
 from flud.coding import SegmentCoder
 from flud.memory import MemoryMonitor

@@ -43,7 +43,7 @@ def test_exclude_prunes_a_directory_and_a_negation_keeps_a_file(world, tmp_path)
 
 
 def test_a_bad_pattern_is_named():
-    from flud.client.restore.select import Selection
+    from flud.client.restore.selection import Selection
     with pytest.raises(PatternError, match="--exclude"):
         Selection(exclude=["a/***b[" + "\0"])
 
@@ -104,7 +104,7 @@ def _state(root) -> dict:
 def _dry(world, dest, overwrite, **selection):
     from flud.client.context import JobContext
     from flud.client.progress import Progress
-    from flud.client.restore.dryrun import DryRun
+    from flud.client.restore.dry_run import DryRun
     from flud.client.restore.tree_restore import TreeRestore
     from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder

@@ -5,7 +5,7 @@ written, made or deleted.
 DryRun stands in for run.Restore under tree.TreeRestore (the same calls:
 open, restore_batch, finish, close, and what the walk reports), so the walk
 and the selection are the restore's own. Each file is looked at in place
-the way its --overwrite mode would (restore/inplace.py, read only: under
+the way its --overwrite mode would (restore/in_place.py, read only: under
 if-changed a file is read and hashed, a large one segment by segment) and
 counted: new, replaced, beside (never's NAME.flud-restored), unchanged,
 resumed from a killed run's temp. `fetch_bytes` is what would be fetched
@@ -19,7 +19,7 @@ from twisted.internet import defer
 from flud.client.records import DIR, LARGE, SYMLINK, content_from_wire, content_kind
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import RestoreError
-from flud.client.restore.inplace import (IN_FINAL, KEEP, LANDED, SegmentCheck, look_small,
+from flud.client.restore.in_place import (IN_FINAL, KEEP, LANDED, SegmentCheck, look_small,
                                          newer_in_place)
 from flud.client.restore.overwrite import IF_CHANGED, IF_NEWER, NEVER, Overwrite, resume_temp
 
