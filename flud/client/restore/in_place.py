@@ -1,8 +1,10 @@
 """What is already under DEST, checked against what the snapshot recorded,
 before anything is fetched (`--overwrite if-changed` and `if-newer`).
 
-Runs on a pool thread (it reads and hashes files): every function here is
-given a restore/destdir.Place and never follows a symlink.
+Everything here runs on a pool thread (it reads and hashes files), but
+large_in_place, which runs on the reactor and hands each segment to the
+pool; every path is reached through restore/destdir.py, never through a
+symlink.
 
 A small file is checked whole: the keyed hash the backup addressed it by
 (its convergent key: HMAC of the user's secret over the SHA-256 of its
@@ -16,10 +18,15 @@ decides nothing here).
 A segment stored before segment keys were made from BLAKE3 (an old
 snapshot's) never matches and is fetched: slower, never wrong.
 """
+import mmap
 import os
 from typing import NamedTuple, Optional
 
+from twisted.internet import defer
+
+from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.file_writer import set_meta
+from flud.client.restore.overwrite import resume_temp
 from flud.crypto import convergent_key, content_digest, segment_convergence
 
 KEEP, LANDED, FETCH = "keep", "landed", "fetch"
@@ -168,3 +175,66 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, length: int, buffer) -> No
         while written < got:
             written += os.pwritev(dst_fd, [view[written:got]], offset + done + written)
         done += got
+
+
+def look_files(dest, files, contents: dict, secret: bytes, newer_only: bool) -> list:
+    """look_small for each of `files` (small or empty: Entry) under the
+    SafeDest `dest`, on a pool thread: a Look each, or the UnsafePath that
+    refused it. A file that cannot be read in place is fetched (and
+    replacing it says why, if that fails too)."""
+    looks = []
+    for entry in files:
+        try:
+            with dest.place(entry.rel) as place:
+                temp = None if newer_only else resume_temp(place.name, entry.last)
+                looks.append(look_small(place, entry, contents[entry.last], secret, temp,
+                                        newer_only))
+        except UnsafePath as err:   # its directory changed meanwhile
+            looks.append(err)
+        except OSError:
+            looks.append(Look(FETCH))
+    return looks
+
+
+@defer.inlineCallbacks
+def large_in_place(ctx, place, temp: str, out, entry, content, transfer):
+    """if-changed, a large file (content: its LargeContent): KEEP if the
+    file in place holds it whole (its mode and times set); else (the
+    positions of the segments the temp now holds, found there or copied
+    there from the file in place: not to be fetched, their bytes). `out`:
+    the temp's PositionalWriter. Reads one segment at a time, on ctx's
+    pool, into a buffer of one segment counted on `transfer`."""
+    records = list(content.segment_fetches())
+    size = max((r.length for r in records), default=0)
+    yield transfer.reserve(size, "check")
+    final = temp_read = None
+    buffer = mmap.mmap(-1, max(size, 1))
+    try:
+        final = place.open_file()
+        temp_read = place.open_file(temp)
+        check = SegmentCheck(ctx.secret, final[0] if final else None,
+                             temp_read[0] if temp_read else None, buffer)
+        where, offset = [], 0
+        for record in records:
+            where.append((yield ctx.pool.run(check.where, offset, record.length, record.key)))
+            offset += record.length
+        if (final is not None and final[1].st_size == entry.size
+                and all(w == IN_FINAL for w in where)):
+            yield ctx.pool.run(set_meta, final[0], entry)
+            return KEEP
+        offset, skip, reused = 0, set(), 0
+        for position, (record, found) in enumerate(zip(records, where)):
+            if found == IN_FINAL:
+                yield ctx.pool.run(copy_range, final[0], out.fd, offset, record.length, buffer)
+            if found is not None:
+                skip.add(position)
+                reused += record.length
+            offset += record.length
+    finally:
+        for opened in (final, temp_read):
+            if opened is not None:
+                os.close(opened[0])
+        buffer.close()
+        if not transfer.closed:
+            transfer.unreserve(size, "check")
+    return frozenset(skip), reused

@@ -35,7 +35,6 @@ and skipped; the rest is restored.
 import functools
 import itertools
 import logging
-import mmap
 import os
 
 from twisted.internet import defer
@@ -52,8 +51,8 @@ from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
                                        Landed, RestoreError, into_place, new_temp, set_meta,
                                        sync_filesystem)
-from flud.client.restore.in_place import (FETCH, IN_FINAL, KEEP, LANDED, Look, SegmentCheck,
-                                         copy_range, look_small, newer_in_place)
+from flud.client.restore.in_place import (KEEP, LANDED, large_in_place, look_files,
+                                         newer_in_place)
 from flud.client.restore.metered_network import MeteredNetwork
 from flud.client.restore.overwrite import IF_NEWER, NEVER, Overwrite, resume_temp
 from flud.client.restore.wanted_paths import Wanted
@@ -368,51 +367,17 @@ class Restore:
 
     @defer.inlineCallbacks
     def _in_place(self, place, temp, out, entry, content, transfer):
-        """if-changed, a large file: KEEP if the file in place holds it
-        whole (its mode and times set); else the positions of the segments
-        the temp now holds (found there, or copied there from the file in
-        place), which are not fetched. Reads one segment at a time into a
-        buffer of one segment, counted on `transfer`."""
-        records = list(content.segment_fetches())
-        size = max((r.length for r in records), default=0)
-        yield transfer.reserve(size, "check")
-        final = temp_read = None
-        buffer = mmap.mmap(-1, max(size, 1))
-        try:
-            final = place.open_file()
-            temp_read = place.open_file(temp)
-            check = SegmentCheck(self.ctx.secret, final[0] if final else None,
-                                 temp_read[0] if temp_read else None, buffer)
-            where, offset = [], 0
-            for record in records:
-                where.append((yield self.ctx.pool.run(check.where, offset, record.length,
-                                                      record.key)))
-                offset += record.length
-            if (final is not None and final[1].st_size == entry.size
-                    and all(w == IN_FINAL for w in where)):
-                yield self.ctx.pool.run(set_meta, final[0], entry)
-                return KEEP
-            offset, skip, reused = 0, set(), 0
-            for position, (record, found) in enumerate(zip(records, where)):
-                if found == IN_FINAL:
-                    yield self.ctx.pool.run(copy_range, final[0], out.fd, offset,
-                                            record.length, buffer)
-                if found is not None:
-                    skip.add(position)
-                    reused += record.length
-                offset += record.length
-        finally:
-            for opened in (final, temp_read):
-                if opened is not None:
-                    os.close(opened[0])
-            buffer.close()
-            if not transfer.closed:
-                transfer.unreserve(size, "check")
+        """if-changed, a large file: KEEP, or the positions of the segments
+        its temp now holds (restore/in_place.py, large_in_place)."""
+        found = yield large_in_place(self.ctx, place, temp, out, entry, content, transfer)
+        if found is KEEP:
+            return KEEP
+        skip, reused = found
         if reused:
             self.summary["resumed"] += 1
             self.summary["reused_bytes"] += reused
             self.progress.bytes_done(reused)
-        return frozenset(skip)
+        return skip
 
     @defer.inlineCallbacks
     def _looked(self, files, contents):
@@ -421,28 +386,13 @@ class Restore:
         or found whole in a killed run's temp are not fetched. The files
         left to fetch."""
         newer_only = self.overwrite.mode == IF_NEWER
-        secret = self.ctx.secret
         left, landed = [], []
-
-        def look(chunk):
-            looks = []
-            for entry in chunk:
-                try:
-                    with self.dest.place(entry.rel) as place:
-                        temp = None if newer_only else resume_temp(place.name, entry.last)
-                        looks.append(look_small(place, entry, contents[entry.last], secret,
-                                                temp, newer_only))
-                except UnsafePath as err:   # its directory changed meanwhile
-                    looks.append(err)
-                except OSError:   # unreadable in place: fetched, and replacing it says why
-                    looks.append(Look(FETCH))
-            return looks
-
         for start in range(0, len(files), LOOK_CHUNK):
             chunk = files[start:start + LOOK_CHUNK]
             small = [e for e in chunk if content_kind(contents[e.last]) != LARGE]
             left.extend(e for e in chunk if content_kind(contents[e.last]) == LARGE)
-            looks = yield self.ctx.pool.run(look, small)
+            looks = yield self.ctx.pool.run(look_files, self.dest, small, contents,
+                                            self.ctx.secret, newer_only)
             for entry, found in zip(small, looks):
                 if isinstance(found, UnsafePath):
                     self.refuse(entry.rel, found.why)
