@@ -25,8 +25,9 @@ temp holds its whole content is renamed into place without a fetch, and a
 large file's temp keeps every segment that landed whole; under the other
 modes a temp is written anew. Either way none is left behind.
 
-A directory (or anything not a file) in a file's place is never replaced:
-that file fails, named, and the rest goes on.
+A directory in a file's place is never replaced: that file fails, named,
+and the rest goes on. Anything else there (a symlink, a FIFO) is replaced
+by the rename, never followed or opened.
 """
 import errno
 import threading
