@@ -49,7 +49,7 @@ from flud.client.restore.block_restore import BlockRestore
 from flud.client.restore.block_buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
-                                       Landed, RestoreError, into_place, new_temp, set_meta,
+                                       Landed, RestoreError, set_meta,
                                        sync_filesystem)
 from flud.client.restore.in_place import (KEEP, LANDED, large_in_place, look_files,
                                          newer_in_place)
