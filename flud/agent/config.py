@@ -12,6 +12,7 @@ import os
 import re
 import tomllib
 
+from flud import units
 from flud.errors import FludError
 
 CONFIG_NAME = "agent.toml"
@@ -20,8 +21,9 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 DEFAULT_TEXT = f"""\
 # flud agent configuration (TOML). `flud agent --home HOME` reads it at start.
-# Times: an interval ("30m", "6h", "1d", "1w") with `every`, or a time of day
-# ("02:30", local time) with `at`. Rates: KiB/s as a number, or "500K", "10M".
+# Times: an interval ("30min", "6h", "1d", "1w") with `every`, or a time of day
+# ("02:30", local time) with `at`; a bare "m" is refused (write "min" or "mo").
+# Rates: "1MiB/s", "500K", or a number of KiB/s. Sizes: "64M", "1GiB" (1024s).
 
 [backup]
 enabled = true
@@ -84,39 +86,31 @@ class AgentConfig:
     job_timeout: float = 86400.0   # seconds
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RATE_UNITS = {"": 1024, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+def parse_interval(text) -> float:
+    """'90s', '30min', '6h', '1d', '1w' -> seconds (flud/units.py's grammar)."""
+    try:
+        seconds = units.parse_seconds(text)
+    except units.UnitError as err:
+        raise ValueError(f"expected an interval such as \"30min\", \"6h\" or \"1d\": "
+                         f"{err}") from None
+    if seconds <= 0:
+        raise ValueError(f"expected an interval such as \"30min\", \"6h\" or \"1d\", "
+                         f"got {text!r}")
+    return seconds
 
 
-def parse_interval(text: str) -> float:
-    """'90s', '30m', '6h', '1d', '1w' -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text).lower())
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"expected an interval such as \"30m\", \"6h\" or \"1d\", got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def parse_time_of_day(text: str) -> tuple:
+def parse_time_of_day(text) -> tuple:
     """'02:30' -> (2, 30)."""
-    match = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s*", str(text))
-    if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59:
+    hour, minute = units.parse_time_of_day(text)
+    if hour > 23:
         raise ValueError(f"expected a time of day such as \"02:30\", got {text!r}")
-    return int(match.group(1)), int(match.group(2))
+    return hour, minute
 
 
 def parse_rate(text) -> int:
-    """A rate in bytes/s from KiB/s (a number) or '500K', '10M', '1G'
-    (per second, powers of 1024); 0 means no limit."""
-    if isinstance(text, bool):
-        raise ValueError(f"expected a rate such as 512 (KiB/s) or \"10M\", got {text!r}")
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise ValueError(f"a rate cannot be negative, got {text!r}")
-        return int(text * 1024)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:i?b)?(?:/s)?\s*", str(text).lower())
-    if not match:
-        raise ValueError(f"expected a rate such as 512 (KiB/s) or \"10M\", got {text!r}")
-    return int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    """A rate in bytes/s: a number of KiB/s, or '500K', '10M', '1MiB/s'
+    (powers of 1024); 0 means no limit."""
+    return units.parse_rate(text)
 
 
 def parse_listen(text: str) -> tuple:

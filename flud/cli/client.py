@@ -42,8 +42,9 @@ def add_client_commands(sub) -> None:
     backup.add_argument("--home", required=True)
     backup.add_argument("--exclude", action="append", default=[], metavar="GLOB")
     backup.add_argument("--memory-log", metavar="FILE")
-    backup.add_argument("--memory-budget", type=_mib, metavar="MIB",
-                        help="MiB of transfer buffers held at once (default 64)")
+    backup.add_argument("--memory-budget", type=_mib, metavar="SIZE",
+                        help="transfer buffers held at once: 64M, 1GiB; a number alone is "
+                             "MiB (default 64)")
     backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
                         help="large files uploaded at once (default 3)")
     backup.add_argument("--tag", action="append", default=[], metavar="TAG",
@@ -75,6 +76,7 @@ def add_client_commands(sub) -> None:
     check.add_argument("--repair", action="store_true",
                        help="re-create the shares of objects below the repair threshold")
     check.add_argument("--unreachable-grace", default="3d", metavar="DURATION",
+                       type=_duration_text,
                        help="how long a node may be unreachable before its shares count "
                             "as lost (default 3d; 0: at once)")
     check.add_argument("--repair-below", type=int, default=None, metavar="M",
@@ -97,8 +99,10 @@ def add_client_commands(sub) -> None:
         forget.add_argument(f"--keep-{period}", type=int, default=0, metavar="N",
                             help=f"keep the newest snapshot of each of the last N {unit} "
                                  f"that have one (-1: all)")
-    forget.add_argument("--keep-within", metavar="DURATION",
-                        help="keep every snapshot within DURATION (7d, 2w, 1y2m) of the newest")
+    forget.add_argument("--keep-within", metavar="DURATION", type=_duration_text,
+                        help="keep every snapshot within DURATION (7d, 2w, 1y2mo) of the "
+                             "newest ('m' is refused: write 'mo' for months, 'min' for "
+                             "minutes)")
     forget.add_argument("--keep-tag", action="append", default=[], metavar="T",
                         help="keep snapshots tagged T (a,b: both); repeatable")
     forget.add_argument("--dry-run", action="store_true", help="say what would be removed")
@@ -139,8 +143,9 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--to", required=True, metavar="DEST")
     restore.add_argument("--snapshot", type=int)
     restore.add_argument("--memory-log", metavar="FILE")
-    restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
-                         help="MiB of transfer buffers held at once (default 64)")
+    restore.add_argument("--memory-budget", type=_mib, metavar="SIZE",
+                         help="transfer buffers held at once: 64M, 1GiB; a number alone is "
+                              "MiB (default 64)")
     _job_flags(restore)
     restore.set_defaults(handler=cmd_restore)
 
@@ -173,7 +178,7 @@ def _add_adopt(sub) -> None:
 
 
 def _prune_options(parser) -> None:
-    parser.add_argument("--grace", default="24h", metavar="DURATION",
+    parser.add_argument("--grace", default="24h", metavar="DURATION", type=_duration_text,
                         help="delete only what was found unreferenced this long ago, in two "
                              "runs in a row (default 24h; 0: at once)")
     parser.add_argument("--max-unused", type=int, default=50, metavar="PERCENT",
@@ -186,18 +191,21 @@ def _job_flags(parser) -> None:
                         help="print the summary as one JSON object on stdout "
                              "(progress and messages go to stderr)")
     parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
-                        help="upload at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+                        help="upload at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
+                             "(default: no limit)")
     parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
-                        help="download at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+                        help="download at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
+                             "(default: no limit)")
 
 
 def _rate(text: str) -> int:
-    import argparse
-    from flud.agent.config import parse_rate
-    try:
-        return parse_rate(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err))
+    from flud.cli.arguments import rate_arg
+    return rate_arg(text)
+
+
+def _duration_text(text: str) -> str:
+    from flud.cli.arguments import duration_text
+    return duration_text(text)
 
 
 def _positive(text: str) -> int:
@@ -212,7 +220,13 @@ def _positive(text: str) -> int:
 
 
 def _mib(text: str) -> int:
-    return _positive(text) * 1024 * 1024
+    """A size in flud's grammar; a number alone is MiB (as it always was)."""
+    from flud.cli.arguments import size_arg
+    value = size_arg("m")(text)
+    if value < 1024 * 1024:
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected at least 1MiB, got {text!r}")
+    return value
 
 
 def _passphrase(prompt: str) -> str:
