@@ -1,0 +1,130 @@
+"""Notifications and hooks of a real `flud agent` process, against a local
+HTTP server on 127.0.0.1: one start and one success ping per backup (and
+apprise's JSON notice), hooks that see the snapshot id and exit code, and
+one failure ping carrying the error when no node answers."""
+import json
+import os
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.integration.agent_helpers import AgentProcess
+from tests.integration.helpers import flud, init_client, output, wait_until
+
+pytestmark = pytest.mark.integration
+
+K, N, NODES = 2, 4, 6
+
+
+class Recorder(BaseHTTPRequestHandler):
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        self.server.requests.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    do_GET = do_POST
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    httpd.requests = []
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def agent_toml(home, data, server, hooks_dir) -> None:
+    port = server.server_address[1]
+    text = f"""
+[backup]
+paths = [{json.dumps(str(data))}]
+every = "1d"
+[verify]
+enabled = false
+[check]
+enabled = false
+[notify]
+ping_url = "http://127.0.0.1:{port}/ping/uuid"
+urls = ["json://127.0.0.1:{port}/apprise"]
+events = ["success", "failure"]
+retries = 1
+[hooks]
+before_backup = 'echo "$FLUD_JOB" > {hooks_dir}/before'
+after_backup = 'echo "$FLUD_SNAPSHOT $FLUD_EXIT_CODE" > {hooks_dir}/after'
+on_error = 'printf "%s|%s" "$FLUD_EXIT_CODE" "$FLUD_ERROR" > {hooks_dir}/error'
+timeout = "30s"
+"""
+    with open(os.path.join(home, "agent.toml"), "w") as f:
+        f.write(text)
+
+
+def paths(server, prefix):
+    return [path for path, _ in server.requests if path.startswith(prefix)]
+
+
+def run_agent_until(home, server, last_ping):
+    agent = AgentProcess(home)
+    try:
+        agent.wait_ready()
+        run = agent.wait_for_run("backup", timeout=60)
+        wait_until(lambda: last_ping in paths(server, "/ping") and paths(server, "/apprise"),
+                   20, "the pings and the notice", interval=0.1)
+    finally:
+        agent.stop()
+    return run, agent
+
+
+def test_one_start_and_one_success_ping_per_backup_and_hooks_see_the_snapshot(
+        testnet_factory, server, tmp_path):
+    net = testnet_factory(NODES)
+    home = str(tmp_path / "home")
+    init_client(home, net, None, "--k", str(K), "--n", str(N))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("hello")
+    agent_toml(home, data, server, tmp_path)
+    run, agent = run_agent_until(home, server, "/ping/uuid")
+    assert run["exit"] == 0, agent.output()
+    assert paths(server, "/ping") == ["/ping/uuid/start", "/ping/uuid"], server.requests
+    (notice,) = [json.loads(body) for path, body in server.requests if path == "/apprise"]
+    assert "backup succeeded" in notice["title"], notice
+    snapshot = json.loads(flud("ls", "--home", home, "--json").stdout)["snapshots"][0]["id"]
+    assert (tmp_path / "before").read_text() == "backup\n"
+    assert (tmp_path / "after").read_text() == f"{snapshot} 0\n"
+    assert not (tmp_path / "error").exists()
+
+
+def test_one_failure_ping_with_the_error_when_no_node_answers(server, tmp_path):
+    with socket.socket() as probe:          # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = str(tmp_path / "home")
+    proc = flud("init", "--home", home, "--join", f"127.0.0.1:{port}")
+    assert proc.returncode == 0, output(proc)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("hello")
+    agent_toml(home, data, server, tmp_path)
+    run, agent = run_agent_until(home, server, "/ping/uuid/fail")
+    assert run["exit"] == 2, agent.output()
+    assert paths(server, "/ping") == ["/ping/uuid/start", "/ping/uuid/fail"], server.requests
+    (fail,) = [body for path, body in server.requests if path == "/ping/uuid/fail"]
+    assert "no node answered" in fail and "NOT_ENOUGH_NODES" in fail, fail
+    (notice,) = [json.loads(body) for path, body in server.requests if path == "/apprise"]
+    assert "FAILED" in notice["title"] and "no node answered" in notice["message"]
+    code, error = (tmp_path / "error").read_text().split("|", 1)
+    assert code == "2" and "no node answered" in error
+    assert not (tmp_path / "after").exists()
