@@ -1,8 +1,6 @@
 """Client subcommands: init, key, backup, ls, restore, verify. Each imports
 the client's modules when it runs: building the parser (which every `flud`
 process does, a node too) loads none of them."""
-import getpass
-import os
 import sys
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
@@ -11,31 +9,24 @@ from flud.cli.node import parse_address
 from flud.errors import FludError
 
 
-class NoPassphrase(FludError):
-    """No FLUD_PASSPHRASE and no terminal to ask on."""
-
-    code = "NO_PASSPHRASE"
-
-
 def add_client_commands(sub) -> None:
     init = sub.add_parser("init", help="create a client home")
     init.add_argument("--home", required=True)
     where = init.add_mutually_exclusive_group(required=True)
     where.add_argument("--testnet", metavar="DIR", help="a local testnet directory")
     where.add_argument("--join", metavar="HOST:PORT", help="any node of the network")
-    init.add_argument("--import-key", metavar="FILE", help="a key exported with `flud key export`")
+    init.add_argument("--import-key", metavar="FILE",
+                      help="a key exported with `flud key export` (a file, or the typed "
+                           "lines of a paper key)")
     init.add_argument("--k", type=int, help="shares needed to restore (default 4)")
     init.add_argument("--n", type=int, help="shares stored per segment (default 8)")
     init.add_argument("--segment-size", type=int, help="bytes per segment (default 2 MiB)")
     init.set_defaults(handler=cmd_init)
 
-    key = sub.add_parser("key", help="export the key for safekeeping").add_subparsers(
-        dest="action", required=True)
-    export = key.add_parser("export", help="write the key, protected by a passphrase")
-    export.add_argument("--home", required=True)
-    export.add_argument("file")
-    export.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    export.set_defaults(handler=cmd_key_export)
+    from flud.cli.passphrase import add_passphrase_options
+    add_passphrase_options(init)
+    from flud.cli.keys import add_key_commands
+    add_key_commands(sub)
 
     backup = sub.add_parser("backup", help="back up directories")
     backup.add_argument("paths", nargs="+")
@@ -229,31 +220,15 @@ def _mib(text: str) -> int:
     return value
 
 
-def _passphrase(prompt: str) -> str:
-    env = os.environ.get("FLUD_PASSPHRASE")
-    if env is not None:
-        return env
-    if not sys.stdin.isatty():
-        # An error like any other (exit 2), not SystemExit's bare exit 1.
-        raise NoPassphrase("no passphrase: set FLUD_PASSPHRASE, or run this in a terminal "
-                           "to be asked for one")
-    return getpass.getpass(prompt)
-
-
 def cmd_init(args) -> int:
     from flud.client.home import HomeError, create_home
     from flud.errors import FludError
-    from flud.keys import import_secret_bundle
+    from flud.cli.keys import read_key_file
 
     identity = secret = None
     if args.import_key:
         try:
-            with open(args.import_key, "rb") as f:
-                blob = f.read()
-            identity, secret = import_secret_bundle(blob, _passphrase("passphrase: "))
-        except FileNotFoundError:
-            print(f"error: no key file at {args.import_key}", file=sys.stderr)
-            return EXIT_ERROR
+            identity, secret = read_key_file(args.import_key, args)
         except FludError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_ERROR
@@ -298,40 +273,6 @@ def _init_lease_note(imported: bool) -> None:
         print("the nodes keep your data for their lease (a year by default) after a job "
               "last reached them: run a backup, check or any other job at least that often "
               "(`flud ls` says until when)")
-
-
-def cmd_key_export(args) -> int:
-    from flud.client.home import ClientHome, HomeError
-    from flud.keys import export_secret_bundle, write_private_file
-
-    try:
-        home = ClientHome(args.home)
-    except HomeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    exists = (f"error: {args.file} already exists; choose another file, or add --force "
-              f"to replace it")
-    if os.path.lexists(args.file) and not args.force:  # before asking for the passphrase
-        print(exists, file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        passphrase = _passphrase("passphrase to protect the key: ")
-    except NoPassphrase as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    if len(passphrase) < 8:
-        print("error: use a passphrase of at least 8 characters", file=sys.stderr)
-        return EXIT_ERROR
-    bundle = export_secret_bundle(home.identity, home.secret, passphrase)
-    try:
-        write_private_file(args.file, bundle, replace=args.force)
-    except FileExistsError:  # made since the check above
-        print(exists, file=sys.stderr)
-        return EXIT_ERROR
-    print(f"key written to {args.file} (mode 0600); restore with "
-          f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
-    _print_lease_line(home)
-    return EXIT_OK
 
 
 def _print_lease_line(home) -> None:
