@@ -18,17 +18,17 @@ _PATH_DESTS = {"home", "dir", "to", "file", "memory_log", "import_key", "source"
                "passphrase_file", "new_passphrase_file", "testnet"}
 
 
-def add_completion_command(sub) -> None:
+def add_completion_command(sub, root) -> None:
+    """root: the whole `flud` parser, which the scripts are made from."""
     completion = sub.add_parser("completion", help="print shell completions or the man page",
                                 description="Print a bash or zsh completion script, or the "
                                             "man page (roff), made from this flud's parser.")
     completion.add_argument("shell", choices=("bash", "zsh", "man"))
-    completion.set_defaults(handler=cmd_completion)
+    completion.set_defaults(handler=cmd_completion, root_parser=root)
 
 
 def cmd_completion(args) -> int:
-    from flud.cli.main import build_parser
-    parser = build_parser()
+    parser = args.root_parser
     text = {"bash": bash_script, "zsh": zsh_script, "man": man_page}[args.shell](parser)
     sys.stdout.write(text)
     return EXIT_OK

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         from flud.cli.agent import add_agent_command
         add_agent_command(sub)
     from flud.cli.completion import add_completion_command
-    add_completion_command(sub)
+    add_completion_command(sub, parser)
     return parser
 
 
