@@ -40,6 +40,9 @@ def add_client_commands(sub) -> None:
                         help="large files uploaded at once (default 3)")
     backup.add_argument("--tag", action="append", default=[], metavar="TAG",
                         help="a tag for the snapshot (repeatable)")
+    backup.add_argument("--hooks", action="store_true",
+                        help="run agent.toml's [hooks] (before_backup, after_backup, "
+                             "on_error) around this backup, as the agent does")
     _job_flags(backup)
     backup.set_defaults(handler=cmd_backup)
 
@@ -359,6 +362,9 @@ def _network_job(args, job: str) -> int:
 
 def cmd_backup(args) -> int:
     from flud.cli.jobs import run_client
+    if args.hooks:
+        from flud.cli.hooks import backup_with_hooks
+        return backup_with_hooks(args, lambda: run_client(args, "backup"))
     return run_client(args, "backup")
 
 
