@@ -106,3 +106,29 @@ def on_battery(probe=None) -> bool:
     except Exception:   # a sensor that cannot be read says nothing
         return False
     return battery is not None and battery.power_plugged is False
+
+
+def schedule_json(windows, upload: int, download: int) -> str:
+    """The windows and the defaults as the compact JSON a job's
+    --limit-schedule takes (the job follows the windows while it runs)."""
+    import json
+    return json.dumps({"upload": upload, "download": download, "windows": [
+        [list(w.start), list(w.end), w.upload, w.download, list(w.days)] for w in windows]},
+        separators=(",", ":"))
+
+
+def schedule_from_json(text: str) -> tuple:
+    """(windows, upload, download) from schedule_json's text; ValueError if
+    it is not that."""
+    import json
+    try:
+        data = json.loads(text)
+        windows = tuple(Window(tuple(start), tuple(end), up, down, tuple(days))
+                        for start, end, up, down, days in data["windows"])
+        upload, download = int(data["upload"]), int(data["download"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"not a bandwidth schedule: {err}") from None
+    for window in windows:
+        if any(not isinstance(v, (int, type(None))) for v in (window.upload, window.download)):
+            raise ValueError("not a bandwidth schedule: rates are whole numbers")
+    return windows, upload, download

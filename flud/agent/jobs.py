@@ -10,7 +10,7 @@ import datetime
 import sys
 from typing import Callable
 
-from flud.agent.bandwidth import limits_at
+from flud.agent.bandwidth import limits_at, schedule_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,9 @@ def command_line(name: str, config, home: str, python: str = sys.executable,
         argv += ["--limit-upload", f"{upload / 1024:g}"]
     if download:
         argv += ["--limit-download", f"{download / 1024:g}"]
+    if config.bandwidth:   # the job follows the windows while it runs
+        argv += ["--limit-schedule",
+                 schedule_json(config.bandwidth, config.upload, config.download)]
     return argv
 
 

@@ -187,6 +187,9 @@ def _job_flags(parser) -> None:
     parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
                         help="upload at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
                              "(default: no limit)")
+    parser.add_argument("--limit-schedule", type=_schedule, default=None, metavar="JSON",
+                        help="rate limits by time of day, followed while the job runs (the "
+                             "agent passes its [[bandwidth]] windows)")
     parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
                         help="download at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
                              "(default: no limit)")
@@ -195,6 +198,16 @@ def _job_flags(parser) -> None:
 def _rate(text: str) -> int:
     from flud.cli.arguments import rate_arg
     return rate_arg(text)
+
+
+def _schedule(text: str) -> str:
+    import argparse
+    from flud.agent.bandwidth import schedule_from_json
+    try:
+        schedule_from_json(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err))
+    return text
 
 
 def _duration_text(text: str) -> str:

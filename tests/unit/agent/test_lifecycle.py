@@ -193,7 +193,35 @@ def test_bandwidth_windows_by_time_of_day(tmp_path):
     tz = datetime.timezone.utc
     noon = datetime.datetime(2026, 11, 23, 12, tzinfo=tz).timestamp()
     argv = command_line("backup", config, "/h", "py", moment=noon, tz=tz)
-    assert argv[-4:] == ["--limit-upload", "1024", "--limit-download", "2048"]
+    assert argv[-6:-2] == ["--limit-upload", "1024", "--limit-download", "2048"]
+    assert argv[-2] == "--limit-schedule"
+    # the job follows the windows while it runs: 17:59 -> 18:00 drops the day's limit
+    from flud.cli.bandwidth import follow_schedule
+
+    class Network:
+        limits = []
+
+        def set_limits(self, up, down):
+            self.limits.append((up, down))
+    clock = task.Clock()
+    clock.advance(datetime.datetime(2026, 11, 23, 17, 59, 50, tzinfo=tz).timestamp())
+    network = Network()
+    loop = follow_schedule(clock, network, argv[-1], tz)
+    clock.advance(30)
+    loop.stop()
+    assert network.limits == [(1 << 20, 2 << 20), (8 << 20, 0)]
+
+
+def test_a_throttle_takes_a_new_rate_mid_run():
+    from flud.protocol.ratelimit import Throttle
+    clock = task.Clock()
+    throttle = Throttle(clock, 1 << 20)
+    woken = []
+    assert throttle.charge(3 << 20, lambda: woken.append(clock.seconds()))
+    throttle.set_rate(4 << 20)             # the debt (2 MiB) is paid at 4 MiB/s
+    for _ in range(10):
+        clock.advance(0.1)
+    assert woken and 0.5 <= woken[0] <= 0.6
 
 
 def test_no_job_starts_on_battery(tmp_path):
