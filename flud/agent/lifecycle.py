@@ -78,8 +78,10 @@ def job_events(reactor, home: str, config) -> JobEvents:
     """The JobEvents agent.toml asks for (no notifier without destinations)."""
     notifier = None
     if config.notify.any:
+        from flud.agent.jobs import job_states
         from flud.agent.notifier import Notifier
-        notifier = Notifier(reactor, config.notify, home)
+        notifier = Notifier(reactor, config.notify, home,
+                            backup_note=job_states(config).get("backup"))
     return JobEvents(reactor, home, config.hooks, notifier)
 
 

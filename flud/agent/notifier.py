@@ -59,6 +59,14 @@ def deliver_apprise(urls: tuple, title: str, body: str, timeout: float) -> bool:
     return True
 
 
+def unknown_urls(urls) -> list:
+    """The positions (1-based) of the apprise URLs apprise does not understand."""
+    if not urls:
+        return []
+    import apprise
+    return [i for i, url in enumerate(urls, 1) if not apprise.Apprise().add(url)]
+
+
 def _redact(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     return f"{scheme}://..." if sep else "..."
@@ -68,7 +76,7 @@ class Notifier:
     """Sends notify.Message's to the configured destinations."""
 
     def __init__(self, reactor, config: notify.NotifyConfig, home: str = None, host: str = None,
-                 run_in_thread=None):
+                 run_in_thread=None, backup_note: str = None):
         self.reactor = reactor
         self.config = config
         self.host = host or socket.gethostname()
@@ -78,6 +86,7 @@ class Notifier:
         self.pending = 0
         self.dropped = 0
         self.since = reactor.seconds()
+        self.backup_note = backup_note   # why backups are not scheduled, or None
         self.last_notice = self._load_state().get("overdue_notice")
 
     # ---- events --------------------------------------------------------------
@@ -96,7 +105,12 @@ class Notifier:
             return False
         self.last_notice = now
         self._save_state()
-        self.send(notify.overdue_message(now, last_ok, self.since, self.host), "backup")
+        message = notify.overdue_message(now, last_ok, self.since, self.host)
+        if self.backup_note:
+            message = notify.Message(message.kind, message.title,
+                                     f"{message.body}\nThe agent runs no backup: "
+                                     f"{self.backup_note}.")
+        self.send(message, "backup")
         return True
 
     # ---- delivery ------------------------------------------------------------

@@ -48,6 +48,12 @@ def cmd_agent(args) -> int:
         if args.limit_download is not None:
             changes["download"] = args.limit_download
         config = dataclasses.replace(config, **changes)
+        from flud.agent.notifier import unknown_urls
+        wrong = unknown_urls(config.notify.urls)
+        if wrong:
+            raise ConfigError(f"{config.path}: [notify] urls: apprise does not understand "
+                              f"entry {wrong[0]} (see https://github.com/caronc/apprise/wiki "
+                              f"for the URL of each service)")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR

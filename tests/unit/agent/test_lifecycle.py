@@ -239,3 +239,18 @@ def test_no_job_starts_on_battery(tmp_path):
     assert len(spawn.calls) == 1 and agent.paused is None
     assert on_battery(lambda: None) is False
     assert Window((22, 0), (6, 0)).holds(datetime.datetime(2026, 11, 23, 5))
+
+
+def test_the_overdue_notice_says_why_no_backup_runs_and_bad_urls_are_named(tmp_path):
+    from flud.agent.lifecycle import job_events
+    from flud.agent.notifier import unknown_urls
+    config = parse('[backup]\npaths = []\n' + PING)        # no paths: the agent runs none
+    clock = task.Clock()
+    events = job_events(clock, str(tmp_path), config)
+    deliveries = Deliveries()
+    events.notifier._run_in_thread = deliveries
+    clock.advance(3 * DAY)
+    events.tick(clock.seconds(), [])
+    (notice,) = [args for name, args in deliveries.sent if name == "deliver_apprise"]
+    assert "runs no backup: no paths to back up: set [backup] paths" in notice[2]
+    assert unknown_urls(["json://127.0.0.1:9/", "bogus://x"]) == [2]
