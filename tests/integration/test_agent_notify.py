@@ -128,3 +128,43 @@ def test_one_failure_ping_with_the_error_when_no_node_answers(server, tmp_path):
     code, error = (tmp_path / "error").read_text().split("|", 1)
     assert code == "2" and "no node answered" in error
     assert not (tmp_path / "after").exists()
+
+
+def test_one_overdue_notice_after_a_four_day_gap_and_none_on_the_next_tick(server, tmp_path):
+    """The agent's loop on an injected clock; the deliveries are the real
+    ones (HTTP to the local server), run in this thread instead of the pool."""
+    from twisted.internet import defer, task
+
+    from flud.agent.config import parse
+    from flud.agent.history import History
+    from flud.agent.lifecycle import JobEvents
+    from flud.agent.notifier import Notifier
+    from flud.agent.service import Agent
+    from tests.unit.agent.test_service import FakeSpawn
+
+    def in_this_thread(function, *args):
+        return defer.maybeDeferred(function, *args)
+
+    port = server.server_address[1]
+    config = parse(f'[backup]\npaths = ["/data"]\nevery = "1d"\n[verify]\nenabled = false\n'
+                   f'[check]\nenabled = false\n[notify]\n'
+                   f'ping_url = "http://127.0.0.1:{port}/ping/uuid"\n'
+                   f'urls = ["json://127.0.0.1:{port}/apprise"]\n')
+    clock = task.Clock()
+    clock.advance(1_000_000)
+    notifier = Notifier(clock, config.notify, str(tmp_path), run_in_thread=in_this_thread)
+    spawn = FakeSpawn()
+    agent = Agent(clock, str(tmp_path), config, History(str(tmp_path)), spawn=spawn,
+                  python="py", events=JobEvents(clock, str(tmp_path), {}, notifier))
+    agent.start()
+    spawn.finish({"command": "backup", "exit": 0, "snapshot": 1})
+    assert paths(server, "/ping") == ["/ping/uuid/start", "/ping/uuid"]
+    clock.advance(4 * 86400)                  # asleep four days; the due backup fails
+    spawn.finish({"command": "backup", "exit": 2,
+                  "error": {"code": "NOT_ENOUGH_NODES", "message": "no node answered"}}, exit=2)
+    clock.advance(30)                         # the next tick
+    notices = [json.loads(body)["title"] for path, body in server.requests
+               if path == "/apprise" and "no successful backup" in body]
+    assert notices == [f"flud on {socket.gethostname()}: no successful backup for 4.0 days"]
+    assert paths(server, "/ping")[2:] == ["/ping/uuid/start", "/ping/uuid/fail"]
+    agent.stop()
