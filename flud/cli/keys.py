@@ -2,6 +2,7 @@
 or on paper, and a new passphrase for an exported key file."""
 import datetime
 import os
+import re
 import sys
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
@@ -184,7 +185,8 @@ def _type_lines() -> str:
     lines, number, needed = [], 1, None
     while needed is None or number <= needed:
         raw = input(f"line {number:02d}: ")
-        text = raw if raw.strip()[:1].isdigit() else f"{number:02d}: {raw}"
+        numbered = re.match(r"\s*\d{1,3}\s*[:.)]", raw)   # "07: ..." or just the characters
+        text = raw if numbered else f"{number:02d}: {raw}"
         try:
             parsed = paperkey.read_line(text, expected=number)
         except paperkey.BadPaperLine as err:

@@ -140,3 +140,25 @@ def test_a_paper_key_typed_back_names_the_mistyped_line(home, tmp_path, flud):
     proc = imports(flud, tmp_path, tmp_path / "paper.txt", "b", env=env)   # init reads paper too
     assert proc.returncode == 0, output(proc)
     assert same_key(home, tmp_path / "b")
+
+
+def test_a_paper_key_typed_on_a_terminal_asks_a_mistyped_line_again(home, tmp_path, flud,
+                                                                    monkeypatch):
+    env = {"FLUD_PASSPHRASE": OLD}
+    proc = flud("key", "export", "--home", home, "-", "--paper", env=env)
+    lines = [line for line in proc.stdout.splitlines() if line[:2].isdigit()]
+    typo = lines[2][:4] + ("Z" if lines[2][4] != "Z" else "Y") + lines[2][5:]
+    answers = iter([lines[0][4:], lines[1], typo[4:], lines[2][4:], *lines[3:]])
+    asked = []
+
+    def typed(prompt):
+        asked.append(prompt)
+        return next(answers)
+    monkeypatch.setattr("builtins.input", typed)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    proc = flud("key", "import", "--paper", tmp_path / "k", env=env)
+    assert proc.returncode == 0, output(proc)
+    assert asked[:4] == ["line 01: ", "line 02: ", "line 03: ", "line 03: "]
+    assert "line 03 does not match its checksum" in proc.stderr
+    assert imports(flud, tmp_path, tmp_path / "k", "a", env=env).returncode == 0
+    assert same_key(home, tmp_path / "a")
