@@ -48,9 +48,21 @@ class Message:
     ping: str = None
 
 
+EXIT_SKIPPED = 1   # flud/cli/exits.py: done, but something was left out
+
+
 def succeeded(record: dict) -> bool:
-    """A run that did all it was asked to (exit 0, no error noted)."""
-    return record.get("exit") == 0 and not record.get("error")
+    """A run that did its job: exit 0 and no error noted, or a backup that
+    made its snapshot but skipped some files (exit 1: a socket in the home,
+    a file that vanished), which must not raise the alarm every run. For
+    verify and check, exit 1 means shares missing or at risk: a failure."""
+    if record.get("error"):
+        return False
+    if record.get("exit") == 0:
+        return True
+    summary = record.get("summary") if isinstance(record.get("summary"), dict) else {}
+    return (record.get("job") == "backup" and record.get("exit") == EXIT_SKIPPED
+            and summary.get("snapshot") is not None)
 
 
 def last_success(records, job: str = "backup"):
@@ -98,7 +110,13 @@ def end_message(job: str, record: dict, log_tail: str, host: str) -> Message:
         summary = record.get("summary") or {}
         snapshot = summary.get("snapshot")
         detail = f"snapshot {snapshot}" if snapshot is not None else "done"
-        return Message("success", f"flud on {host}: {job} succeeded", f"{job}: {detail}",
+        how = "succeeded"
+        if record.get("exit") == EXIT_SKIPPED:
+            how = "succeeded with warnings"
+            detail += f", {summary.get('skipped', 'some')} path(s) skipped"
+            if log_tail.strip():
+                detail += "\n\nlast lines of its log:\n" + log_tail.rstrip()
+        return Message("success", f"flud on {host}: {job} {how}", f"{job}: {detail}",
                        "" if job == "backup" else None)
     error = record.get("error") or _summary_error(record) or f"exit {record.get('exit')}"
     body = f"{job} failed: {error}"

@@ -254,3 +254,17 @@ def test_the_overdue_notice_says_why_no_backup_runs_and_bad_urls_are_named(tmp_p
     (notice,) = [args for name, args in deliveries.sent if name == "deliver_apprise"]
     assert "runs no backup: no paths to back up: set [backup] paths" in notice[2]
     assert unknown_urls(["json://127.0.0.1:9/", "bogus://x"]) == [2]
+
+
+def test_a_backup_that_skipped_a_socket_is_a_success_with_warnings(tmp_path):
+    deliveries = Deliveries()
+    agent, clock, spawn = make(tmp_path, BASE + PING.replace("urls", 'events = ["success"]\nurls'),
+                               deliveries=deliveries)
+    agent.start()
+    spawn.finish({"command": "backup", "exit": 1, "snapshot": 3, "skipped": 1}, exit=1,
+                 stderr="skipped /home/me/.gnupg/S.gpg-agent: a socket\n")
+    assert deliveries.pings()[-1] == "http://127.0.0.1:9/uuid"       # not /fail
+    (title, body) = [args[1:3] for name, args in deliveries.sent if name == "deliver_apprise"][0]
+    assert title.endswith("backup succeeded with warnings") and "S.gpg-agent" in body
+    assert notify.last_success(History(str(tmp_path)).read()) is not None
+    assert not notify.succeeded({"job": "verify", "exit": 1, "summary": {}})
