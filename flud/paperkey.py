@@ -125,9 +125,10 @@ def page(payload: bytes, client_id: str, date: str) -> str:
     return "\n".join([
         f"{TITLE} v{VERSION}   client {client_id}   {date}",
         "Keep this page safe; with the passphrase it is your whole backup key.",
-        "Type it back with `flud key import --paper FILE` (or `flud init --import-key`",
-        "with the lines in a file). Case, spaces and dashes do not matter; O reads",
-        "as 0, I and L as 1. The last 2 characters of each line are its checksum.",
+        "Type it back with `flud key import --paper KEYFILE` (asked line by line), or",
+        "type the lines into a file for `flud init --import-key`. Case, spaces and",
+        "dashes do not matter; O reads as 0, I and L as 1. The last 2 characters of",
+        "each line are its checksum: a mistyped line is named.",
         "",
         *to_lines(payload), ""])
 

@@ -24,7 +24,7 @@ def add_client_commands(sub) -> None:
     init.set_defaults(handler=cmd_init)
 
     from flud.cli.passphrase import add_passphrase_options
-    add_passphrase_options(init)
+    add_passphrase_options(init, remember=False)
     from flud.cli.keys import add_key_commands
     add_key_commands(sub)
 

@@ -77,7 +77,7 @@ def cmd_key_export(args) -> int:
     if to_stdout:
         sys.stdout.write(data.decode())
         print("print these lines and keep them safe; type them back with "
-              "`flud key import --paper FILE`", file=sys.stderr)
+              "`flud key import --paper KEYFILE` (asked line by line)", file=sys.stderr)
         return EXIT_OK
     try:
         write_private_file(args.file, data, replace=args.force)

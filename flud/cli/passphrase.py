@@ -33,7 +33,7 @@ class PassphraseSourceFailed(FludError):
     code = "PASSPHRASE_SOURCE"
 
 
-def add_passphrase_options(parser, new: bool = False) -> None:
+def add_passphrase_options(parser, new: bool = False, remember: bool = True) -> None:
     parser.add_argument("--passphrase-file", metavar="FILE",
                         help="read the passphrase from FILE's first line")
     parser.add_argument("--passphrase-command", metavar="CMD",
@@ -43,9 +43,10 @@ def add_passphrase_options(parser, new: bool = False) -> None:
                             help="the new passphrase, from FILE's first line")
         parser.add_argument("--new-passphrase-command", metavar="CMD",
                             help="the new passphrase, from CMD's first line")
-    parser.add_argument("--remember", action="store_true",
-                        help="keep the passphrase in the OS keyring (read from there when "
-                             "no other source is given)")
+    if remember:
+        parser.add_argument("--remember", action="store_true",
+                            help="keep the passphrase in the OS keyring (read from there "
+                                 "when no other source is given)")
 
 
 def get_passphrase(args, prompt: str, env=None) -> str:
