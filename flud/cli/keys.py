@@ -86,7 +86,7 @@ def cmd_key_export(args) -> int:
     what = "paper key" if args.paper else "key"
     print(f"{what} written to {args.file} (mode 0600); restore with "
           f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
-    from flud.client.leases import kept_until_line
+    from flud.client.lease_renewal import kept_until_line
     print(kept_until_line(home.index))
     return EXIT_OK
 
