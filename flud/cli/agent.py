@@ -18,6 +18,10 @@ def add_agent_command(sub) -> None:
                        help="every job's upload limit: KiB/s, or 500K, 10M (default: agent.toml)")
     agent.add_argument("--limit-download", type=_rate, default=None, metavar="RATE",
                        help="every job's download limit (default: agent.toml)")
+    agent.add_argument("--test-notifications", action="store_true",
+                       help="send a test notice to every [notify] destination (the ping "
+                            "URL's /log, which changes no check's state), say how each "
+                            "went, and exit")
     agent.set_defaults(handler=cmd_agent)
 
 
@@ -57,6 +61,9 @@ def cmd_agent(args) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    if args.test_notifications:
+        from flud.cli.notify_test import test_notifications
+        return test_notifications(config)
     lock = HomeLock(path, AGENT_LOCK)
     try:
         lock.acquire(busy_message=f"an agent is already running on {path}")

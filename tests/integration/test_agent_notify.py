@@ -15,7 +15,7 @@ from tests.integration.helpers import flud, init_client, output, wait_until
 
 pytestmark = pytest.mark.integration
 
-K, N, NODES = 2, 4, 6
+K, N, NODES = 1, 2, 4   # a bundle of small files needs n + 2 nodes
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -46,8 +46,9 @@ def server():
     thread.join(5)
 
 
-def agent_toml(home, data, server, hooks_dir) -> None:
+def agent_toml(home, data, server, hooks_dir, apprise=True) -> None:
     port = server.server_address[1]
+    urls = f'urls = ["json://127.0.0.1:{port}/apprise"]' if apprise else ""
     text = f"""
 [backup]
 paths = [{json.dumps(str(data))}]
@@ -58,7 +59,7 @@ enabled = false
 enabled = false
 [notify]
 ping_url = "http://127.0.0.1:{port}/ping/uuid"
-urls = ["json://127.0.0.1:{port}/apprise"]
+{urls}
 events = ["success", "failure"]
 retries = 1
 [hooks]
@@ -75,12 +76,13 @@ def paths(server, prefix):
     return [path for path, _ in server.requests if path.startswith(prefix)]
 
 
-def run_agent_until(home, server, last_ping):
+def run_agent_until(home, server, last_ping, apprise=True):
     agent = AgentProcess(home)
     try:
         agent.wait_ready()
         run = agent.wait_for_run("backup", timeout=60)
-        wait_until(lambda: last_ping in paths(server, "/ping") and paths(server, "/apprise"),
+        wait_until(lambda: last_ping in paths(server, "/ping")
+                   and (paths(server, "/apprise") or not apprise),
                    20, "the pings and the notice", interval=0.1)
     finally:
         agent.stop()
@@ -117,14 +119,12 @@ def test_one_failure_ping_with_the_error_when_no_node_answers(server, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.txt").write_text("hello")
-    agent_toml(home, data, server, tmp_path)
-    run, agent = run_agent_until(home, server, "/ping/uuid/fail")
+    agent_toml(home, data, server, tmp_path, apprise=False)   # apprise: the test above
+    run, agent = run_agent_until(home, server, "/ping/uuid/fail", apprise=False)
     assert run["exit"] == 2, agent.output()
     assert paths(server, "/ping") == ["/ping/uuid/start", "/ping/uuid/fail"], server.requests
     (fail,) = [body for path, body in server.requests if path == "/ping/uuid/fail"]
     assert "no node answered" in fail and "NOT_ENOUGH_NODES" in fail, fail
-    (notice,) = [json.loads(body) for path, body in server.requests if path == "/apprise"]
-    assert "FAILED" in notice["title"] and "no node answered" in notice["message"]
     code, error = (tmp_path / "error").read_text().split("|", 1)
     assert code == "2" and "no node answered" in error
     assert not (tmp_path / "after").exists()
@@ -168,3 +168,19 @@ def test_one_overdue_notice_after_a_four_day_gap_and_none_on_the_next_tick(serve
     assert notices == [f"flud on {socket.gethostname()}: no successful backup for 4.0 days"]
     assert paths(server, "/ping")[2:] == ["/ping/uuid/start", "/ping/uuid/fail"]
     agent.stop()
+
+
+def test_a_test_notification_reaches_every_destination(server, capsys):
+    """`flud agent --test-notifications`, its work in this process."""
+    from flud.agent.config import parse
+    from flud.cli.notify_test import test_notifications
+
+    port = server.server_address[1]
+    config = parse(f'[notify]\nping_url = "http://127.0.0.1:{port}/ping/uuid"\n'
+                   f'urls = ["json://127.0.0.1:{port}/apprise"]\n')
+    assert test_notifications(config) == 0, capsys.readouterr()
+    assert [path for path, _ in server.requests] == ["/ping/uuid/log", "/apprise"]
+    assert "test notification" in json.loads(server.requests[1][1])["title"]
+    config = parse('[notify]\nping_url = "http://127.0.0.1:9/nobody"\n')
+    assert test_notifications(config) == 2
+    assert "FAILED" in capsys.readouterr().out
