@@ -65,7 +65,7 @@ overdue_after = "3d"    # no successful backup for this long: a notice,
 overdue_repeat = "1d"   # repeated this often while it lasts
 log_lines = 20          # lines of the job's log sent with a failure
 
-[hooks]                 # shell commands (/bin/sh -c); see docs/agent.md
+[hooks]                 # shell commands (/bin/sh -c); see docs/living.md
 before_backup = ""      # e.g. "pg_dump mydb > /home/me/db.sql"; if it fails, no backup
 after_backup = ""       # after a backup that succeeded ($FLUD_SNAPSHOT: its id)
 on_error = ""           # after any job that failed ($FLUD_JOB, $FLUD_ERROR)

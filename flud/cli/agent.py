@@ -77,6 +77,24 @@ def cmd_agent(args) -> int:
         lock.release()
 
 
+def _extras(config) -> list:
+    """What agent.toml adds around the jobs, one line each (none if nothing)."""
+    lines = []
+    notify = config.notify
+    if notify.any:
+        where = ([f"ping {notify.ping_url}"] if notify.ping_url else []) + \
+            ([f"{len(notify.urls)} apprise URL(s) ({', '.join(sorted(notify.events))})"]
+             if notify.urls else [])
+        lines.append("notifications: " + "; ".join(where))
+    if config.hooks:
+        lines.append("hooks: " + ", ".join(sorted(config.hooks)))
+    if config.bandwidth:
+        lines.append(f"bandwidth: {len(config.bandwidth)} window(s) by time of day")
+    if config.pause_on_battery:
+        lines.append("no job starts on battery")
+    return lines
+
+
 def _serve(reactor, home, config):
     import signal
 
@@ -101,6 +119,8 @@ def _serve(reactor, home, config):
     print(f"flud agent on {home}: status page http://{shown}:{bound.port}/", flush=True)
     for name, why in agent.states.items():
         print(f"  {name}: {'scheduled' if why is None else why}", flush=True)
+    for line in _extras(config):
+        print(f"  {line}", flush=True)
     done = defer.Deferred()
 
     def stop(signum, _frame):
