@@ -122,6 +122,7 @@ def test_one_failure_ping_with_the_error_when_no_node_answers(server, tmp_path):
     agent_toml(home, data, server, tmp_path, apprise=False)   # apprise: the test above
     run, agent = run_agent_until(home, server, "/ping/uuid/fail", apprise=False)
     assert run["exit"] == 2, agent.output()
+    assert "hooks: after_backup, before_backup, on_error" in agent.output()
     assert paths(server, "/ping") == ["/ping/uuid/start", "/ping/uuid/fail"], server.requests
     (fail,) = [body for path, body in server.requests if path == "/ping/uuid/fail"]
     assert "no node answered" in fail and "NOT_ENOUGH_NODES" in fail, fail
