@@ -1,6 +1,7 @@
 """`flud agent --test-notifications`: one test notice to each [notify]
 destination, in this process (no reactor, no agent), each outcome said."""
 import socket
+import sys
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 
@@ -9,7 +10,8 @@ def test_notifications(config) -> int:
     from flud.agent.notifier import DeliveryFailed, deliver_apprise, deliver_ping
     notify = config.notify
     if not notify.any:
-        print(f"error: {config.path} has no [notify] urls and no ping_url: nothing to test")
+        print(f"error: {config.path} has no [notify] urls and no ping_url: nothing to test",
+              file=sys.stderr)
         return EXIT_ERROR
     host = socket.gethostname()
     title = f"flud on {host}: test notification"

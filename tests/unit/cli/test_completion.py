@@ -49,3 +49,11 @@ def test_bash_completes_with_the_generated_script(outputs, words, expected, tmp_
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=20)
     assert done.returncode == 0 and not done.stderr, done.stderr
     assert sorted(done.stdout.split()) == expected
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt install zsh)")
+def test_the_zsh_script_parses(outputs, tmp_path):
+    script = tmp_path / "_flud"
+    script.write_text(outputs[2])
+    done = subprocess.run(["zsh", "-n", str(script)], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
