@@ -23,10 +23,18 @@ class JobEvents:
 
     @defer.inlineCallbacks
     def before(self, job: str):
-        """None when the job may run, else why it must not."""
+        """None when the job may run; else why it must not (a before_ hook
+        failed), or, when the home is busy, the result a job that found it
+        busy gives (the agent postpones it: no hook ran, none is owed)."""
+        hook = self.hooks.get(f"before_{job}")
+        if hook is not None:
+            busy = home_busy(self.home)
+            if busy is not None:
+                return {"exit": 2, "signal": None, "stderr": busy, "summary": {
+                    "command": job, "exit": 2, "error": {"code": "HOME_BUSY",
+                                                        "message": busy}}}
         if self.notifier is not None:
             self.notifier.job_started(job)
-        hook = self.hooks.get(f"before_{job}")
         if hook is None:
             return None
         result = yield run_hook(self.reactor, hook, hook_environment(hook, job, self.home),
@@ -68,6 +76,23 @@ class JobEvents:
 def _summary_error(summary: dict):
     error = summary.get("error") if isinstance(summary, dict) else None
     return error.get("message") if isinstance(error, dict) else None
+
+
+def home_busy(home: str):
+    """Why the home's job lock is held now, or None. Asked before a before_
+    hook runs, so that a backup a `flud backup` by hand keeps waiting does
+    not leave a hook's snapshot or mount behind with no after_ hook to come
+    (a job may still take the lock in between: then it is postponed as ever)."""
+    from flud.agent.lock import HomeBusy, HomeLock
+    probe = HomeLock(home)
+    try:
+        probe.acquire()
+    except HomeBusy as err:
+        return str(err)
+    except OSError:
+        return None
+    probe.release()
+    return None
 
 
 class HookRefused(Exception):

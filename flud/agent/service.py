@@ -103,10 +103,13 @@ class Agent:
         refusal = yield self.events.before(name)
         log.info("starting %s: %s", name, " ".join(argv[1:]))
         try:
-            if refusal:   # an essential before_ hook failed: the job does not run
+            if isinstance(refusal, dict):   # the home is busy: as if the job had said so
+                result = refusal
+            elif refusal:   # an essential before_ hook failed: the job does not run
                 raise HookRefused(refusal)
-            result = yield self.spawn(self.reactor, argv, started=self._started,
-                                      timeout=self.config.job_timeout)
+            else:
+                result = yield self.spawn(self.reactor, argv, started=self._started,
+                                          timeout=self.config.job_timeout)
         except Exception as err:  # could not even start it
             result = {"exit": None, "signal": None, "summary": None, "stderr": str(err)}
         end = self.reactor.seconds()
@@ -127,7 +130,7 @@ class Agent:
             if result.get("timed_out"):
                 record["error"] = (f"stopped after running longer than [agent] job_timeout "
                                    f"({self.config.job_timeout:g} s)")
-            if refusal:
+            if isinstance(refusal, str):
                 record["error"] = refusal
             record = yield self.events.after(name, record, result.get("stderr") or "")
             if name == "backup":  # the page shows the new snapshot with the run

@@ -195,6 +195,9 @@ def test_bandwidth_windows_by_time_of_day(tmp_path):
     argv = command_line("backup", config, "/h", "py", moment=noon, tz=tz)
     assert argv[-6:-2] == ["--limit-upload", "1024", "--limit-download", "2048"]
     assert argv[-2] == "--limit-schedule"
+    from flud.cli.main import build_parser     # the job's own parser takes what the agent passes
+    parsed = build_parser().parse_args(argv[3:])
+    assert (parsed.limit_upload, parsed.limit_schedule) == (1 << 20, argv[-1])
     # the job follows the windows while it runs: 17:59 -> 18:00 drops the day's limit
     from flud.cli.bandwidth import follow_schedule
 
@@ -268,3 +271,21 @@ def test_a_backup_that_skipped_a_socket_is_a_success_with_warnings(tmp_path):
     assert title.endswith("backup succeeded with warnings") and "S.gpg-agent" in body
     assert notify.last_success(History(str(tmp_path)).read()) is not None
     assert not notify.succeeded({"job": "verify", "exit": 1, "summary": {}})
+
+
+def test_a_busy_home_postpones_the_backup_before_its_hook_runs(tmp_path):
+    from flud.agent.lock import HomeLock
+    from flud.agent.service import BUSY_RETRY
+    shell = FakeShell()
+    deliveries = Deliveries()
+    hooks = '[hooks]\nbefore_backup = "snapshot-and-mount"\n'
+    agent, clock, spawn = make(tmp_path, BASE + PING + hooks, shell, deliveries)
+    by_hand = HomeLock(str(tmp_path))
+    by_hand.acquire()                          # a `flud backup` by hand holds the home
+    agent.start()
+    assert shell.calls == [] and spawn.calls == [] and deliveries.sent == []
+    assert History(str(tmp_path)).read() == []   # postponed, not a run
+    by_hand.release()
+    clock.advance(BUSY_RETRY + 1)
+    assert [c[0] for c in shell.calls] == ["snapshot-and-mount"] and len(spawn.calls) == 1
+    assert deliveries.pings() == ["http://127.0.0.1:9/uuid/start"]
