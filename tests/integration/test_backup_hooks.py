@@ -10,12 +10,12 @@ from tests.integration.helpers import flud, output
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def home(tmp_path):
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):   # one home: each test writes its own agent.toml
     with socket.socket() as probe:          # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    path = tmp_path / "home"
+    path = tmp_path_factory.mktemp("hooks") / "home"
     proc = flud("init", "--home", path, "--join", f"127.0.0.1:{port}")
     assert proc.returncode == 0, output(proc)
     return path
