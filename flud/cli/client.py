@@ -187,12 +187,12 @@ def _job_flags(parser) -> None:
     parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
                         help="upload at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
                              "(default: no limit)")
-    parser.add_argument("--limit-schedule", type=_schedule, default=None, metavar="JSON",
-                        help="rate limits by time of day, followed while the job runs (the "
-                             "agent passes its [[bandwidth]] windows)")
     parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
                         help="download at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
                              "(default: no limit)")
+    parser.add_argument("--limit-schedule", type=_schedule, default=None, metavar="JSON",
+                        help="rate limits by time of day, followed while the job runs (the "
+                             "agent passes its [[bandwidth]] windows)")
 
 
 def _rate(text: str) -> int:
