@@ -158,6 +158,12 @@ def read_line(text: str, expected: int = None):
     return number, chars
 
 
+def read_line_number(text: str):
+    """The number of a line shaped like a key line ("07: ..."), or None."""
+    match = _LINE.match(text)
+    return int(match.group(1)) if match else None
+
+
 def lines_needed(first_chars: str) -> int:
     """How many lines the key has, read off the first line's length byte."""
     length = _decode(first_chars[:8])[1]

@@ -105,7 +105,12 @@ def read_key_file(path: str, args, prompt: str = "passphrase: "):
         raise FludError(f"no key file at {path}") from None
     if blob.startswith(BUNDLE_MAGIC):
         return import_secret_bundle(blob, get_passphrase(args, prompt))
-    payload = paperkey.from_lines(blob.decode("utf-8", "replace"))   # names mistyped lines
+    text = blob.decode("utf-8", "replace")
+    if not any(paperkey.read_line_number(line) for line in text.splitlines()):
+        raise FludError(f"{path} is neither a key file written by `flud key export` (no "
+                        f"FLUDKEY1 header) nor the typed lines of a paper key; check that "
+                        f"you picked the right file")
+    payload = paperkey.from_lines(text)   # names mistyped lines
     return paperkey.unseal(payload, get_passphrase(args, prompt))
 
 

@@ -162,3 +162,9 @@ def test_a_paper_key_typed_on_a_terminal_asks_a_mistyped_line_again(home, tmp_pa
     assert "line 03 does not match its checksum" in proc.stderr
     assert imports(flud, tmp_path, tmp_path / "k", "a", env=env).returncode == 0
     assert same_key(home, tmp_path / "a")
+
+
+def test_a_file_that_is_no_key_at_all_is_named_as_such(home, tmp_path, flud):
+    (tmp_path / "notes.txt").write_text("shopping list\nmilk\n")
+    proc = imports(flud, tmp_path, tmp_path / "notes.txt", "a", env={"FLUD_PASSPHRASE": OLD})
+    assert proc.returncode == 2 and "neither a key file" in proc.stderr, output(proc)
