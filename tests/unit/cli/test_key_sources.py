@@ -168,3 +168,28 @@ def test_a_file_that_is_no_key_at_all_is_named_as_such(home, tmp_path, flud):
     (tmp_path / "notes.txt").write_text("shopping list\nmilk\n")
     proc = imports(flud, tmp_path, tmp_path / "notes.txt", "a", env={"FLUD_PASSPHRASE": OLD})
     assert proc.returncode == 2 and "neither a key file" in proc.stderr, output(proc)
+
+
+def test_a_passwd_that_dies_before_its_rename_leaves_the_old_file_whole(home, tmp_path, flud,
+                                                                        monkeypatch):
+    key = tmp_path / "key.flud"
+    assert flud("key", "export", "--home", home, key, env={"FLUD_PASSPHRASE": OLD}).returncode == 0
+    before = key.read_bytes()
+
+    real_replace = os.replace
+
+    def crash(source, target):   # the process dies between the fsync and the last rename
+        if str(target) == str(key):
+            raise KeyboardInterrupt
+        return real_replace(source, target)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", crash)
+        proc = flud("key", "passwd", key, env={"FLUD_PASSPHRASE": OLD,
+                                               "FLUD_NEW_PASSPHRASE": NEW})
+    assert proc.returncode == 130
+    assert (tmp_path / ".key.flud.new").exists()          # the new one, written in full
+    assert key.read_bytes() == before                    # the old file, whole
+    assert imports(flud, tmp_path, key, "a", env={"FLUD_PASSPHRASE": OLD}).returncode == 0
+    proc = flud("key", "passwd", key, env={"FLUD_PASSPHRASE": OLD, "FLUD_NEW_PASSPHRASE": NEW})
+    assert proc.returncode == 0, output(proc)            # the leftover .new is written over
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".new")] == []
