@@ -6,7 +6,6 @@ import sys
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
 from flud.cli.node import parse_address
-from flud.errors import FludError
 
 
 def add_client_commands(sub) -> None:
