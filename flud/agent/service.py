@@ -71,7 +71,10 @@ class Agent:
         if self._stopped:
             return
         now = self.reactor.seconds()
-        self.events.tick(now, self.history.read())
+        try:
+            self.events.tick(now, self.history.read())   # the overdue notice
+        except Exception:   # a notice that cannot be sent must not stop the loop
+            log.exception("the overdue check failed")
         self.paused = power_pause(self.config, self.battery)
         name = None if self.paused else self.scheduler.take(now)
         if name is None:
