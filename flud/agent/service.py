@@ -15,6 +15,7 @@ from twisted.internet import defer
 from flud.agent import jobs as job_table
 from flud.agent.runner import run_job
 from flud.agent.schedule import Scheduler
+from flud.agent.lifecycle import HookRefused, job_events, power_pause
 from flud.agent.status import build_status
 
 log = logging.getLogger("flud.agent")
@@ -25,7 +26,7 @@ BUSY_RETRY = 60.0
 
 class Agent:
     def __init__(self, reactor, home: str, config, history, spawn=run_job,
-                 python: str = sys.executable, tz=None):
+                 python: str = sys.executable, tz=None, events=None, battery=None):
         self.reactor = reactor
         self.home = home
         self.config = config
@@ -40,6 +41,10 @@ class Agent:
         self._timer = None
         self._stopped = False
         self.idle = defer.Deferred()  # fires when stop() finds no job running
+        # hooks and notifications around each run (flud/agent/lifecycle.py)
+        self.events = events if events is not None else job_events(reactor, home, config)
+        self.battery = battery      # () -> on battery? (None: psutil's answer)
+        self.paused = None          # why no job starts now, or None
 
     def start(self) -> None:
         self._refresh_snapshots()
@@ -66,9 +71,15 @@ class Agent:
         if self._stopped:
             return
         now = self.reactor.seconds()
-        name = self.scheduler.take(now)
+        try:
+            self.events.tick(now, self.history.read())   # the overdue notice
+        except Exception:   # a notice that cannot be sent must not stop the loop
+            log.exception("the overdue check failed")
+        self.paused = power_pause(self.config, self.battery)
+        name = None if self.paused else self.scheduler.take(now)
         if name is None:
-            delay = min(MAX_SLEEP, self.scheduler.seconds_to_next(now))
+            delay = MAX_SLEEP if self.paused else \
+                min(MAX_SLEEP, self.scheduler.seconds_to_next(now))
             self._timer = self.reactor.callLater(max(delay, 0.5), self._tick)
             return
         self._run(name, now)
@@ -89,12 +100,19 @@ class Agent:
 
     @defer.inlineCallbacks
     def _run_and_record(self, name: str, start: float):
-        argv = job_table.command_line(name, self.config, self.home, self.python)
+        argv = job_table.command_line(name, self.config, self.home, self.python,
+                                      moment=self.reactor.seconds(), tz=self.scheduler.tz)
         self.running = {"job": name, "start": start, "pid": None}
+        refusal = yield self.events.before(name)
         log.info("starting %s: %s", name, " ".join(argv[1:]))
         try:
-            result = yield self.spawn(self.reactor, argv, started=self._started,
-                                      timeout=self.config.job_timeout)
+            if isinstance(refusal, dict):   # the home is busy: as if the job had said so
+                result = refusal
+            elif refusal:   # an essential before_ hook failed: the job does not run
+                raise HookRefused(refusal)
+            else:
+                result = yield self.spawn(self.reactor, argv, started=self._started,
+                                          timeout=self.config.job_timeout)
         except Exception as err:  # could not even start it
             result = {"exit": None, "signal": None, "summary": None, "stderr": str(err)}
         end = self.reactor.seconds()
@@ -115,6 +133,9 @@ class Agent:
             if result.get("timed_out"):
                 record["error"] = (f"stopped after running longer than [agent] job_timeout "
                                    f"({self.config.job_timeout:g} s)")
+            if isinstance(refusal, str):
+                record["error"] = refusal
+            record = yield self.events.after(name, record, result.get("stderr") or "")
             if name == "backup":  # the page shows the new snapshot with the run
                 yield self._refresh_snapshots()
             self.history.append(record)

@@ -114,6 +114,8 @@ def _job(reactor, home, args, job):
     network = Network(reactor, home.path, home.bootstrap(),
                       upload_limit=getattr(args, "limit_upload", 0),
                       download_limit=getattr(args, "limit_download", 0))
+    from flud.cli.bandwidth import follow_schedule
+    schedule = follow_schedule(reactor, network, getattr(args, "limit_schedule", None))
     load_job_code(job)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
@@ -143,6 +145,7 @@ def _job(reactor, home, args, job):
         monitor.sample()
         monitor.stop_sampling()
         monitor.close_log()
+        schedule.stop()
         network.close()
         pool.stop()
     return code

@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_client_commands(sub)
         from flud.cli.agent import add_agent_command
         add_agent_command(sub)
+    from flud.cli.completion import add_completion_command
+    add_completion_command(sub, parser)
     return parser
 
 
