@@ -54,8 +54,13 @@ ROWS = {row.name: row for row in JOBS}
 
 def command_line(name: str, config, home: str, python: str = sys.executable) -> list:
     """argv of the child process that runs job `name` with --json."""
-    job = config.jobs[name]
-    argv = [python, "-m", "flud", *ROWS[name].arguments(job), "--home", home, "--json"]
+    return arguments_line(ROWS[name].arguments(config.jobs[name]), config, home, python)
+
+
+def arguments_line(arguments: list, config, home: str, python: str = sys.executable) -> list:
+    """argv of a child process that runs `flud ARGUMENTS` on home with
+    --json and the agent's rate limits (a restore asked for on the page)."""
+    argv = [python, "-m", "flud", *arguments, "--home", home, "--json"]
     if config.upload:
         argv += ["--limit-upload", f"{config.upload / 1024:g}"]
     if config.download:

@@ -1,9 +1,12 @@
 """The status page: HTML and inline SVG from the status data, on the server
-(no JavaScript libraries; the page reloads itself with a meta refresh).
-Every text that came from outside (file names, messages, node ids) is
-escaped."""
+(no JavaScript at all; the page reloads itself with a meta refresh). The
+headline answers "is my data safe?" (safety.py's verdict); the actions are
+forms that POST with the page's token (web.py). Every text that came from
+outside (file names, messages, node ids) is escaped."""
 import html
+import os
 import time
+import urllib.parse
 
 from flud.agent.status import HEALTH_CLASSES
 
@@ -12,7 +15,19 @@ PLOT_WIDTH, PLOT_HEIGHT, MARGIN = 560, 150, 40
 COLOURS = ("#2b6cb0", "#d69e2e", "#dd6b20", "#9b2c2c", "#c53030")
 
 STYLE = """
-body{font-family:sans-serif;margin:1.5em;color:#1a202c}
+body{font-family:sans-serif;margin:1.5em;color:#1a202c;max-width:1000px}
+.verdict{padding:.8em 1em;border-radius:6px;border-left:8px solid;margin:.6em 0 1em}
+.verdict h2{margin:0;font-size:1.25em}.verdict ul{margin:.4em 0 0;padding-left:1.2em}
+.level-ok{background:#f0fff4;border-color:#2f855a}.level-ok h2{color:#22543d}
+.level-warn{background:#fffaf0;border-color:#dd6b20}.level-warn h2{color:#7b341e}
+.level-alarm{background:#fff5f5;border-color:#c53030}.level-alarm h2{color:#742a2a}
+.actions form{display:inline-block;margin:0 .4em .4em 0}
+button{font-size:1em;padding:.35em .9em;border:1px solid #a0aec0;border-radius:4px;
+background:#edf2f7;cursor:pointer}button.primary{background:#2b6cb0;color:#fff;border-color:#2b6cb0}
+.running{background:#ebf8ff;border:1px solid #90cdf4;padding:.5em .8em;border-radius:4px}
+.bar{display:inline-block;width:200px;height:.8em;background:#e2e8f0;vertical-align:middle}
+.bar span{display:block;height:100%;background:#3182ce}
+input[type=text]{width:22em;font-size:.95em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse}td,th{padding:.2em .7em;border-bottom:1px solid #e2e8f0;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -81,18 +96,26 @@ def _short(v) -> str:
     return human(v) if v >= 1024 else f"{v:g}"
 
 
-def render(status: dict) -> str:
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">',
-           f'<title>flud agent — {e(status["home"])}</title><style>{STYLE}</style></head><body>',
-           f'<h1>flud agent</h1><p>home <code>{e(status["home"])}</code> · '
-           f'as of {e(when(status["now"]))}</p>']
-    running = status.get("running")
-    if running:
-        out.append(f'<p id="running">running: <b>{e(running["job"])}</b> since '
-                   f'{e(when(running["start"]))} (pid {e(running.get("pid"))})</p>')
+def _head(status, title, refresh=True) -> list:
+    return ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">' if refresh else "",
+            f'<title>{e(title)}</title><style>{STYLE}</style></head><body>',
+            f'<h1>flud agent</h1><p class="muted">home <code>{e(status["home"])}</code> · '
+            f'as of {e(when(status["now"]))}</p>']
+
+
+def render(status: dict, token: str = None) -> str:
+    """The page; token: the forms' token (None: a page without actions)."""
+    verdict = status.get("verdict")
+    out = _head(status, f"flud: {verdict['headline'] if verdict else status['home']}")
+    if verdict:
+        out.append(_verdict(verdict))
+    out.append(_running(status.get("running")))
+    if token:
+        out.append(_actions(status, token))
     out.append(_leases(status.get("leases")))
-    out += _jobs(status["jobs"]), _snapshots(status["snapshots"]), _health(status)
+    out += (_jobs(status["jobs"]), _snapshots(status["snapshots"], token is not None),
+            _health(status))
     series = status["series"]
     out.append('<h2>Over time</h2>')
     out.append(plot(series["stored_bytes"], ["bytes stored"], "bytes stored"))
@@ -102,6 +125,59 @@ def render(status: dict) -> str:
     out.append('<p class="muted">The same data as JSON: <a href="/api/status">/api/status</a></p>')
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _verdict(verdict) -> str:
+    """The headline: one line, coloured by level, and the reasons under it."""
+    reasons = "".join(f'<li class="{e(r["level"])}">{e(r["text"])}</li>'
+                      for r in verdict["reasons"])
+    return (f'<div id="verdict" class="verdict level-{e(verdict["level"])}" '
+            f'data-level="{e(verdict["level"])}"><h2 id="headline">{e(verdict["headline"])}</h2>'
+            + (f'<ul id="reasons">{reasons}</ul>' if reasons else "") + '</div>')
+
+
+def _running(running) -> str:
+    if not running:
+        return '<p id="running" class="muted">no job running</p>'
+    line = (f'<b>{e(running["job"])}</b> running since {e(when(running["start"]))} '
+            f'(pid {e(running.get("pid") or "starting")})')
+    progress = running.get("progress") or {}
+    percent = progress.get("percent_done")
+    if isinstance(percent, (int, float)):
+        width = max(0.0, min(100.0, float(percent)))
+        line += (f' <span class="bar"><span style="width:{width:.0f}%"></span></span> '
+                 f'{width:.0f}%')
+    if progress.get("total_files"):
+        line += (f' · {e(progress.get("files_done", 0))}/{e(progress["total_files"])} files, '
+                 f'{e(human(progress.get("bytes_done", 0)))}/'
+                 f'{e(human(progress.get("total_bytes", 0)))}')
+    if isinstance(progress.get("seconds_remaining"), (int, float)):
+        line += f' · about {progress["seconds_remaining"]:.0f} s left'
+    return f'<p id="running" class="running">{line}</p>'
+
+
+def _form(action, label, token, fields=(), primary=False, ident=None) -> str:
+    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in fields)
+    return (f'<form method="post" action="/action/{e(action)}">'
+            f'<input type="hidden" name="token" value="{e(token)}">{hidden}'
+            f'<button type="submit"{" class=primary" if primary else ""}'
+            f'{f" id={ident}" if ident else ""}>{e(label)}</button></form>')
+
+
+def _actions(status, token) -> str:
+    out = ['<div class="actions" id="actions">',
+           _form("backup", "Back up now", token, primary=True, ident="backup-now"),
+           _form("verify", "Verify now", token, ident="verify-now")]
+    paused = status.get("paused_until")
+    if paused:
+        out.append(f'<span class="warn">scheduled jobs paused until {e(when(paused))}</span> ')
+        out.append(_form("resume", "Resume", token, ident="resume"))
+    else:
+        out.append(_form("pause", "Pause 1 h", token, [("for", "1h")], ident="pause-hour"))
+        out.append(_form("pause", "Pause until tomorrow", token, [("for", "tomorrow")],
+                         ident="pause-tomorrow"))
+    out.append("</div>")
+    return "".join(out)
 
 
 def _leases(leases) -> str:
@@ -130,15 +206,19 @@ def _jobs(rows) -> str:
     return "".join(out)
 
 
-def _snapshots(snapshots) -> str:
+def _snapshots(snapshots, browsable=False) -> str:
     if not snapshots:
         return '<h2>Snapshots</h2><p id="snapshots" class="muted">no snapshots yet</p>'
     out = ['<h2>Snapshots</h2><table id="snapshots"><tr><th>snapshot</th><th>made</th>'
-           '<th>files</th><th>bytes</th></tr>']
+           '<th>files</th><th>bytes</th><th>paths</th>'
+           + ('<th></th>' if browsable else '') + '</tr>']
     for s in reversed(snapshots[-30:]):
+        link = (f'<td><a href="/browse?snapshot={e(s.get("id"))}">browse</a></td>'
+                if browsable else "")
         out.append(f'<tr><td class="n">{e(s.get("id"))}</td><td>{e(when(s.get("created")))}</td>'
                    f'<td class="n">{e(s.get("files"))}</td>'
-                   f'<td class="n">{e(human(s.get("bytes", 0)))}</td></tr>')
+                   f'<td class="n">{e(human(s.get("bytes", 0)))}</td>'
+                   f'<td><code>{e(" ".join(s.get("paths") or ()))}</code></td>{link}</tr>')
     out.append("</table>")
     return "".join(out)
 
@@ -206,3 +286,50 @@ def _log(log) -> str:
                    f'<td{cls}>{e(r.get("exit"))}</td><td>{e(r["line"])}</td></tr>')
     out.append("</table>")
     return "".join(out)
+
+
+def render_browse(status, snapshot: int, path: str, listing: dict, token: str) -> str:
+    """One directory of a snapshot, its subdirectories linked, each entry
+    (and the directory itself) with a form that restores it to a folder."""
+    out = _head(status, f"flud: snapshot {snapshot} /{path}", refresh=False)
+    crumbs = [f'<a href="/">status</a> › <a href="{_browse_url(snapshot, "")}">snapshot '
+              f'{e(snapshot)}</a>']
+    parts = [p for p in path.split("/") if p]
+    for i, part in enumerate(parts):
+        crumbs.append(f'<a href="{_browse_url(snapshot, "/".join(parts[:i + 1]))}">{e(part)}</a>')
+    out.append(f'<p id="crumbs">{" / ".join(crumbs)}</p>')
+    default = os.path.join(os.path.expanduser("~"), "flud-restored", f"snapshot-{snapshot}")
+    if listing.get("error"):
+        out.append(f'<p id="browse-error" class="bad">{e(listing["error"])}</p>')
+    out.append('<form method="post" action="/action/restore" id="restore-all">'
+               f'<input type="hidden" name="token" value="{e(token)}">'
+               f'<input type="hidden" name="snapshot" value="{e(snapshot)}">'
+               f'<input type="hidden" name="path" value="{e(path)}">'
+               f'restore {"this directory" if path else "the whole snapshot"} to '
+               f'<input type="text" name="dest" value="{e(default)}"> '
+               '<button type="submit">Restore</button></form>')
+    out.append('<table id="entries"><tr><th>name</th><th>kind</th><th>size</th>'
+               '<th>modified</th><th>restore to folder</th></tr>')
+    for entry in listing.get("entries", ()):
+        name, kind = entry["name"], entry["kind"]
+        shown = (f'<a href="{_browse_url(snapshot, entry["path"])}">{e(name)}/</a>'
+                 if kind == "dir" else e(name) + (f' → {e(entry["target"])}'
+                                                   if entry.get("target") else ""))
+        out.append(f'<tr><td>{shown}</td><td>{e(kind)}</td>'
+                   f'<td class="n">{e(human(entry["size"])) if kind == "file" else ""}</td>'
+                   f'<td>{e(when(entry["mtime_ns"] / 1e9))}</td><td>'
+                   f'<form method="post" action="/action/restore" class="restore">'
+                   f'<input type="hidden" name="token" value="{e(token)}">'
+                   f'<input type="hidden" name="snapshot" value="{e(snapshot)}">'
+                   f'<input type="hidden" name="path" value="{e(entry["path"])}">'
+                   f'<input type="text" name="dest" value="{e(default)}"> '
+                   f'<button type="submit">Restore</button></form></td></tr>')
+    out.append("</table>")
+    if listing.get("truncated"):
+        out.append('<p class="muted">more entries than shown</p>')
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _browse_url(snapshot, path) -> str:
+    return e("/browse?" + urllib.parse.urlencode({"snapshot": snapshot, "path": path}))

@@ -12,6 +12,7 @@ from flud.client.progress import human_bytes
 from flud.client.restore.tree import wanted_by
 from flud.client.snapshots import open_repository
 from flud.client.treewalk import TreeReader
+from flud.errors import FludError
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
 _KIND_NAME = {"d": "dir", "f": "file", "l": "symlink"}
@@ -96,6 +97,8 @@ def ls(ctx, args):
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
             return EXIT_SKIPPED if problems else EXIT_OK
         _, record = _pick(records, args.snapshot)
+        if getattr(args, "dir", None) is not None:
+            return (yield _one_directory(repo, record, args))
         paths = snapshot_paths(record.paths, [args.path]) if args.path else []
         reader = TreeReader(repo.fetch_sealed, repo.sealer)
         summary["snapshot"] = record.snapshot_id
@@ -115,6 +118,37 @@ def ls(ctx, args):
     finally:
         repo.close()
     return EXIT_SKIPPED if problems else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _one_directory(repo, record, args):
+    """`ls --dir PATH`: the entries of one directory, its record (and its
+    continuations) and those of the directories above it fetched, nothing
+    below."""
+    from flud.client.treewalk import NotADirectory
+
+    reader = TreeReader(repo.fetch_sealed, repo.sealer)
+    path = args.dir.strip("/")
+    summary = vars(args).setdefault("summary", {})
+    summary.update(snapshot=record.snapshot_id, path=path)
+    try:
+        blob_id = yield reader.directory(record.tree, path)
+        entries = yield reader.entries(blob_id)
+    except NotADirectory as err:
+        raise UserError(str(err))
+    except FludError as err:
+        raise UserError(f"directory {path or '/'} cannot be read: {err}")
+    listed = summary["entries"] = []
+    for entry in entries:
+        target = entry.ref if entry.kind == "l" else ""
+        full = f"{path}/{entry.name}" if path else entry.name
+        print(entry_line(full, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
+        if len(listed) < JSON_ENTRIES:
+            listed.append({"name": entry.name, "path": full,
+                           "kind": _KIND_NAME.get(entry.kind, entry.kind), "mode": entry.mode,
+                           "mtime_ns": entry.mtime_ns, "size": entry.size,
+                           **({"target": target} if target else {})})
+    return EXIT_OK
 
 
 @defer.inlineCallbacks

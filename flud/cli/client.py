@@ -55,6 +55,9 @@ def add_client_commands(sub) -> None:
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
+    ls.add_argument("--dir", metavar="PATH",
+                    help="list only the entries of this directory of the snapshot (as `ls` "
+                         "prints paths; / for the top), not the tree below it")
     ls.add_argument("--remote", action="store_true",
                     help="list the snapshots the nodes hold, not the local index's")
     _job_flags(ls)

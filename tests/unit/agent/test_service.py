@@ -16,7 +16,7 @@ class FakeSpawn:
     def __init__(self):
         self.calls = []     # [argv, Deferred]
 
-    def __call__(self, reactor, argv, started=None, timeout=None):
+    def __call__(self, reactor, argv, started=None, timeout=None, on_line=None):
         self.timeout = timeout
         d = defer.Deferred()
         if argv[3] == "ls":   # the snapshot list: answered at once
@@ -45,7 +45,8 @@ def test_jobs_run_one_at_a_time_and_each_run_is_recorded(tmp_path):
     agent, clock, spawn = make(tmp_path)
     agent.start()
     assert [c[0][3] for c in spawn.calls] == ["backup"]
-    assert agent.status()["running"] == {"job": "backup", "start": 1_000_000, "pid": 4242}
+    assert agent.status()["running"] == {"job": "backup", "start": 1_000_000, "pid": 4242,
+                                         "progress": None}
     clock.advance(120)
     assert len(spawn.calls) == 1           # verify waits for the backup
     spawn.finish({"command": "backup", "exit": 0, "snapshot": 1, "files": 2,
