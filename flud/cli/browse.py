@@ -11,7 +11,7 @@ from flud.client.manifest import ManifestMissing, snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.restore.tree import wanted_by
 from flud.client.snapshots import open_repository
-from flud.client.treewalk import TreeReader
+from flud.client.treewalk import Damaged, TreeReader
 from flud.errors import FludError
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
@@ -205,3 +205,48 @@ def diff(ctx, args):
         repo.close()
     print(f"{counts['+']} added, {counts['-']} removed, {counts['M']} changed")
     return EXIT_SKIPPED if problems else EXIT_OK
+
+
+@defer.inlineCallbacks
+def stats(ctx, args):
+    """`flud stats`: restore size, unique and stored bytes, compression and
+    dedup, bytes on each node (client/stats.py: the trees streamed)."""
+    from flud.client.stats import RepositoryStats
+
+    repo = yield _repository(ctx)
+    problems = []
+    try:
+        records = yield _records(repo, problems)
+        if args.snapshot is not None:
+            records = [_pick(records, args.snapshot)]
+        counted = RepositoryStats(repo, TreeReader(repo.fetch_sealed, repo.sealer),
+                                  lambda path, why: _damaged_reporter(problems)(
+                                      Damaged(path, why)))
+        for _, record in records:
+            yield counted.add_snapshot(record)
+        figures = counted.summary(with_nodes=args.snapshot is None)
+    finally:
+        repo.close()
+    summary = vars(args).setdefault("summary", {})
+    summary.update(figures, snapshots=[r.snapshot_id for _, r in records],
+                   damaged=[{"path": p, "why": w} for p, w in problems[:100]])
+    f = figures
+    print(f"{f['snapshots_count']} snapshot(s)")
+    print(f"  restore size: {human_bytes(f['total_size'])} in {f['total_file_count']} files "
+          f"({f['total_dir_count']} dirs, {f['total_symlink_count']} symlinks)")
+    print(f"  unique:       {human_bytes(f['unique_size'])} in {f['unique_file_count']} "
+          f"distinct contents (dedup ratio {_ratio(f['dedup_ratio'])})")
+    print(f"  stored:       {human_bytes(f['stored_size'])} compressed and encrypted "
+          f"(compression ratio {_ratio(f['compression_ratio'])}, "
+          f"{f['compression_space_saving'] or 0:.1f}% saved)")
+    if "nodes" in f:
+        print(f"  on the nodes: {human_bytes(f['total_node_bytes'])} in shares "
+              f"({_ratio(f['expansion_ratio'])} of what is stored: erasure coding and the "
+              f"snapshots' records)")
+        for n in f["nodes"]:
+            print(f"    {n['node'][:12]}  {n['shares']:>7} shares  {human_bytes(n['bytes']):>10}")
+    return EXIT_SKIPPED if problems else EXIT_OK
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
