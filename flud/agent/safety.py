@@ -75,12 +75,13 @@ class Reason:
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     level: str          # "ok", "warn" or "alarm"
-    headline: str
+    headline: str       # one line: safe, and why; or the worst reason
+    details: str        # when not safe: last backup, redundancy, lease date ("" when safe)
     reasons: tuple      # of Reason, worst first
     facts: dict
 
     def as_dict(self) -> dict:
-        return {"level": self.level, "headline": self.headline,
+        return {"level": self.level, "headline": self.headline, "details": self.details,
                 "reasons": [r.as_dict() for r in self.reasons], "facts": self.facts}
 
 
@@ -155,10 +156,12 @@ def safety_verdict(state: SafetyState, rules: Rules = Rules()) -> Verdict:
     facts = {"last_success": state.last_success, "checked_at": state.checked_at,
              "objects": objects, "kept_until": state.kept_until,
              "paused_until": state.paused_until}
-    return Verdict(level, _headline(level, state, reasons), tuple(reasons), facts)
+    headline, details = _headline(level, state, reasons)
+    return Verdict(level, headline, details, tuple(reasons), facts)
 
 
-def _headline(level, state, reasons) -> str:
+def _headline(level, state, reasons) -> tuple:
+    """(headline, details)."""
     now = state.now
     parts = []
     if state.last_success is not None:
@@ -177,8 +180,6 @@ def _headline(level, state, reasons) -> str:
         parts.append(f"nodes keep the data until {day(state.kept_until)}")
     tail = "; ".join(parts)
     if level == OK:
-        return f"Your data is safe: {tail}" if tail else "Your data is safe"
-    worst = reasons[0].text
+        return (f"Your data is safe: {tail}" if tail else "Your data is safe"), ""
     word = "At risk" if level == ALARM else "Needs attention"
-    lead = f"{word}: {worst}"
-    return f"{lead} ({tail})" if tail else lead
+    return f"{word}: {reasons[0].text}", tail

@@ -23,6 +23,15 @@ def schedule_text(every, at) -> str:
     return f"every {every:g}s"
 
 
+def _size(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def run_line(record) -> str:
     """One line of the log for a run."""
     summary = record.get("summary") or {}
@@ -32,7 +41,7 @@ def run_line(record) -> str:
     job = record["job"]
     if job == "backup" and "snapshot" in summary:
         return (f"snapshot {summary['snapshot']}: {summary.get('files', 0)} files, "
-                f"{summary.get('bytes_sent', 0)} bytes sent")
+                f"{_size(summary.get('bytes_sent', 0))} sent")
     if job == "verify" and "totals" in summary:
         t = summary["totals"]
         return (f"{t.get('confirmed', 0)} confirmed, {t.get('missing', 0)} missing, "

@@ -65,7 +65,9 @@ class StatusPage(resource.Resource):
         request.setHeader(b"cache-control", b"no-store")
         request.setHeader(b"x-content-type-options", b"nosniff")
         request.setHeader(b"x-frame-options", b"DENY")
-        request.setHeader(b"referrer-policy", b"no-referrer")
+        # same-origin, not no-referrer: with no-referrer a browser sends "Origin: null"
+        # on the page's own forms, and the origin check would refuse them
+        request.setHeader(b"referrer-policy", b"same-origin")
 
     # ---- GET -----------------------------------------------------------------
 

@@ -39,13 +39,13 @@ def test_overdue_turns_amber_then_red():
 def test_nothing_backed_up_is_red():
     v = safety_verdict(state(last_success=None, objects=None, checked_at=None, kept_until=None))
     assert v.level == ALARM and codes(v) == [(ALARM, "NOTHING_BACKED_UP")]
-    assert v.headline == "At risk: nothing is backed up yet"
+    assert v.headline == "At risk: nothing is backed up yet" and v.details == ""
 
 
 def test_redundancy_rules():
     v = safety_verdict(state(objects={**HEALTHY, "healthy": 37, "degraded": 3}))
     assert v.level == WARN and codes(v) == [(WARN, "OBJECTS_DEGRADED")]
-    assert "37 of 40 objects at full redundancy" in v.headline
+    assert "37 of 40 objects at full redundancy" in v.details
     v = safety_verdict(state(objects={**HEALTHY, "at_risk": 1, "lost": 2}))
     assert v.level == ALARM and codes(v)[0] == (ALARM, "OBJECTS_LOST")
     assert (WARN, "OBJECTS_AT_RISK") in codes(v)
@@ -56,7 +56,7 @@ def test_redundancy_rules():
 
 def test_failure_verify_lease_and_pause():
     v = safety_verdict(state(last_failure={"at": NOW, "message": "no node answered"}))
-    assert v.level == WARN and "the last backup failed: no node answered" in v.headline
+    assert v.level == WARN and v.headline == "Needs attention: the last backup failed: no node answered"
     assert codes(safety_verdict(state(verify_bad=2))) == [(WARN, "SHARES_MISSING")]
     assert codes(safety_verdict(state(kept_until=NOW + 60 * DAY))) == [(WARN, "LEASE_ENDING")]
     assert codes(safety_verdict(state(kept_until=NOW + 10 * DAY))) == [(ALARM, "LEASE_ENDING")]
