@@ -30,7 +30,7 @@ background:#edf2f7;cursor:pointer}button:disabled{opacity:.55;cursor:default}but
 .running{background:#ebf8ff;border:1px solid #90cdf4;padding:.5em .8em;border-radius:4px}
 .bar{display:inline-block;width:200px;height:.8em;background:#e2e8f0;vertical-align:middle}
 .bar span{display:block;height:100%;background:#3182ce}
-input[type=text]{width:22em;font-size:.95em}
+input[type=text]{width:22em;font-size:.95em}#restore{margin:.6em 0 1em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse}td,th{padding:.2em .7em;border-bottom:1px solid #e2e8f0;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -362,9 +362,10 @@ def render_browse(status, snapshot: int, path: str, listing: dict, token: str) -
                f'<input type="hidden" name="snapshot" value="{e(snapshot)}">'
                f'<label>restore to folder <input type="text" name="dest" value="{e(default)}">'
                f'</label> <button type="submit" name="path" value="{e(path)}" class="primary">'
-               f'Restore {"this directory" if path else "the whole snapshot"}</button> '
-               '<span class="muted">(what is there is kept: a restored file beside it is '
-               'named NAME.flud-restored)</span></form>')
+               f'Restore {"this directory" if path else "the whole snapshot"}</button>'
+               '<div class="muted">nothing in the folder is overwritten: a file that is '
+               'there already gets the restored one beside it, as NAME.flud-restored</div>'
+               '</form>')
     out.append('<table id="entries"><tr><th>name</th><th>kind</th><th>size</th>'
                '<th>modified</th><th></th></tr>')
     for entry in listing.get("entries", ()):

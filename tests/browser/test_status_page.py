@@ -12,8 +12,8 @@ import http.server
 import json
 import os
 import re
+import shutil
 import struct
-import subprocess
 import threading
 import time
 
@@ -26,16 +26,7 @@ from tests.integration.helpers import init_client, wait_until, write_random
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-BROWSER_TIMEOUT = 90
 WIDTH, HEIGHT = 1100, 1400
-
-
-def browse(binary, url, profile, *what) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
-         f"--window-size={WIDTH},{HEIGHT}", *what, url],
-        capture_output=True, text=True, timeout=BROWSER_TIMEOUT, stdin=subprocess.DEVNULL)
 
 
 def png_size(path) -> tuple:
@@ -46,7 +37,7 @@ def png_size(path) -> tuple:
 
 
 def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
-    binary = chromium()
+    chromium()   # or skip, saying why
     net = testnet_factory(6, "browser-net")
     home = tmp_path / "home"
     init_client(str(home), net, None, "--k", "2", "--n", "4")
@@ -72,14 +63,13 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         confirmed = status["verify"]["totals"]["confirmed"]
         assert confirmed > 0
 
-        shot = tmp_path / "status.png"
-        proc = browse(binary, agent.url, tmp_path / "profile-1", f"--screenshot={shot}")
-        assert shot.exists(), proc.stderr[-2000:]
-        assert png_size(shot) == (WIDTH, HEIGHT)
-        assert 20_000 < shot.stat().st_size < 5_000_000    # something drawn, not a blank page
-
         browser = Browser(tmp_path / "profile-2", WIDTH, HEIGHT)
         browser.load(agent.url)
+        shot = tmp_path / "status.png"
+        browser.screenshot(shot)
+        width, height = png_size(shot)
+        assert width == WIDTH and height >= HEIGHT
+        assert 20_000 < shot.stat().st_size < 5_000_000    # something drawn, not a blank page
         dom = browser.evaluate("document.documentElement.outerHTML")
         assert browser.evaluate("document.getElementById('verdict').dataset.level") == "ok"
         headline = browser.evaluate("document.getElementById('headline').innerText")
@@ -97,7 +87,7 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         assert f"{confirmed} shares confirmed" in dom and "0 missing" in dom
         assert "<svg" in dom and "bytes stored" in dom and "no data yet" not in dom
         if keep:
-            browser.screenshot(os.path.join(keep, "real-all-safe.png"))
+            shutil.copy(shot, os.path.join(keep, "real-all-safe.png"))
 
         # "back up now": the page shows the backup running within 2 s of the click
         write_random(data / "new.raw", 1536 * 1024, seed=4)
