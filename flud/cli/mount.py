@@ -76,7 +76,7 @@ def cmd_mount(args) -> int:
             print(f"error: the snapshots cannot be read: {err}", file=sys.stderr)
             return EXIT_ERROR
         view, close = mounted
-        print(f"{len(view.snapshots)} snapshot(s) mounted on {target} (read-only); unmount "
+        print(f"mounting {len(view.snapshots)} snapshot(s) on {target} (read-only); unmount "
               f"with `fusermount3 -u {target}` or Ctrl-C", file=sys.stderr, flush=True)
         operations = type("FludOperations", (_Operations, fuse.Operations), {})
         fuse.FUSE(operations(fuse, reactor, view), target, foreground=True, ro=True,
@@ -84,7 +84,8 @@ def cmd_mount(args) -> int:
                   attr_timeout=KERNEL_CACHE_SECONDS, entry_timeout=KERNEL_CACHE_SECONDS,
                   kernel_cache=True)
     except RuntimeError as err:   # mfusepy: the mount failed (libfuse said why on stderr)
-        print(f"error: cannot mount on {target}: {err}", file=sys.stderr)
+        print(f"error: cannot mount on {target} (libfuse's reason above; code {err})",
+              file=sys.stderr)
         return EXIT_ERROR
     finally:
         if mounted is not None:

@@ -26,7 +26,7 @@ from flud.compression import decompress
 SMALL_CACHE_BYTES = 8 * 1024 * 1024
 SEGMENT_CACHE_BYTES = 48 * 1024 * 1024
 CONTENT_RECORDS = 64
-READ_AHEAD = 2
+READ_AHEAD = 4
 
 
 class _Segments:
@@ -83,7 +83,7 @@ class FileReader:
             parts.append(data[max(offset - start, 0):end - start])
         for i in range(wanted.stop, min(wanted.stop + READ_AHEAD, len(segments.fetches))):
             self._segment(entry.ref.content, segments, i)   # read ahead: not waited for
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     @defer.inlineCallbacks
     def _small_file(self, entry):
@@ -131,9 +131,13 @@ class FileReader:
         pending = self._segments[key] = _Pending(fetch.length)
         self._segment_bytes += fetch.length
 
-        def got(stored):
-            data = bytes(stored) if fetch.method is None else \
-                decompress(fetch.method, bytes(stored), fetch.length)
+        def opened(stored):
+            if fetch.method is not None:   # decompressed in the pool, off the reactor
+                return self.ctx.pool.run(decompress, fetch.method, bytes(stored), fetch.length)
+            # fetch_segment joined its pieces into bytes already: no copy
+            return stored if isinstance(stored, bytes) else bytes(stored)
+
+        def got(data):
             if self._segments.get(key) is pending:
                 self._segments[key] = data
             pending.fire(data)
@@ -144,8 +148,10 @@ class FileReader:
                 self._segment_bytes -= pending.size
             pending.fail(failure)   # a read-ahead nobody waits for is dropped quietly
 
-        fetch_segment(self.ctx.network, self.ctx.pool, self.ctx.coder, self.ctx.secret, fetch,
-                      self._report_bad).addCallbacks(got, failed)
+        d = fetch_segment(self.ctx.network, self.ctx.pool, self.ctx.coder, self.ctx.secret,
+                          fetch, self._report_bad)
+        d.addCallback(opened)
+        d.addCallbacks(got, failed)
         return pending.wait()
 
     def _make_room(self, size: int) -> None:
