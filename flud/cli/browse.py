@@ -1,17 +1,17 @@
 """Looking into snapshots: `flud ls` (snapshots, or the files of one),
 `flud find PATTERN` and `flud diff S1 S2`. Each walks the trees directory by
-directory (client/treewalk.py), so memory follows one directory."""
+directory (client/repository/tree_walk.py), so memory follows one directory."""
 import fnmatch
 import time
 
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
-from flud.client.manifest import ManifestMissing, snapshot_paths
+from flud.client.repository.version1 import ManifestMissing, snapshot_paths
 from flud.client.progress import human_bytes
-from flud.client.restore.tree import wanted_by
-from flud.client.snapshots import open_repository
-from flud.client.treewalk import Damaged, TreeReader
+from flud.client.restore.tree_restore import wanted_by
+from flud.client.repository.snapshot_lookup import open_repository
+from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
@@ -125,7 +125,7 @@ def _one_directory(repo, record, args):
     """`ls --dir PATH`: the entries of one directory, its record (and its
     continuations) and those of the directories above it fetched, nothing
     below."""
-    from flud.client.treewalk import NotADirectory
+    from flud.client.repository.tree_walk import NotADirectory
 
     reader = TreeReader(repo.fetch_sealed, repo.sealer)
     path = args.dir.strip("/")

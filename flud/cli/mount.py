@@ -103,12 +103,12 @@ def _open(reactor, home, args):
 
     from flud.client.context import JobContext
     from flud.client.fileread import FileReader
-    from flud.client.manifest import ManifestMissing
+    from flud.client.repository.version1 import ManifestMissing
     from flud.client.mountview import MountView
     from flud.client.network import Network
     from flud.client.progress import Progress
-    from flud.client.snapshots import open_repository
-    from flud.client.treewalk import TreeReader
+    from flud.client.repository.snapshot_lookup import open_repository
+    from flud.client.repository.tree_walk import TreeReader
     from flud.coding import SegmentCoder
     from flud.lean import proc_rss
     from flud.memory import MemoryMonitor

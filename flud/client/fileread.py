@@ -17,10 +17,10 @@ import collections
 from twisted.internet import defer
 
 from flud.client.records import SmallContent, content_from_wire
-from flud.client.restore.small import SmallFetch
-from flud.client.restore.tree import TreeContents
-from flud.client.segments import fetch_segment
-from flud.client.tree import LargeRef, SmallRef
+from flud.client.restore.small_fetch import SmallFetch
+from flud.client.restore.tree_restore import TreeContents
+from flud.client.repository.segments import fetch_segment
+from flud.client.repository.tree_records import LargeRef, SmallRef
 from flud.compression import decompress
 
 SMALL_CACHE_BYTES = 8 * 1024 * 1024

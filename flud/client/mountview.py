@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 from twisted.internet import defer
 
-from flud.client.tree import DIRECTORY, FILE, SYMLINK
+from flud.client.repository.tree_records import DIRECTORY, FILE, SYMLINK
 
 DIRECTORY_CACHE = 512   # directory records (each up to 4096 entries) kept
 

@@ -24,7 +24,7 @@ The figures (restic's names where restic has the figure):
 from twisted.internet import defer
 
 from flud.client.records import ExtentSegment, StoredSegment, extent_id, stored_bytes
-from flud.client.tree import DIRECTORY, FILE, LargeRecord, LargeRef, SmallRef
+from flud.client.repository.tree_records import DIRECTORY, FILE, LargeRecord, LargeRef, SmallRef
 
 _ID_BYTES = 16   # of a content id kept to tell contents apart (128 bits)
 
