@@ -2,7 +2,6 @@
 testnet, is JSON lines that each match docs/json-schema.json; the summary
 comes last; a long job prints a status line at least once a second; and
 `flud stats` says what the data holds (restore size, dedup, bytes per node)."""
-import datetime
 import json
 import os
 
@@ -31,10 +30,6 @@ def lines_of(proc, validator) -> list:
     return lines
 
 
-def at(line) -> float:
-    return datetime.datetime.fromisoformat(line["time"].replace("Z", "+00:00")).timestamp()
-
-
 def test_every_command_speaks_the_documented_json(testnet_factory, tmp_path):
     with open(SCHEMA) as f:
         schema = json.load(f)
@@ -54,21 +49,14 @@ def test_every_command_speaks_the_documented_json(testnet_factory, tmp_path):
     write_random(data / "big.bin", MIB, seed=7)
     run = lambda *args: lines_of(flud(*args, "--home", home, "--json"), validator)  # noqa: E731
 
-    # a backup slowed to ~2 s by its upload limit (2 MiB of shares at 512 KiB/s, a burst aside):
-    # a status line every second
-    first = run("backup", data, "--limit-upload", "512K")
-    statuses = [line for line in first if line["type"] == "status"]
-    took = at(first[-1]) - at(first[0])
-    assert took > 1.5 and len(statuses) >= int(took), (took, len(statuses))
-    gaps = [at(b) - at(a) for a, b in zip(first, first[1:])]
-    assert max(gaps) <= 1.5, gaps
-    assert statuses[-1]["bytes_done"] > 0 and statuses[-1]["total_bytes"] > 0
+    # (a status line every second: tests/unit/cli/test_jsonlines.py, on a clock)
+    first = run("backup", data)
+    assert first[0]["type"] == "status" and first[-1]["snapshot"] == 1
 
     (data / "big-copy.bin").write_bytes((data / "big.bin").read_bytes())
     second = run("backup", data)[-1]
     assert second["snapshot"] == 2
     run("ls")
-    run("ls", "--snapshot", "1")
     listing = run("ls", "--snapshot", "2", "--dir", "data")[-1]
     assert sorted(e["name"] for e in listing["entries"]) == ["big-copy.bin", "big.bin", "docs"]
     run("find", "*.txt")

@@ -86,3 +86,20 @@ def test_restore_through_the_page_runs_flud_restore(tmp_path):
                           "--home"]
     assert post(page, b"/action/restore", {"token": TOKEN, "snapshot": "3", "path": "x",
                                            "dest": "relative"})[0] == 400
+
+
+def test_the_running_job_shows_its_progress_from_its_status_lines(tmp_path):
+    from flud.agent.page import render
+
+    agent, clock, spawn = make(tmp_path)
+    agent.start()
+    on_line = spawn.on_line
+    on_line({"type": "status", "phase": "backup", "files_done": 3, "total_files": 12,
+             "bytes_done": 512, "total_bytes": 2048, "percent_done": 25.0,
+             "seconds_remaining": 9.0})
+    on_line({"type": "summary", "exit": 0})   # not a status line: ignored
+    running = agent.status()["running"]
+    assert running["progress"]["percent_done"] == 25.0 and running["progress"]["files_done"] == 3
+    page = render(agent.status(), TOKEN)
+    assert "25%" in page and "3/12 files" in page and "about 9 s left" in page
+    assert "Backup running</button>" in page and 'id=backup-now disabled' in page

@@ -18,6 +18,7 @@ class FakeSpawn:
 
     def __call__(self, reactor, argv, started=None, timeout=None, on_line=None):
         self.timeout = timeout
+        self.on_line = on_line
         d = defer.Deferred()
         if argv[3] == "ls":   # the snapshot list: answered at once
             return defer.succeed({"exit": 0, "summary": {"snapshots": [{"id": 1}]}})
