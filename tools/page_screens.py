@@ -24,7 +24,7 @@ from flud.agent.status import build_status  # noqa: E402
 
 DAY = 86400.0
 NODES = [f"{i:x}" * 64 for i in (1, 2, 3, 4, 5, 6)]
-WIDTH, HEIGHT = 1100, 2000
+WIDTH, HEIGHT = 1100, 2400
 
 
 def check_summary(objects, reachable=6, repaired=0):
@@ -46,7 +46,7 @@ def history(now, days=14, last_backup_age=0.3 * DAY, degraded_from=None, failure
     for day in range(days):
         t = start + day * DAY
         if t <= now - last_backup_age:
-            sent += (120 if day == 0 else 6) * 1024 * 1024
+            sent += (2000 if day == 0 else 6) * 1024 * 1024
             records.append({"job": "backup", "start": t, "end": t + 95, "exit": 0,
                             "summary": {"snapshot": day + 1, "files": 4210 + 13 * day,
                                         "bytes_sent": sent if day == 0 else 6 * 2 ** 20,

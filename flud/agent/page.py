@@ -157,10 +157,15 @@ def render(status: dict, token: str = None) -> str:
     out.append(plot(series["stored_bytes"], ["bytes stored"],
                     "bytes stored on the nodes (from each check; before one, what backups sent)"))
     health = series["health"]
-    # healthy always; another class once it was ever non-zero
-    show = {0} | {i for i in range(len(HEALTH_CLASSES)) if any(p[i + 1] for p in health)}
-    out.append(plot(health, [k.replace("_", " ") for k in HEALTH_CLASSES],
-                    "objects by health, at each check", show, counts=True))
+    labels = [k.replace("_", " ") for k in HEALTH_CLASSES]
+    out.append(plot(health, labels, "objects at full redundancy, at each check", {0},
+                    counts=True))
+    # the troubled ones on a scale of their own (beside thousands of healthy
+    # objects, 3 degraded would be a flat line), once there ever were any
+    troubled = {i for i in range(1, len(HEALTH_CLASSES)) if any(p[i + 1] for p in health)}
+    if troubled:
+        out.append(plot(health, labels, "objects below full redundancy, at each check",
+                        troubled, counts=True))
     out.append(_log(status["log"]))
     out.append('<p class="muted">The same data as JSON: <a href="/api/status">/api/status</a></p>')
     out.append("</body></html>")

@@ -147,6 +147,20 @@ def safety_state(now, jobs, records, health, verify, leases, paused_until=None):
         kept_until=(leases or {}).get("kept_until"), paused_until=paused_until)
 
 
+def verdict_of(now, jobs, records, paused_until=None, rules=None):
+    """The safety Verdict of a history alone (for whatever warns a person:
+    the same rules as the page's headline). jobs: name -> (every, at)."""
+    checks = [r for r in records if r["job"] == "check"]
+    health = health_of(checks[-1].get("summary")) if checks else None
+    verify = None
+    for record in reversed(records):
+        if record["job"] == "verify" and (record.get("summary") or {}).get("totals"):
+            verify = {"totals": record["summary"]["totals"]}
+            break
+    return safety_verdict(safety_state(now, jobs, records, health, verify, leases_of(records),
+                                       paused_until), rules or Rules())
+
+
 def build_status(now, home, jobs, states, next_runs, records, snapshots, running,
                  paused_until=None, rules=None) -> dict:
     """jobs: name -> (every, at); states: name -> None or why it does not run;

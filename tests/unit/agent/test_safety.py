@@ -78,3 +78,14 @@ def test_the_status_carries_the_verdict_from_the_history():
     assert [r["code"] for r in v["reasons"]] == ["BACKUP_OVERDUE", "BACKUP_FAILED",
                                                  "OBJECTS_DEGRADED"]
     assert "the last backup failed: only 2 nodes are known" in v["reasons"][1]["text"]
+
+
+def test_the_verdict_of_a_history_alone_is_the_pages():
+    from flud.agent.status import verdict_of
+
+    records = [{"job": "backup", "start": NOW - 5 * DAY, "end": NOW - 5 * DAY + 9, "exit": 0,
+                "summary": {"snapshot": 1, "bytes_sent": 10}}]
+    jobs = {"backup": (3600.0, None)}
+    page = build_status(NOW, "/h", jobs, {"backup": None}, {}, records, [], None)["verdict"]
+    assert verdict_of(NOW, jobs, records).as_dict() == page
+    assert page["level"] == ALARM and page["reasons"][0]["code"] == "BACKUP_OVERDUE"
