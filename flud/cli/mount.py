@@ -19,6 +19,7 @@ from flud.cli.exits import EXIT_ERROR, EXIT_OK
 # The kernel keeps what it learnt of a path this long (seconds): a
 # snapshot never changes, so `ls -R` and a second `cat` ask the view once.
 KERNEL_CACHE_SECONDS = 300
+READAHEAD = 4 * 1024 * 1024   # the kernel's read-ahead on a file (it caps it to its own)
 
 
 def add_mount_command(sub) -> None:
@@ -80,7 +81,7 @@ def cmd_mount(args) -> int:
               f"with `fusermount3 -u {target}` or Ctrl-C", file=sys.stderr, flush=True)
         operations = type("FludOperations", (_Operations, fuse.Operations), {})
         fuse.FUSE(operations(fuse, reactor, view), target, foreground=True, ro=True,
-                  fsname="flud", subtype="flud", default_permissions=True,
+                  fsname="flud-snapshots", subtype="flud", default_permissions=True,
                   attr_timeout=KERNEL_CACHE_SECONDS, entry_timeout=KERNEL_CACHE_SECONDS,
                   kernel_cache=True)
     except RuntimeError as err:   # mfusepy: the mount failed (libfuse said why on stderr)
@@ -173,6 +174,14 @@ class _Operations:
         except Exception as err:   # a fetch that failed: the reader sees EIO
             print(f"flud mount: {fn.__name__}{args[:1]}: {err}", file=sys.stderr, flush=True)
             raise self._fuse.FuseOSError(errno.EIO) from None
+
+    def init_with_config(self, conn_info, config):
+        """A sequential reader (cat, cp) gets the kernel reading ahead
+        READAHEAD bytes: several reads in flight, the segments they touch
+        fetched ahead (fileread.READ_AHEAD), instead of one 128 KiB round
+        trip at a time."""
+        if conn_info is not None:
+            conn_info.max_readahead = READAHEAD
 
     def getattr(self, path, fh=None):
         return self._ask(self.view.node, path).attributes(self.uid, self.gid)

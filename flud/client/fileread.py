@@ -26,7 +26,7 @@ from flud.compression import decompress
 SMALL_CACHE_BYTES = 8 * 1024 * 1024
 SEGMENT_CACHE_BYTES = 48 * 1024 * 1024
 CONTENT_RECORDS = 64
-READ_AHEAD = 4
+READ_AHEAD = 8
 
 
 class _Segments:
