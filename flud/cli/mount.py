@@ -10,6 +10,7 @@ fileread.py; this is the glue. Nothing is written: a write, a create, a
 chmod are refused with EROFS by the binding's defaults and `-o ro`.
 """
 import errno
+import itertools
 import os
 import sys
 import threading
@@ -165,6 +166,8 @@ class _Operations:
         self._call = lambda fn, *a: blockingCallFromThread(reactor, fn, *a)
         self.view = view
         self.uid, self.gid = os.getuid(), os.getgid()
+        self._open = {}   # file handle -> the opened file's node (reads skip the path)
+        self._handles = itertools.count(1)
 
     def _ask(self, fn, *args):
         try:
@@ -195,11 +198,19 @@ class _Operations:
     def open(self, path, flags):
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
             raise self._fuse.FuseOSError(errno.EROFS)
-        self._ask(self.view.node, path)
-        return 0
+        handle = next(self._handles)
+        self._open[handle] = self._ask(self.view.open, path)
+        return handle
 
     def read(self, path, size, offset, fh):
-        return self._ask(self.view.read, path, offset, size)
+        node = self._open.get(fh)
+        if node is None:
+            return self._ask(self.view.read, path, offset, size)
+        return self._ask(self.view.read_node, node, offset, size)
+
+    def release(self, path, fh):
+        self._open.pop(fh, None)
+        return 0
 
     def statfs(self, path):
         return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}

@@ -123,11 +123,21 @@ class MountView:
         return list((yield self._entries(blob_id)))
 
     @defer.inlineCallbacks
-    def read(self, path: str, offset: int, size: int) -> bytes:
+    def open(self, path: str) -> Node:
+        """The node of a file to read (its reads then skip the path)."""
         node = yield self.node(path)
         if node.kind != FILE:
             raise OSError(errno.EISDIR, f"not a file: {path}")
-        data = yield self.files.read(node.entry, offset, size)
+        return node
+
+    def read_node(self, node: Node, offset: int, size: int):
+        """Deferred: bytes [offset, offset+size) of an opened file."""
+        return self.files.read(node.entry, offset, size)
+
+    @defer.inlineCallbacks
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        node = yield self.open(path)
+        data = yield self.read_node(node, offset, size)
         return data
 
     @defer.inlineCallbacks
