@@ -190,6 +190,8 @@ def _running(running) -> str:
     line = (f'<b>{e(running["job"])}</b> running since {e(when(running["start"]))} '
             f'(pid {e(running.get("pid") or "starting")})')
     progress = running.get("progress") or {}
+    if not progress:
+        line += ' · starting'
     percent = progress.get("percent_done")
     if isinstance(percent, (int, float)):
         width = max(0.0, min(100.0, float(percent)))

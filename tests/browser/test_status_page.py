@@ -73,7 +73,7 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
         dom = browser.evaluate("document.documentElement.outerHTML")
         assert browser.evaluate("document.getElementById('verdict').dataset.level") == "ok"
         headline = browser.evaluate("document.getElementById('headline').innerText")
-        assert headline.startswith(f"Your data is safe: last backup ") and \
+        assert headline.startswith("Your data is safe: last backup ") and \
             f"all {healthy} objects at full redundancy; nodes keep the data until 20" in headline
         assert '<table id="snapshots">' in dom
         row = re.search(r'<table id="snapshots">.*?</table>', dom, re.S).group(0)

@@ -3,7 +3,6 @@ pause and resume the schedule, restore a path; a POST without the token, or
 from another origin, is refused with 403 and changes nothing."""
 import io
 
-from twisted.internet import task
 from twisted.web.test.requesthelper import DummyRequest
 
 from flud.agent.web import StatusPage, tomorrow_morning
