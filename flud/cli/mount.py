@@ -70,7 +70,7 @@ def cmd_mount(args) -> int:
     loop = threading.Thread(target=reactor.run, kwargs={"installSignalHandlers": False},
                             name="flud-reactor", daemon=True)
     loop.start()
-    mounted = None
+    mounted = operations = None
     try:
         try:
             mounted = blockingCallFromThread(reactor, _open, reactor, home, args)
@@ -80,12 +80,17 @@ def cmd_mount(args) -> int:
         view, close = mounted
         print(f"mounting {len(view.snapshots)} snapshot(s) on {target} (read-only); unmount "
               f"with `fusermount3 -u {target}` or Ctrl-C", file=sys.stderr, flush=True)
-        operations = type("FludOperations", (_Operations, fuse.Operations), {})
-        fuse.FUSE(operations(fuse, reactor, view), target, foreground=True, ro=True,
+        operations = type("FludOperations", (_Operations, fuse.Operations), {})(
+            fuse, reactor, view)
+        fuse.FUSE(operations, target, foreground=True, ro=True,
                   fsname="flud-snapshots", subtype="flud", default_permissions=True,
                   attr_timeout=KERNEL_CACHE_SECONDS, entry_timeout=KERNEL_CACHE_SECONDS,
                   kernel_cache=True)
-    except RuntimeError as err:   # mfusepy: the mount failed (libfuse said why on stderr)
+    except RuntimeError as err:   # mfusepy: libfuse's loop ended with an error code
+        if operations is not None and operations.mounted:
+            # mounted, then ended by a signal (Ctrl-C, SIGTERM): libfuse unmounted
+            print(f"unmounted {target}", file=sys.stderr)
+            return EXIT_OK
         print(f"error: cannot mount on {target} (libfuse's reason above; code {err})",
               file=sys.stderr)
         return EXIT_ERROR
@@ -166,6 +171,7 @@ class _Operations:
         self._call = lambda fn, *a: blockingCallFromThread(reactor, fn, *a)
         self.view = view
         self.uid, self.gid = os.getuid(), os.getgid()
+        self.mounted = False
         self._open = {}   # file handle -> the opened file's node (reads skip the path)
         self._handles = itertools.count(1)
 
@@ -183,6 +189,7 @@ class _Operations:
         READAHEAD bytes: several reads in flight, the segments they touch
         fetched ahead (fileread.READ_AHEAD), instead of one 128 KiB round
         trip at a time."""
+        self.mounted = True   # libfuse calls init once the file system is mounted
         if conn_info is not None:
             conn_info.max_readahead = READAHEAD
 
