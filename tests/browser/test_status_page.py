@@ -132,6 +132,8 @@ def test_the_status_page_in_chromium(testnet_factory, tmp_path):  # noqa: F811
             browser.wait_for("location.href.endsWith('/action/backup') && "
                              "document.body && document.body.innerText.includes('forbidden')",
                              timeout=10)
+        assert browser.evaluate("performance.getEntriesByType('navigation')[0]"
+                                ".responseStatus") == 403
         time.sleep(0.5)
         assert agent.status()["running"] is None and len(agent.status()["log"]) == runs
     finally:
