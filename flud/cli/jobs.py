@@ -4,6 +4,7 @@ progress, runs the job and prints its summary."""
 import contextlib
 import json
 import logging
+import os
 import sys
 
 from twisted.internet import defer
@@ -27,15 +28,15 @@ def run_client(args, job: str) -> int:
     filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
-    args.summary = {}
+    args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
     args.json_out = sys.stdout   # the JSON lines' (the job's own prints go to stderr)
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        if job not in READ_ONLY_JOBS:
-            lock.acquire()
+        if job not in READ_ONLY_JOBS and not getattr(args, "lock_held", False):
+            lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
     except (UserError, HomeBusy, *_refusals()) as err:
@@ -216,25 +217,35 @@ def _typed(user_error, err):
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli.backup_flags import exclude_options
     from flud.client.backup.backup_job import Backup
     from flud.client.repository.segments import StoreFailed
     from flud.errors import FludError
 
+    stream = getattr(args, "stream_source", None)   # --stdin-from-command (backup_modes.py)
+    parts = {}
+    if stream is not None:
+        from flud.client.backup.command_stream import streaming_large_files
+        parts = {"large_files": streaming_large_files(stream)}
     job = Backup(reactor, home, network, pool, monitor, progress,
-                 parallel_files=args.parallel_files)
+                 parallel_files=args.parallel_files, **parts)
     try:
-        result = yield job.run(args.paths, args.exclude, tags=args.tag)
+        result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
     except StoreFailed as err:
         raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                                f"run the backup again."), err)
     except FludError as err:   # typed: exit 2 with its code under --json, no traceback
         raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
-    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
+    if stream is not None:
+        _summary(args)["stdin"] = {"command": stream.argv, "bytes": stream.bytes,
+                                   "filename": os.path.basename(stream.path)}
+    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
+                          too_large_paths=job.too_large)
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
-          f"{s['skipped']} skipped, {s['dedup']} deduplicated)")
+          f"{s['skipped']} skipped, {s['dedup']} deduplicated, {s['excluded']} excluded)")
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
@@ -245,6 +256,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
+    for path, why in job.too_large:
+        print(f"  excluded {path}: {why}")
     return EXIT_SKIPPED if s["skipped"] else EXIT_OK
 
 

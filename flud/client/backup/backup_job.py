@@ -32,15 +32,17 @@ from flud.client.backup.small_files import SmallFiles
 from flud.client.backup.tree_writer import TreeWriter, publish_tree
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import JobContext
+from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
 from flud.client.lease_renewal import renew_leases
 from flud.client.records import EmptyContent
-from flud.client.backup.source_scan import Entry, entry_of, list_children
+from flud.client.backup.source_scan import Entry, entry_of
 from flud.client.backup.source_walk import walk
 from flud.coding import SegmentCoder
 
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
+SHOWN_TOO_LARGE = 20         # files left out for their size, named in the summary
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
 
@@ -72,8 +74,9 @@ class Backup:
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
-                        "reduced_redundancy": 0}
+                        "reduced_redundancy": 0, "excluded": 0}
         self.skipped = []
+        self.too_large = []      # (path, why): files left out by --exclude-larger-than
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
@@ -94,7 +97,9 @@ class Backup:
 
     @defer.inlineCallbacks
     def run(self, paths, excludes=(), tags=()):
-        """Back up `paths` (files or directories) as a new snapshot."""
+        """Back up `paths` (files or directories) as a new snapshot.
+        excludes: ExcludeRules, ExcludeOptions or globs (flud/client/backup/source_excludes.py)."""
+        excludes = ExcludeRules.of(excludes)   # a bad exclude file stops here, before any change
         ctx = self.ctx
         index = ctx.index
         started = ctx.clock()
@@ -195,7 +200,7 @@ class Backup:
             if top.kind != "dir":
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
-            for listing in walk(root, excludes, self._skip, list_children):
+            for listing in walk(root, (), self._skip, excludes.lister(root, self._excluded)):
                 files = [e for e in listing.entries if e.kind == "file"]
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
@@ -268,6 +273,12 @@ class Backup:
         # one row a share, streamed in: the manifest reads them back the same way
         index.add_challenges(challenges.items())
         self.contents.new = {}
+
+    def _excluded(self, path, why):
+        self.summary["excluded"] += 1
+        # a file left out for its size is the user's data, not a cache: said by name
+        if why.startswith(LARGER_THAN) and len(self.too_large) < SHOWN_TOO_LARGE:
+            self.too_large.append((path, why))
 
     def _skip(self, path, why):
         self.summary["skipped"] += 1

@@ -26,11 +26,12 @@ from twisted.internet import defer
 from flud.client.backup.tree_builder import TreeBuilder
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
+from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.repository.head import Head, store_blobs, write_head
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
 from flud.client.repository.version1 import root_names
 from flud.client.records import EMPTY, LARGE, SMALL
-from flud.client.backup.source_scan import entry_of, list_children
+from flud.client.backup.source_scan import entry_of
 from flud.client.repository.tree_records import LargeRecord, LargeRef, SmallRef, SnapshotRecord
 from flud.client.backup.source_walk import walk
 
@@ -134,7 +135,9 @@ class TreeWriter:
 
     @defer.inlineCallbacks
     def build(self, roots, excludes):
-        """The blob id of the snapshot's root directory record."""
+        """The blob id of the snapshot's root directory record. excludes:
+        the ExcludeRules of the run's first walk (the same answers)."""
+        excludes = ExcludeRules.of(excludes)
         tops = []
         for root, name in zip(roots, root_names(roots)):
             try:
@@ -146,7 +149,8 @@ class TreeWriter:
                 continue
             if top.kind == "dir":
                 if not self._reuse(root):
-                    for listing in walk(root, excludes, _quiet, list_children, self._reuse):
+                    for listing in walk(root, (), _quiet, excludes.lister(root),
+                                        self._reuse):
                         self._build(listing)
                         yield self._hand_over()
                 self.files += self._counts[root][0]
