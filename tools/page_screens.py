@@ -82,7 +82,7 @@ def snapshots(records):
 
 
 def state(name, now):
-    jobs = {"backup": (6 * 3600.0, None), "verify": (DAY, None), "check": (DAY, None)}
+    jobs = {"backup": (DAY, None), "verify": (DAY, None), "check": (DAY, None)}
     states = {"backup": None, "verify": None, "check": None, "forget": "disabled in agent.toml"}
     running = None
     if name == "all-safe":
@@ -97,7 +97,7 @@ def state(name, now):
                    "progress": {"phase": "backup", "files_done": 1712, "total_files": 4393,
                                 "bytes_done": 912 * 2 ** 20, "total_bytes": 2301 * 2 ** 20,
                                 "percent_done": 39.6, "seconds_remaining": 64}}
-    next_runs = {"backup": now + 5 * 3600, "verify": now + 8 * 3600, "check": now + 7 * 3600}
+    next_runs = {"backup": now + 3600, "verify": now + 8 * 3600, "check": now + 7 * 3600}
     return build_status(now, "/home/me/.flud", jobs, states, next_runs, records,
                         snapshots(records), running)
 
