@@ -44,6 +44,7 @@ class Agent:
         self.scheduler.pause(self._read_pause())
         self._listings = {}         # (snapshot, path) -> a directory's listing
         self.adhoc = {}             # job name -> the flud arguments of a run asked for once
+        self._asked = set()         # jobs asked for on the page, not yet started
         self.running = None         # {job, start, pid, progress}
         self.snapshots = []         # the newest `flud ls --json` list
         self._timer = None
@@ -78,6 +79,7 @@ class Agent:
             raise ValueError(f"no job {name!r} to start; known: {', '.join(ASKABLE)}")
         if name == "backup" and self.states.get("backup") is not None:
             raise ValueError(f"backup cannot run: {self.states['backup']}")
+        self._asked.add(name)
         self.scheduler.request(name)
         self._kick()
         return f"{name} asked for: it starts as soon as nothing else runs"
@@ -88,6 +90,7 @@ class Agent:
             raise ValueError(f"the folder to restore to must be an absolute path, not {dest!r}")
         self.adhoc["restore"] = ["restore", *([path] if path else []), "--snapshot",
                                  str(int(snapshot)), "--to", dest]
+        self._asked.add("restore")
         self.scheduler.request("restore")
         self._kick()
         return f"restore of {path or 'the whole snapshot'} to {dest} asked for"
@@ -115,6 +118,15 @@ class Agent:
         except (OSError, ValueError, AttributeError):
             return None
         return until if isinstance(until, (int, float)) else None
+
+    def _ask_again(self, name: str, arguments) -> None:
+        if self._stopped:
+            return
+        if arguments is not None:
+            self.adhoc[name] = arguments
+        self._asked.add(name)
+        self.scheduler.request(name)
+        self._kick()
 
     def _kick(self) -> None:
         """Look for work now, not at the timer's next tick."""
@@ -154,9 +166,11 @@ class Agent:
 
     @defer.inlineCallbacks
     def _run_and_record(self, name: str, start: float):
-        if name in self.adhoc:
-            argv = job_table.arguments_line(self.adhoc.pop(name), self.config, self.home,
-                                            self.python)
+        asked = name in self._asked   # from the page: asked again if the home is busy
+        self._asked.discard(name)
+        arguments = self.adhoc.pop(name, None)
+        if arguments is not None:
+            argv = job_table.arguments_line(arguments, self.config, self.home, self.python)
         else:
             argv = job_table.command_line(name, self.config, self.home, self.python)
         self.running = {"job": name, "start": start, "pid": None, "progress": None}
@@ -174,6 +188,8 @@ class Agent:
             log.warning("%s postponed: %s", name, error.get("message"))
             self.running = None
             self.scheduler.postpone(name, end + BUSY_RETRY)
+            if asked:   # a button's run is not dropped: it is asked for again then
+                self.reactor.callLater(BUSY_RETRY, self._ask_again, name, arguments)
         else:
             record = {"job": name, "start": start, "end": end, "exit": result.get("exit"),
                       "summary": summary}

@@ -102,3 +102,21 @@ def test_the_running_job_shows_its_progress_from_its_status_lines(tmp_path):
     page = render(agent.status(), TOKEN)
     assert "25%" in page and "3/12 files" in page and "about 9 s left" in page
     assert "Backup running</button>" in page and 'id=backup-now disabled' in page
+
+
+def test_a_restore_asked_for_while_the_home_is_busy_runs_later(tmp_path):
+    from flud.agent.service import BUSY_RETRY
+
+    agent, clock, spawn = make(tmp_path)
+    agent.pause(clock.seconds() + 10 * BUSY_RETRY)   # no scheduled job in the way
+    agent.start()
+    agent.ask_restore(3, "docs/a.txt", "/tmp/out")
+    clock.advance(0)
+    assert spawn.calls[-1][0][3] == "restore"
+    spawn.finish({"error": {"code": "HOME_BUSY", "message": "another job is running"}},
+                 exit=2)
+    clock.advance(0)
+    assert len(spawn.calls) == 1 and agent.status()["running"] is None
+    clock.advance(BUSY_RETRY)
+    assert len(spawn.calls) == 2
+    assert spawn.calls[-1][0][3:7] == ["restore", "docs/a.txt", "--snapshot", "3"]
