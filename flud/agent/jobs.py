@@ -70,8 +70,15 @@ def command_line(name: str, config, home: str, python: str = sys.executable,
                  moment: float = None, tz=None) -> list:
     """argv of the child process that runs job `name` with --json, with the
     rate limits of `moment` (unix time; [[bandwidth]] windows by local time)."""
-    job = config.jobs[name]
-    argv = [python, "-m", "flud", *ROWS[name].arguments(job), "--home", home, "--json"]
+    return arguments_line(ROWS[name].arguments(config.jobs[name]), config, home, python,
+                          moment, tz)
+
+
+def arguments_line(arguments: list, config, home: str, python: str = sys.executable,
+                   moment: float = None, tz=None) -> list:
+    """argv of a child process that runs `flud ARGUMENTS` on home with
+    --json and the agent's rate limits (a restore asked for on the page)."""
+    argv = [python, "-m", "flud", *arguments, "--home", home, "--json"]
     upload, download = config.upload, config.download
     if moment is not None and config.bandwidth:
         upload, download = limits_at(config.bandwidth, upload, download,

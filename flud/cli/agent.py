@@ -109,7 +109,7 @@ def _serve(reactor, home, config):
     agent = Agent(reactor, home, config, History(home, config.history))
     host, port = config.listen
     try:
-        listening = reactor.listenTCP(port, Site(StatusPage(agent.status)), interface=host)
+        listening = reactor.listenTCP(port, Site(StatusPage(agent.status, agent)), interface=host)
     except CannotListenError as err:
         print(f"error: the status page cannot listen on {host}:{port} ({err.socketError}); "
               f"choose another with --listen or [agent] listen", file=sys.stderr)

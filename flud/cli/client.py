@@ -54,6 +54,9 @@ def add_client_commands(sub) -> None:
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
+    ls.add_argument("--dir", metavar="PATH",
+                    help="list only the entries of this directory of the snapshot (as `ls` "
+                         "prints paths; / for the top), not the tree below it")
     ls.add_argument("--remote", action="store_true",
                     help="list the snapshots the nodes hold, not the local index's")
     _job_flags(ls)
@@ -65,6 +68,14 @@ def add_client_commands(sub) -> None:
     find.add_argument("--snapshot", type=int, help="only this snapshot (default: all)")
     _job_flags(find)
     find.set_defaults(handler=lambda args: _network_job(args, "find"))
+
+    stats = sub.add_parser("stats", help="sizes: restore size, unique and stored bytes, "
+                                         "compression and dedup, bytes on each node")
+    stats.add_argument("--home", required=True)
+    stats.add_argument("--snapshot", type=int, help="only this snapshot (default: all; the "
+                                                     "bytes per node need all)")
+    _job_flags(stats)
+    stats.set_defaults(handler=lambda args: _network_job(args, "stats"))
 
     check = sub.add_parser("check", help="challenge a rotating part of your shares; repair")
     check.add_argument("--home", required=True)
@@ -321,6 +332,9 @@ def _list(home, args) -> int:
     from flud.cli.browse import list_local
 
     snapshots = home.index.snapshots()
+    if getattr(args, "dir", None) is not None:   # one directory: from the nodes' trees
+        home.close()
+        return _network_job(args, "ls")
     if getattr(args, "json", False) and not args.remote:
         return _list_json(home, args, snapshots)
     if args.snapshot is None and not args.path and not args.remote:
@@ -351,10 +365,10 @@ def _list(home, args) -> int:
 
 def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
-    import json
+    from flud.cli.jsonlines import summary_line
     if args.snapshot is None and not args.path:
         from flud.client.lease_renewal import kept_until
-        print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
+        print(summary_line("ls", {"exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
              "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots],
@@ -372,7 +386,7 @@ def _list_json(home, args, snapshots) -> int:
                 **({"target": last} if kind == "symlink" else {})}
                for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
                if not prefix or rel == prefix or rel.startswith(prefix + "/")]
-    print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshot": sid, "entries": entries}))
+    print(summary_line("ls", {"exit": EXIT_OK, "snapshot": sid, "entries": entries}))
     return EXIT_OK
 
 
