@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 from flud.errors import FludError
 
 FORMAT_VERSION = 2
+CHUNKED_LARGE_VERSION = 3   # a large-content record of a file cut into chunks (its runs)
 MAX_DIR_ENTRIES = 4096   # entries per directory record; more go to continuation records
 DIRECTORY, FILE, SYMLINK = "d", "f", "l"
 SMALL_REF, LARGE_REF = "S", "L"
@@ -162,8 +163,9 @@ class DirEntry(NamedTuple):
         return cls(name, kind, mode, mtime_ns, size, ref)
 
 
-def record_head(data: bytes, kind: str) -> dict:
-    """The JSON object of a version-2 record of `kind`, its version checked."""
+def record_head(data: bytes, kind: str, newest: int = FORMAT_VERSION) -> dict:
+    """The JSON object of a version-2 record of `kind` (up to version
+    `newest`, for a kind that has one), its version checked."""
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -171,10 +173,10 @@ def record_head(data: bytes, kind: str) -> dict:
     _need(type(value) is dict, f"a {kind} record that is not an object")
     version = value.get("v")
     _need(type(version) is int, f"a {kind} record without a version")
-    if version > FORMAT_VERSION:
+    if version > newest:
         raise NewerFormat(f"a {kind} record of format version {version}: this flud reads "
-                          f"up to version {FORMAT_VERSION}; upgrade flud")
-    _need(version == FORMAT_VERSION and value.get("t") == kind,
+                          f"up to version {newest}; upgrade flud")
+    _need(FORMAT_VERSION <= version and value.get("t") == kind,
           f"not a version-{FORMAT_VERSION} {kind} record")
     return value
 
@@ -266,12 +268,18 @@ class LargeRecord(NamedTuple):
     content: dict
 
     def encode(self) -> bytes:
-        return _encode({"v": FORMAT_VERSION, "t": "large", "c": self.content}).encode("ascii")
+        # A file cut into chunks (its content has runs) is version 3: a flud
+        # that knows no runs would restore its extents back to back, not the
+        # file, so it must refuse the record (NewerFormat), not misread it.
+        version = CHUNKED_LARGE_VERSION if "runs" in self.content else FORMAT_VERSION
+        return _encode({"v": version, "t": "large", "c": self.content}).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "LargeRecord":
-        value = record_head(data, "large")
+        value = record_head(data, "large", CHUNKED_LARGE_VERSION)
         content = value.get("c")
         _need(type(content) is dict and content.get("t") == "L" and _is_int(content.get("size")),
               "a large-content record with a bad content")
+        _need(("runs" in content) == (value["v"] == CHUNKED_LARGE_VERSION),
+              "a large-content record whose version does not match its content")
         return cls(content)
