@@ -179,6 +179,10 @@ class ClientIndex(run_rows.OpenRun):
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files "
             "WHERE parent=?", (directory,))}
 
+    def has_file(self, path: str) -> bool:
+        """Whether a backup recorded this path before (whatever it held)."""
+        return self.db.execute("SELECT 1 FROM files WHERE path=?", (path,)).fetchone() is not None
+
     def record_files(self, rows) -> None:
         """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
         self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))

@@ -1,8 +1,9 @@
 """A large file cut into content-defined chunks: only new chunks are sent.
 
-Before a large file is sent it is read once in the pool (`chunk_file`): the
-chunker (flud/chunker.py) cuts it where its content says, and each chunk is
-named by a keyed BLAKE3 of its plaintext (the key from the user secret, as
+A large file this home backed up before (under its path) is read once in
+the pool before it is sent (`chunk_file`): the chunker (flud/chunker.py)
+cuts it where its content says, and each chunk is named by a keyed BLAKE3
+of its plaintext (the key from the user secret, as
 every other name of content here). The client index knows the chunks of
 the extents this home published ("C" + chunk id -> where its bytes are: an
 extent's row and a range of its plaintext, in one or two extents), so a
@@ -14,6 +15,12 @@ file changed by an insert, an append or a moved region is planned as
 - the new chunks, back to back: the file's *pack*, sent as extents like
   any large file (large.py) but read through a `PackReader`, which maps
   the pack's offsets to the file's. Full segments, one segment's footprint.
+
+A file seen for the first time whose first chunks (PROBE_CHUNKS x the
+average: one read of a few MiB) are all new is sent whole, as before
+chunks, and cut as it is read for sending (`FeedingReader`): one read, not
+two, and its chunks are known for the next backup. A new path whose first
+chunks are known (a copy, a rename) is read first like a changed file.
 
 The content record lists every extent the file uses and its runs
 (records.LargeContent, version-3 large record): restore writes each run's
@@ -43,43 +50,99 @@ EXTENT_PREFIX = "E"         # as large.py's: "E" + its first segment's key
 PURPOSE_CHUNK_ID = "chunk-id-v1"
 CONTENT_LABEL = b"flud-chunked-v1"
 READ_PIECE = 1024 * 1024    # the chunk pass reads this much at a time
+PROBE_CHUNKS = 4            # a new file's first bytes looked up: this x the average
 
 
 def chunk_id_key(secret: bytes) -> bytes:
     return derive_key(secret, PURPOSE_CHUNK_ID)
 
 
-def chunk_file(entry, secret: bytes, sizes: ChunkSizes, id_key: bytes) -> list:
+class ChunkFeeder:
+    """A stream's chunks, [(offset, length, chunk id)], from its bytes fed
+    in order (feed(offset, data); bytes fed again, as an extent sent again
+    reads them, are skipped). Used from one thread at a time."""
+
+    def __init__(self, secret: bytes, sizes: ChunkSizes, id_key: bytes):
+        self._chunker = Chunker(secret, sizes)
+        self._id_key = id_key
+        self._hasher = blake3.blake3(key=id_key)
+        self._start = self._fed = 0
+        self.chunks = []
+
+    def feed(self, offset: int, data) -> None:
+        data = memoryview(data).cast("B")
+        if offset + len(data) <= self._fed:
+            return
+        if offset > self._fed:
+            raise ValueError(f"chunker fed at {offset} with {self._fed} bytes seen")
+        data = data[self._fed - offset:]
+        at = 0
+        for cut in self._chunker.cuts(data):
+            self._hasher.update(data[at:cut])
+            end = self._fed + cut
+            self.chunks.append((self._start, end - self._start, self._hasher.digest()))
+            self._start, at = end, cut
+            self._hasher = blake3.blake3(key=self._id_key)
+        self._hasher.update(data[at:])
+        self._fed += len(data)
+
+    def finish(self) -> list:
+        if self._start < self._fed:
+            self.chunks.append((self._start, self._fed - self._start, self._hasher.digest()))
+            self._start = self._fed
+        return self.chunks
+
+
+class FeedingReader:
+    """A file read as SequentialReader reads it, every byte also fed to a
+    ChunkFeeder: a file seen for the first time is cut into chunks as it is
+    sent (one read), not read once more before."""
+
+    def __init__(self, raw, feeder: ChunkFeeder):
+        self._raw, self._feeder, self._at = raw, feeder, 0
+
+    def seek(self, offset: int) -> None:
+        self._raw.seek(offset)
+        self._at = offset
+
+    def readinto(self, buffer) -> int:
+        got = self._raw.readinto(buffer)
+        with memoryview(buffer) as view:
+            self._feeder.feed(self._at, view.cast("B")[:got])
+        self._at += got
+        return got
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def chunk_file(entry, secret: bytes, sizes: ChunkSizes, id_key: bytes, limit=None) -> list:
     """(pool) [(offset, length, chunk id)] of the file, read front to back a
-    READ_PIECE at a time into one buffer (a chunk is never held whole)."""
-    chunker = Chunker(secret, sizes)
-    chunks = []
+    READ_PIECE at a time into one buffer (a chunk is never held whole).
+    limit: only the whole chunks of its first `limit` bytes (a probe)."""
+    feeder = ChunkFeeder(secret, sizes, id_key)
     piece = mmap.mmap(-1, READ_PIECE)
     view = memoryview(piece)
-    start = done = 0
-    hasher = blake3.blake3(key=id_key)
+    done = 0
+    end = entry.size if limit is None else min(limit, entry.size)
     try:
         with SequentialReader(entry.path) as f:
-            while done < entry.size:
-                want = min(READ_PIECE, entry.size - done)
+            while done < end:
+                want = min(READ_PIECE, end - done)
                 if f.readinto(view[:want]) != want:
                     raise FileChanged(f"{entry.path} changed while it was backed up")
-                data = view[:want]
-                at = 0
-                for cut in chunker.cuts(data):
-                    hasher.update(data[at:cut])
-                    chunks.append((start, done + cut - start, hasher.digest()))
-                    start, at = done + cut, cut
-                    hasher = blake3.blake3(key=id_key)
-                hasher.update(data[at:])
+                feeder.feed(done, view[:want])
                 done += want
-                data = None
-            if start < entry.size:
-                chunks.append((start, entry.size - start, hasher.digest()))
     finally:
         view.release()
         piece.close()
-    return chunks
+    return feeder.finish() if end == entry.size else feeder.chunks
+
+
+def knows_any(index, chunks) -> bool:
+    """Whether the index holds any of these chunks in an extent it still has."""
+    rows = {}
+    return any(_known(index, cid, length, rows) is not None for _, length, cid in chunks)
 
 
 class FilePlan:
@@ -96,6 +159,20 @@ class FilePlan:
         self.pack_size = 0
         self.chunk_ids = []   # every chunk's id, in order (the content id)
         self.known_bytes = 0
+
+    @classmethod
+    def all_new(cls, size: int, chunks) -> "FilePlan":
+        """A file sent whole (its pack is the file), cut as it was sent."""
+        if sum(length for _, length, _ in chunks) != size:
+            raise FileChanged(f"a file of {size} bytes was read as "
+                              f"{sum(length for _, length, _ in chunks)}: it changed")
+        plan = cls(size)
+        plan.chunk_ids = [cid for _, _, cid in chunks]
+        plan.new_chunks = [(cid, offset, length) for offset, length, cid in chunks]
+        plan.pieces = [[None, 0, size]] if size else []
+        plan.spans = [(0, size)]
+        plan.pack_size = size
+        return plan
 
     @classmethod
     def make(cls, size: int, chunks, index) -> "FilePlan":

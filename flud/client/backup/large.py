@@ -22,7 +22,8 @@ from flud.client.directio import SequentialReader
 from flud.client.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
-from flud.client.backup.chunked import FilePlan, chunk_file, chunk_id_key
+from flud.client.backup.chunked import (PROBE_CHUNKS, ChunkFeeder, FeedingReader, FilePlan,
+                                        chunk_file, chunk_id_key, knows_any)
 from flud.client.backup.files import FileChanged, read_into, why_skipped
 from flud.client.backup.plans import ExtentPlans
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
@@ -180,7 +181,7 @@ class LargeFiles:
         chunks (chunked.py), only its new chunks are sent: its pack."""
         transfer = self.ctx.monitor.transfer("upload", entry.path)
         extents, digests = [], []
-        chunked = None
+        chunked = feeder = None
         committing = []  # sent extents whose commit is still to be seen
         try:
             # The process budget, shared by every transfer: when it is spent
@@ -188,18 +189,23 @@ class LargeFiles:
             # file: a half claimed alone could wait on a budget its other
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
-            if self.chunk_sizes is not None:
+            if self.chunk_sizes is not None and (yield self._seen(entry)):
+                # backed up before: its known chunks are found first (a second read)
                 chunks = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret,
                                                  self.chunk_sizes, self._chunk_id_key)
                 chunked = FilePlan.make(entry.size, chunks, self.ctx.index)
                 self.counters["bytes_known"] += chunked.known_bytes
                 self.ctx.progress.bytes_done(chunked.known_bytes)
+            elif self.chunk_sizes is not None:   # new here: cut as it is sent
+                feeder = ChunkFeeder(self.ctx.secret, self.chunk_sizes, self._chunk_id_key)
             sent = entry if chunked is None else chunked.pack_entry(entry)
             segments = -(-sent.size // self.segment_size)
             buffers = _SegmentBuffers(self.segment_window, self.segment_size)
             per_extent = segments_per_extent(self.segment_size)
             with SequentialReader(entry.path) as raw:
                 f = raw if chunked is None else chunked.reader(raw)
+                if feeder is not None:
+                    f = FeedingReader(raw, feeder)
                 plans = ExtentPlans(self.ctx.pool, sent, self.segment_size, per_extent,
                                     wrap=None if chunked is None else chunked.reader)
                 try:
@@ -236,6 +242,8 @@ class LargeFiles:
         finally:
             transfer.close()
         self.ctx.progress.file_done(0)
+        if feeder is not None:
+            chunked = FilePlan.all_new(entry.size, feeder.finish())
         if chunked is not None:
             return self._chunked_content(chunked, extents)
         content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
@@ -243,6 +251,17 @@ class LargeFiles:
             self.summary["dedup"] += 1
             return content_id
         return self.contents.remember(content_id, LargeContent(entry.size, extents=tuple(extents)))
+
+    @defer.inlineCallbacks
+    def _seen(self, entry):
+        """Whether a large file may hold chunks stored before: backed up
+        before under its path, or its first chunks are (chunked.py)."""
+        if self.ctx.index.has_file(entry.path):
+            return True
+        first = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret, self.chunk_sizes,
+                                        self._chunk_id_key,
+                                        PROBE_CHUNKS * self.chunk_sizes.average)
+        return knows_any(self.ctx.index, first)
 
     def _chunked_content(self, plan, extents):
         """A chunked file's content id; its new chunks go to the index (they
