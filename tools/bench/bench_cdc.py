@@ -1,6 +1,7 @@
 """Changed bytes, not changed files (issue 27): a large file changed in the middle.
 
-    .venv/bin/python tools/bench/bench_cdc.py [--quick] [--size 256MiB] [--nodes N]
+    .venv/bin/python tools/bench/bench_cdc.py [--quick] [--cdc-size 256MiB] [--nodes N]
+    make bench BENCH_ARGS="--only cdc"
 
 - A file of random bytes (256 MiB) is backed up into a fresh home, backed up
   again unchanged (what any backup sends: records and a head), then 1 MiB of
@@ -34,9 +35,10 @@ INSERT = MiB
 
 def add_arguments(parser) -> None:
     g = parser.add_argument_group("bench_cdc")
-    g.add_argument("--size", default=None, help="the file's size (default 256MiB; 64MiB quick)")
-    g.add_argument("--at", default="100MiB", help="where the insert goes (default 100MiB)")
-    g.add_argument("--no-restic", action="store_true", help="flud's figures alone")
+    g.add_argument("--cdc-size", default=None,
+                   help="the file's size (default 256MiB; 64MiB quick)")
+    g.add_argument("--cdc-at", default="100MiB", help="where the insert goes (default 100MiB)")
+    g.add_argument("--cdc-no-restic", action="store_true", help="flud's figures alone")
 
 
 def _insert(src: str, dest: str, at: int, size: int) -> None:
@@ -76,8 +78,8 @@ def chunker_rates(size: int) -> tuple:
 
 
 def run(args) -> list:
-    size = parse_size(args.size) if args.size else (64 * MiB if args.quick else 256 * MiB)
-    at = min(parse_size(args.at), size // 2)
+    size = parse_size(args.cdc_size) if args.cdc_size else (64 * MiB if args.quick else 256 * MiB)
+    at = min(parse_size(args.cdc_at), size // 2)
     base = os.path.join(common.RUN_DIR, "cdc")
     data = os.path.join(base, "data")
     size_txt = f"{size / MiB:g} MiB"
@@ -149,8 +151,8 @@ def run(args) -> list:
 
 
 def _restic(args, original, disk, src, at, base) -> str:
-    if args.no_restic:
-        return "not run (--no-restic)"
+    if args.cdc_no_restic:
+        return "not run (--cdc-no-restic)"
     binary, note = restic_tool.find_restic()
     if not binary:
         return note

@@ -30,7 +30,7 @@ BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_
            ("memory", "bench_memory"), ("checkload", "bench_checkload"),
            ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
            ("repair", "bench_repair"), ("check", "bench_check"),
-           ("retention", "bench_retention"), ("prune", "bench_prune")]
+           ("retention", "bench_retention"), ("prune", "bench_prune"), ("cdc", "bench_cdc")]
 
 
 def main() -> int:
