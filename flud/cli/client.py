@@ -321,8 +321,8 @@ def cmd_key_export(args) -> int:
 
 
 def _print_lease_line(home) -> None:
-    """Until when the nodes keep this home's data (client/leases.py)."""
-    from flud.client.leases import kept_until_line
+    """Until when the nodes keep this home's data (client/lease_renewal.py)."""
+    from flud.client.lease_renewal import kept_until_line
     print(kept_until_line(home.index))
 
 
@@ -359,7 +359,7 @@ def _list(home, args) -> int:
         home.close()
         return _network_job(args, "ls")
     from flud.cli.browse import entry_line
-    from flud.client.manifest import snapshot_paths
+    from flud.client.repository.version1 import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
@@ -374,7 +374,7 @@ def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
     import json
     if args.snapshot is None and not args.path:
-        from flud.client.leases import kept_until
+        from flud.client.lease_renewal import kept_until
         print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
@@ -386,7 +386,7 @@ def _list_json(home, args, snapshots) -> int:
     if manifest is None:   # a version-2 snapshot: its trees are on the nodes
         home.close()
         return _network_job(args, "ls")
-    from flud.client.manifest import snapshot_paths
+    from flud.client.repository.version1 import snapshot_paths
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
     entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,

@@ -5,7 +5,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from flud.client.health import NodeHealth
+from flud.client.node_health import NodeHealth
 from flud.client.interfaces import INetwork
 from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank

@@ -22,8 +22,8 @@ from flud.protocol import messages
 from flud.protocol.party import load_party
 from flud.protocol.pool import ConnectionPool
 from flud.protocol.server import NodeHandler
-from storage.archives import STEP_COPYING
-from storage.leases import LeaseTerms
+from flud.storage.archives import STEP_COPYING
+from flud.storage.leases import LeaseTerms
 
 STORE_WORKERS = 4
 # Developer switch: a file holding seconds added to the node's lease clock
@@ -119,7 +119,7 @@ class NodeService(Service):
         super().startService()
         from flud.memory import DEFAULT_BUDGET, MemoryMonitor
         from flud.workers import CPUPool
-        from storage.disk import ShareStore
+        from flud.storage.disk import ShareStore
 
         from flud.lean import proc_rss
         self.monitor = MemoryMonitor(rss_reader=proc_rss, budget_bytes=self.memory_budget or DEFAULT_BUDGET)

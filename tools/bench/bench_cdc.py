@@ -57,7 +57,7 @@ def chunker_rates(size: int) -> tuple:
     """(MB/s of the cut alone, MB/s of the chunk pass from a file) on one core."""
     from flud.chunker import Chunker, ChunkSizes
     from flud.client.backup.chunked import chunk_file
-    from flud.client.scan import Entry
+    from flud.client.backup.source_scan import Entry
     data = os.urandom(min(size, 256 * MiB))
     chunker = Chunker(b"k" * 32, ChunkSizes())
     view = memoryview(data)

@@ -13,7 +13,7 @@ file changed by an insert, an append or a moved region is planned as
 - runs of known chunks: ranges of extents already stored (their own
   earlier version's, or any other file's), named again and not sent;
 - the new chunks, back to back: the file's *pack*, sent as extents like
-  any large file (large.py) but read through a `PackReader`, which maps
+  any large file (large_files.py) but read through a `PackReader`, which maps
   the pack's offsets to the file's. Full segments, one segment's footprint.
 
 A file seen for the first time whose first chunks (PROBE_CHUNKS x the
@@ -40,13 +40,13 @@ from bisect import bisect_right
 import blake3
 
 from flud.chunker import Chunker, ChunkSizes
-from flud.client.backup.files import FileChanged
+from flud.client.backup.file_reading import FileChanged
 from flud.client.directio import SequentialReader
 from flud.client.records import Extent, LargeContent, extent_id
 from flud.crypto import derive_key
 
 CHUNK_PREFIX = "C"          # a chunk's index row: "C" + its id (hex)
-EXTENT_PREFIX = "E"         # as large.py's: "E" + its first segment's key
+EXTENT_PREFIX = "E"         # as large_files.py's: "E" + its first segment's key
 PURPOSE_CHUNK_ID = "chunk-id-v1"
 CONTENT_LABEL = b"flud-chunked-v1"
 READ_PIECE = 1024 * 1024    # the chunk pass reads this much at a time

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from flud.client import extents
+from flud.client.repository import extents
 from flud.client.prune import forget as forgetting
-from flud.client.retention import Policy
+from flud.client.prune.retention import Policy
 from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import ctx_of, prune, stored_bytes

@@ -1,4 +1,4 @@
-"""Small files compressed before they are encrypted (flud/client/contents.py):
+"""Small files compressed before they are encrypted (flud/client/repository/small_contents.py):
 the record says so ("z"), the key still comes from the plaintext, a restore
 decompresses and checks, and records written without "z" read as before."""
 import json
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from flud.client.contents import ContentCheckFailed, open_small, seal_small
+from flud.client.repository.small_contents import ContentCheckFailed, open_small, seal_small
 from flud.client.records import SmallContent, content_from_wire
 from flud.compression import ZSTD
 from flud.crypto import content_digest, convergent_key
@@ -190,7 +190,7 @@ def test_a_small_file_is_stored_at_restics_level_and_a_record_at_its_own():
     the generated tree, bringing the nodes' bytes below n/k x restic's);
     records keep level 1, so an unchanged record seals to the blob it did."""
     from flud.compression import zstd
-    from flud.client.blobs import BlobSealer
+    from flud.client.repository.blobs import BlobSealer
     from flud.crypto import open_deterministic
     plain = text(200_000, seed=4)
     key = convergent_key(b"s" * 32, content_digest(plain))
