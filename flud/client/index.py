@@ -179,6 +179,11 @@ class ClientIndex(run_rows.OpenRun):
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files "
             "WHERE parent=?", (directory,))}
 
+    def has_chunks(self) -> bool:
+        """Whether any chunk of a large file is known (backup/chunked.py)."""
+        return self.db.execute("SELECT 1 FROM segments WHERE seg_key >= 'C' AND seg_key < 'D' "
+                               "LIMIT 1").fetchone() is not None
+
     def has_file(self, path: str) -> bool:
         """Whether a backup recorded this path before (whatever it held)."""
         return self.db.execute("SELECT 1 FROM files WHERE path=?", (path,)).fetchone() is not None

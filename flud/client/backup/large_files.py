@@ -152,6 +152,7 @@ class LargeFiles:
         # Content-defined chunks (chunked.py), or None: fixed extents only.
         self.chunk_sizes = chunk_sizes
         self._chunk_id_key = chunk_id_key(ctx.secret) if chunk_sizes is not None else None
+        self._index_has_chunks = None   # asked once a run
         # extent id -> share holders of the extents this run stored (or
         # adopted from a killed run): the only ones its map page names. An
         # extent reused from a published run keeps whatever the map says
@@ -256,6 +257,11 @@ class LargeFiles:
     def _seen(self, entry):
         """Whether a large file may hold chunks stored before: backed up
         before under its path, or its first chunks are (chunked.py)."""
+        if self._index_has_chunks is None:   # none yet (a new home, or one from
+            # before chunks): no file can hold any, and none is read twice
+            self._index_has_chunks = self.ctx.index.has_chunks()
+        if not self._index_has_chunks:
+            return False
         if self.ctx.index.has_file(entry.path):
             return True
         first = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret, self.chunk_sizes,
