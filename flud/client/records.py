@@ -228,14 +228,23 @@ def stored_bytes(content_wire) -> int:
 
 
 def unique_stored_bytes(content_maps) -> int:
-    """What several snapshots' files store, each content once: content_maps
-    are their {content id: content record as written}."""
-    seen, total = set(), 0
+    """What several snapshots' files store, each content once and each
+    extent once (chunked files share extents): content_maps are their
+    {content id: content record as written}."""
+    seen, extents, total = set(), set(), 0
     for contents in content_maps:
         for content_id, record in contents.items():
-            if content_id not in seen:
-                seen.add(content_id)
+            if content_id in seen:
+                continue
+            seen.add(content_id)
+            if record["t"] != LARGE:
                 total += stored_bytes(record)
+                continue
+            for extent in record.get("ext", ()):
+                name = extent_id(extent) if extent.get("shares") else id(extent)
+                if name not in extents:
+                    extents.add(name)
+                    total += extent_stored_bytes(extent)
     return total
 
 

@@ -169,3 +169,22 @@ def test_a_snapshot_of_fixed_extents_still_restores_and_its_file_is_chunked_next
     assert "runs" in record
     assert _restored(world, tmp_path, src, new, "new")
     assert _restored_as(world, tmp_path, old, "old", "f.bin", data)
+
+
+def test_a_stream_fed_again_from_an_extent_start_gives_the_file_chunks(tmp_path):
+    """An extent sent again re-reads its bytes through the FeedingReader: the
+    chunks are still the file's, each once, as the chunk pass finds them."""
+    from flud.chunker import ChunkSizes
+    from flud.client.backup.chunked import ChunkFeeder, chunk_file
+    from flud.client.backup.source_scan import Entry
+    data = random.Random(8).randbytes(3 * MIB)
+    path = str(tmp_path / "f.bin")
+    _write(path, data)
+    sizes, key = ChunkSizes(CHUNK), b"i" * 32
+    feeder = ChunkFeeder(b"s" * 32, sizes, key)
+    for start, end in [(0, MIB), (MIB, 2 * MIB), (MIB, 2 * MIB), (2 * MIB, 3 * MIB)]:
+        feeder.feed(start, data[start:end])
+    entry = Entry(path, "file", 0o644, os.stat(path).st_mtime_ns, len(data))
+    assert feeder.finish() == chunk_file(entry, b"s" * 32, sizes, key)
+    with pytest.raises(ValueError):
+        feeder.feed(4 * MIB, b"x")   # a gap: never silently skipped
