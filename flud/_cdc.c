@@ -5,9 +5,9 @@
  * Bit j of h depends on the last j+1 bytes only, so a cut is made where the
  * TOP bits of h are zero (they depend on the last 64 bytes). As in FastCDC,
  * nothing is hashed in a chunk's first `min` bytes (no cut can fall there),
- * a chunk shorter than `normal` needs more zero bits (mask_small) than one
- * past it (mask_large), which narrows the spread of chunk sizes around the
- * average, and a chunk is cut at `max` whatever its hash.
+ * a chunk shorter than `normal` may need more zero bits (mask_small) than
+ * one past it (mask_large: flud/chunker.py sets normal = min, one mask),
+ * and a chunk is cut at `max` whatever its hash.
  *
  * scan() works on a stream: it carries (bytes already in the chunk, hash)
  * from one buffer to the next, so a file is read piece by piece into one
