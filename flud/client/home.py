@@ -25,7 +25,7 @@ DEFAULTS = {
     "small_file_limit": 1024 * 1024,
     # A large file's content-defined chunks, on average (flud/chunker.py); 0: none,
     # large files go in fixed extents only (a change stores the rest of the extent).
-    "chunk_size": 1024 * 1024,
+    "chunk_size": 512 * 1024,
     "bootstrap": [],              # [[host, port], ...]
     "testnet": None,              # a testnet directory to read node addresses from
 }
