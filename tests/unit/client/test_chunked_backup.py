@@ -190,3 +190,24 @@ def test_a_stream_fed_again_from_an_extent_start_gives_the_file_chunks(tmp_path)
     assert feeder.finish() == chunk_file(entry, b"s" * 32, sizes, key)
     with pytest.raises(ValueError):
         feeder.feed(4 * MIB, b"x")   # a gap: never silently skipped
+
+
+def test_a_compressible_file_changed_in_the_middle_restores_from_ranges_of_compressed_segments(
+        world, tmp_path):
+    """Runs that start and end inside compressed segments: restored whole,
+    decompressed, then cut to the run's range."""
+    from tests.unit.core.test_compression import text
+    src = str(tmp_path / "src")
+    data = text(24 * MIB // SCALE, seed=5)
+    _write(os.path.join(src, "app.log"), data)
+    first, _, _ = run_backup(world, [src])
+    at = len(data) // 3
+    _write(os.path.join(src, "app.log"), data[:at] + text(MIB // SCALE, seed=6) + data[at:])
+    second, _, _ = run_backup(world, [src])
+    assert second["bytes_known"] > len(data) // 2
+    record = next(r for r in snapshot_manifest(world, second["snapshot"])["contents"].values()
+                  if r["t"] == "L")
+    assert any(len(seg) == 6 for e in record["ext"] for seg in e["segs"])   # compressed
+    assert len(record["runs"]) >= 3
+    assert _restored(world, tmp_path, src, second, "after")
+    assert _restored_as(world, tmp_path, first, "before", "app.log", data)
