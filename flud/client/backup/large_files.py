@@ -190,6 +190,8 @@ class LargeFiles:
             # file: a half claimed alone could wait on a budget its other
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
+            # The chunk pass's read buffer (chunked.READ_PIECE) lives inside the
+            # footprint just claimed: the segment buffers are made after it.
             if self.chunk_sizes is not None and (yield self._seen(entry)):
                 # backed up before: its known chunks are found first (a second read)
                 chunks = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret,
