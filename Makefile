@@ -10,7 +10,7 @@ COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud tools
 
 .PHONY: venv demo test test-fast bench stress simulate clean man completions
 
-$(STAMP): pyproject.toml setup.py flud/_gf256.c
+$(STAMP): pyproject.toml setup.py flud/_gf256.c flud/_cdc.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot]' --config-settings editable_mode=compat

@@ -253,6 +253,9 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
+    if s.get("bytes_known"):
+        print(f"large files: {human_bytes(s['bytes_known'])} in chunks already stored, "
+              f"not sent again")
     if s.get("reduced_redundancy"):
         print(f"reduced redundancy: {s['reduced_redundancy']} bundles have fewer than "
               f"n={home.config['n']} distinct holders (too few nodes were up); "

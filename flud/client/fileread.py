@@ -30,15 +30,18 @@ READ_AHEAD = 8
 
 
 class _Segments:
-    """A large file's segments: their plaintext offsets and fetches."""
+    """A large file's pieces (records.LargeContent.pieces: whole segments,
+    or for a file cut into chunks ranges of them): where each starts in the
+    file, its segment's fetch, and the range of that segment it is."""
 
     def __init__(self, content):
-        self.starts, self.fetches = [], []
+        self.starts, self.fetches, self.cuts = [], [], []
         position = 0
-        for fetch in content.segment_fetches():
+        for fetch, start, length in content.pieces():
             self.starts.append(position)
             self.fetches.append(fetch)
-            position += fetch.length
+            self.cuts.append((start, length))
+            position += length
         self.size = position
 
     def covering(self, offset: int, end: int) -> range:
@@ -79,8 +82,11 @@ class FileReader:
         parts = []
         for i in wanted:
             data = yield self._segment(entry.ref.content, segments, i)
+            cut, length = segments.cuts[i]
+            if cut or length != len(data):
+                data = memoryview(data)[cut:cut + length]
             start = segments.starts[i]
-            parts.append(data[max(offset - start, 0):end - start])
+            parts.append(bytes(data[max(offset - start, 0):end - start]))
         for i in range(wanted.stop, min(wanted.stop + READ_AHEAD, len(segments.fetches))):
             self._segment(entry.ref.content, segments, i)   # read ahead: not waited for
         return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -120,8 +126,9 @@ class FileReader:
         return table
 
     def _segment(self, content_id: str, segments: _Segments, i: int):
-        """Deferred: the plaintext of segment i (one fetch however many ask)."""
-        key = (content_id, i)
+        """Deferred: the plaintext of piece i's whole segment (one fetch
+        however many ask; pieces of one segment share it)."""
+        key = (content_id, segments.fetches[i].key)
         held = self._segments.get(key)
         if held is not None:
             self._segments.move_to_end(key)

@@ -23,6 +23,12 @@ DEFAULTS = {
     "n": 8,
     "segment_size": 2 * 1024 * 1024,
     "small_file_limit": 1024 * 1024,
+    # A large file's content-defined chunks, on average (flud/chunker.py), e.g.
+    # 524288; 0: none, large files go in fixed extents only (a change stores the
+    # rest of the extent). Off by default until a resumed restore (--overwrite
+    # if-changed) can check a chunked file in place (it fetches it whole) --
+    # set it in the home's config.json to have changed bytes, not files, sent.
+    "chunk_size": 0,
     "bootstrap": [],              # [[host, port], ...]
     "testnet": None,              # a testnet directory to read node addresses from
 }

@@ -179,6 +179,15 @@ class ClientIndex(run_rows.OpenRun):
             "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files "
             "WHERE parent=?", (directory,))}
 
+    def has_chunks(self) -> bool:
+        """Whether any chunk of a large file is known (backup/chunked.py)."""
+        return self.db.execute("SELECT 1 FROM segments WHERE seg_key >= 'C' AND seg_key < 'D' "
+                               "LIMIT 1").fetchone() is not None
+
+    def has_file(self, path: str) -> bool:
+        """Whether a backup recorded this path before (whatever it held)."""
+        return self.db.execute("SELECT 1 FROM files WHERE path=?", (path,)).fetchone() is not None
+
     def record_files(self, rows) -> None:
         """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
         self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))
@@ -418,6 +427,11 @@ class ClientIndex(run_rows.OpenRun):
     def add_segment(self, seg_key: str, record) -> None:
         self._replace_rows("segments", 2, [(seg_key, _pack(record))])
 
+    def add_segments(self, items) -> None:
+        """(key, record) rows of the segments table in one transaction (a
+        chunked file's chunks: backup/chunked.py)."""
+        self._replace_rows("segments", 2, ((key, _pack(record)) for key, record in items))
+
     def extent_rows(self):
         """(row key, extent record as written) of every extent this home
         stored: those a published map names ("E") and the orphans of killed
@@ -441,6 +455,11 @@ class ClientIndex(run_rows.OpenRun):
                 dropped.append(content_id)
         extent_rows = [(key, record) for key, record in self.extent_rows()
                        if record["shares"] and record["shares"][0][1] in extents]
+        # a chunked file's chunks in those extents (backup/chunked.py): a
+        # later backup sends them again rather than name what is gone
+        chunk_rows = [key for key, record in self._rows(
+            "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'C%'")
+            if any(part[1] in extents for part in json.loads(record))] if extents else []
         share_keys = {row[1] for _, record in extent_rows for row in record["shares"]}
         for bundle_id in bundles:
             record = self.bundle(bundle_id)
@@ -454,6 +473,7 @@ class ClientIndex(run_rows.OpenRun):
             self.db.executemany("DELETE FROM files WHERE content_id=?", ((c,) for c in dropped))
             self.db.executemany("DELETE FROM segments WHERE seg_key=?",
                                 ((k,) for k, _ in extent_rows))
+            self.db.executemany("DELETE FROM segments WHERE seg_key=?", ((k,) for k in chunk_rows))
             self.db.executemany("DELETE FROM challenges WHERE share_key=?",
                                 ((k,) for k in share_keys))
             if bundles or extents:   # a kept record may name what is gone: rebuild them all

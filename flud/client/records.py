@@ -18,6 +18,12 @@ Shapes (all hex strings are lower case):
                      ("size" is the plaintext's; written without "z" before compression)
     large content    {"t": "L", "size", "ext": [extent, ...]}
                      or, written before extents, {"t": "L", "size", "segs": [stored segment]}
+                     or, cut into content-defined chunks (backup/chunked.py),
+                     {"t": "L", "size", "ext": [extent, ...], "runs": [run, ...]}: the
+                     extents it uses (its own and earlier files'), and the file is its
+                     runs' bytes back to back
+    run              [extent's position in "ext", offset, length]: plaintext bytes
+                     offset..offset+length of the extent (its segments back to back)
     extent           {"shares": [share holder, ...], "segs": [extent segment, ...]}
     extent segment   [key, length, block length, BLAKE3 prefix of each block, joined, hex]
                      or, compressed before it was encrypted,
@@ -222,14 +228,23 @@ def stored_bytes(content_wire) -> int:
 
 
 def unique_stored_bytes(content_maps) -> int:
-    """What several snapshots' files store, each content once: content_maps
-    are their {content id: content record as written}."""
-    seen, total = set(), 0
+    """What several snapshots' files store, each content once and each
+    extent once (chunked files share extents): content_maps are their
+    {content id: content record as written}."""
+    seen, extents, total = set(), set(), 0
     for contents in content_maps:
         for content_id, record in contents.items():
-            if content_id not in seen:
-                seen.add(content_id)
+            if content_id in seen:
+                continue
+            seen.add(content_id)
+            if record["t"] != LARGE:
                 total += stored_bytes(record)
+                continue
+            for extent in record.get("ext", ()):
+                name = extent_id(extent) if extent.get("shares") else id(extent)
+                if name not in extents:
+                    extents.add(name)
+                    total += extent_stored_bytes(extent)
     return total
 
 
@@ -291,34 +306,74 @@ class SmallContent(NamedTuple):
 
 
 class LargeContent(NamedTuple):
-    """A large file: its extents, or (written before extents) its segments."""
+    """A large file: its extents, or (written before extents) its segments.
+    With `runs` (a file cut into content-defined chunks), the file is the
+    runs' bytes back to back, each run (extent position, offset, length)
+    a range of an extent's plaintext; without, every segment in order."""
     size: int
     extents: Optional[Tuple[Extent, ...]] = None
     segments: Optional[Tuple[StoredSegment, ...]] = None
+    runs: Optional[Tuple[Tuple[int, int, int], ...]] = None
     kind = LARGE
 
     def to_wire(self) -> dict:
         if self.extents is None:
             return {"t": LARGE, "size": self.size,
                     "segs": [s.to_wire() for s in self.segments]}
-        return {"t": LARGE, "size": self.size, "ext": [e.to_wire() for e in self.extents]}
+        record = {"t": LARGE, "size": self.size, "ext": [e.to_wire() for e in self.extents]}
+        if self.runs is not None:
+            record["runs"] = [list(run) for run in self.runs]
+        return record
 
     def segment_fetches(self):
         """Every segment, in order, as a SegmentFetch, each made when asked for."""
+        for record, _, _ in self.pieces():
+            yield record
+
+    def pieces(self):
+        """The file in order, as (SegmentFetch, start, length): plaintext
+        bytes start..start+length of that segment (a whole segment, unless
+        the content has runs)."""
         if self.extents is None:
             for seg in self.segments:
-                yield seg.fetch()
+                yield seg.fetch(), 0, seg.length
             return
-        for extent in self.extents:
-            offset = 0
-            for position, seg in enumerate(extent.segments):
-                yield extent.fetch(position, offset)
-                offset += seg.block_length
+        if self.runs is None:
+            for extent in self.extents:
+                offset = 0
+                for position, seg in enumerate(extent.segments):
+                    yield extent.fetch(position, offset), 0, seg.length
+                    offset += seg.block_length
+            return
+        for position, start, length in self.runs:
+            extent = self.extents[position]
+            plain = blocks = 0   # where each segment starts: in the plaintext, in the streams
+            for index, seg in enumerate(extent.segments):
+                if length <= 0:
+                    break
+                end = plain + seg.length
+                if start < end:
+                    take = min(end - start, length)
+                    yield extent.fetch(index, blocks), start - plain, take
+                    start, length = start + take, length - take
+                plain, blocks = end, blocks + seg.block_length
+            if length > 0:
+                raise BadSegmentRecord("a large file's run goes past the end of its extent: "
+                                       "the record is damaged")
+
+    def first_segment_length(self) -> int:
+        """What a full segment of this file holds: its extents' first
+        segments (no record's later segment sizes a restore's buffers)."""
+        if self.extents is None:
+            return self.segments[0].length if self.segments else 0
+        return max((e.segments[0].length for e in self.extents if e.segments), default=0)
 
     def segments_length(self) -> int:
-        """The plaintext bytes of all the segments."""
+        """The plaintext bytes of all the segments (of the runs: the file's)."""
         if self.extents is None:
             return sum(s.length for s in self.segments)
+        if self.runs is not None:
+            return sum(run[2] for run in self.runs)
         return sum(s.length for e in self.extents for s in e.segments)
 
     def holders(self):
@@ -339,11 +394,25 @@ def content_from_wire(record):
             return LargeContent(record["size"],
                                 segments=tuple(StoredSegment.from_wire(s)
                                                for s in record["segs"]))
-        return LargeContent(record["size"],
-                            extents=tuple(Extent.from_wire(e) for e in record["ext"]))
+        extents = tuple(Extent.from_wire(e) for e in record["ext"])
+        return LargeContent(record["size"], extents=extents,
+                            runs=_runs_from_wire(record.get("runs"), len(extents)))
     if kind == EMPTY:
         return EmptyContent(record["size"])
     raise ValueError(f"unknown content record kind {kind!r}")
+
+
+def _runs_from_wire(rows, extents: int):
+    """A chunked file's runs, checked for shape (None: a file without)."""
+    if rows is None:
+        return None
+    ok = type(rows) is list and all(
+        type(row) is list and len(row) == 3 and all(type(v) is int and v >= 0 for v in row)
+        and row[0] < extents and row[2] > 0 for row in rows)
+    if not ok:
+        raise BadSegmentRecord("a large file's runs are not [extent, offset, length] rows of "
+                               "its extents: the record is damaged")
+    return tuple(tuple(row) for row in rows)
 
 
 def content_kind(record) -> str:

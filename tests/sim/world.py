@@ -145,8 +145,12 @@ class World:
             self.add_node()
         self.client_id = rng.randbytes(32)
         self.secret = rng.randbytes(32)
+        # chunks of ~segment/2 (a large file is 3-7 x small_file_limit): a
+        # grown or rewritten file names ranges of its earlier extents, which
+        # prune must keep while any kept snapshot's runs name them
         self.config = {"k": k, "n": n, "segment_size": segment_size,
-                       "small_file_limit": small_file_limit}
+                       "small_file_limit": small_file_limit,
+                       "chunk_size": 1 << max(8, (segment_size // 2).bit_length() - 1)}
         self._homes = 0
 
     # ---- nodes ----------------------------------------------------------------

@@ -31,7 +31,8 @@ BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_
            ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
            ("repair", "bench_repair"), ("check", "bench_check"),
            ("retention", "bench_retention"), ("prune", "bench_prune"),
-           ("excludes", "bench_excludes"), ("restore", "bench_restore")]
+           ("excludes", "bench_excludes"), ("restore", "bench_restore"),
+           ("cdc", "bench_cdc")]
 
 
 def main() -> int:

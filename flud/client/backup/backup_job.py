@@ -42,6 +42,7 @@ from flud.client.records import EmptyContent
 from flud.client.backup.source_scan import Entry, entry_of
 from flud.client.repository.tree_records import DIR_VERSION
 from flud.client.backup.source_walk import walk
+from flud.chunker import ChunkSizes
 from flud.coding import SegmentCoder
 
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
@@ -78,7 +79,8 @@ class Backup:
                               SegmentCoder(cfg["k"], cfg["n"]), clock)
         self.segment_size = cfg["segment_size"]
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
-        self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
+        self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0,
+                         "bytes_known": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
                         "reduced_redundancy": 0, "excluded": 0}
         self.skipped = []
@@ -88,8 +90,10 @@ class Backup:
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
+        chunk_size = cfg.get("chunk_size")
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
-                                 self.contents, self.counters, self.summary)
+                                 self.contents, self.counters, self.summary,
+                                 chunk_sizes=ChunkSizes(chunk_size) if chunk_size else None)
         self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
                                  self.parallel_files, self.contents, self.counters, self.summary,
                                  self._skip)

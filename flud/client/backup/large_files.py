@@ -21,6 +21,8 @@ from twisted.python.failure import Failure
 from flud.client.repository.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
+from flud.client.backup.chunked import (PROBE_CHUNKS, ChunkFeeder, FeedingReader, FilePlan,
+                                        chunk_file, chunk_id_key, knows_any)
 from flud.client.backup.file_reading import (FileChanged, changed, file_reader, read_into,
                                              why_skipped)
 from flud.client.backup.plans import ExtentPlans
@@ -132,7 +134,8 @@ class LargeFiles:
     run's ContentLog; counters and summary: the run's tallies (updated on
     the reactor thread only)."""
 
-    def __init__(self, ctx, segment_size, parallel_files, contents, counters, summary):
+    def __init__(self, ctx, segment_size, parallel_files, contents, counters, summary,
+                 chunk_sizes=None):
         self.ctx = ctx
         coder = ctx.coder
         self.k, self.n = coder.k, coder.n
@@ -146,6 +149,10 @@ class LargeFiles:
         self.contents = contents
         self.counters = counters
         self.summary = summary
+        # Content-defined chunks (chunked.py), or None: fixed extents only.
+        self.chunk_sizes = chunk_sizes
+        self._chunk_id_key = chunk_id_key(ctx.secret) if chunk_sizes is not None else None
+        self._index_has_chunks = None   # asked once a run
         # extent id -> share holders of the extents this run stored (or
         # adopted from a killed run): the only ones its map page names. An
         # extent reused from a published run keeps whatever the map says
@@ -171,10 +178,11 @@ class LargeFiles:
     def _large(self, entry):
         """A large file goes in extents (flud/client/repository/extents.py), one after
         another, each from one segment's footprint (see _extent_once). An
-        extent's nodes commit it while the next one is sent."""
+        extent's nodes commit it while the next one is sent. Cut into
+        chunks (chunked.py), only its new chunks are sent: its pack."""
         transfer = self.ctx.monitor.transfer("upload", entry.path)
         extents, digests = [], []
-        segments = -(-entry.size // self.segment_size)
+        chunked = feeder = None
         committing = []  # sent extents whose commit is still to be seen
         try:
             # The process budget, shared by every transfer: when it is spent
@@ -182,12 +190,32 @@ class LargeFiles:
             # file: a half claimed alone could wait on a budget its other
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
+            # The chunk pass's read buffer (chunked.READ_PIECE) lives inside the
+            # footprint just claimed: the segment buffers are made after it.
+            # A file with holes is sent as its data ranges (client/sparse.py):
+            # it keeps fixed extents (the chunk pass would read the holes).
+            chunking = self.chunk_sizes is not None and getattr(entry, "ranges", None) is None
+            if chunking and (yield self._seen(entry)):
+                # backed up before: its known chunks are found first (a second read)
+                chunks = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret,
+                                                 self.chunk_sizes, self._chunk_id_key)
+                chunked = FilePlan.make(entry.size, chunks, self.ctx.index)
+                self.counters["bytes_known"] += chunked.known_bytes
+                self.ctx.progress.bytes_done(chunked.known_bytes)
+            elif chunking:   # new here: cut as it is sent
+                feeder = ChunkFeeder(self.ctx.secret, self.chunk_sizes, self._chunk_id_key)
+            sent = entry if chunked is None else chunked.pack_entry(entry)
+            segments = -(-sent.size // self.segment_size)
             buffers = _SegmentBuffers(self.segment_window, self.segment_size)
             per_extent = segments_per_extent(self.segment_size)
-            with file_reader(entry) as f:
-                plans = ExtentPlans(self.ctx.pool, entry, self.segment_size, per_extent)
+            with file_reader(entry) as raw:
+                f = raw if chunked is None else chunked.reader(raw)
+                if feeder is not None:
+                    f = FeedingReader(raw, feeder)
+                plans = ExtentPlans(self.ctx.pool, sent, self.segment_size, per_extent,
+                                    wrap=None if chunked is None else chunked.reader)
                 try:
-                    read = (entry, f, buffers, plans)
+                    read = (sent, f, buffers, plans)
                     for first in range(0, segments, per_extent):
                         sent = yield self._extent(read, first, min(per_extent, segments - first))
                         digests.extend(sent.digests)
@@ -218,12 +246,43 @@ class LargeFiles:
             raise
         finally:
             transfer.close()
-        content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
         self.ctx.progress.file_done(0)
+        if feeder is not None:
+            chunked = FilePlan.all_new(entry.size, feeder.finish())
+        if chunked is not None:
+            return self._chunked_content(chunked, extents)
+        content_id = "L" + hashlib.sha256(b"".join(digests)).hexdigest()
         if content_id in self.contents:
             self.summary["dedup"] += 1
             return content_id
         return self.contents.remember(content_id, LargeContent(entry.size, extents=tuple(extents)))
+
+    @defer.inlineCallbacks
+    def _seen(self, entry):
+        """Whether a large file may hold chunks stored before: backed up
+        before under its path, or its first chunks are (chunked.py)."""
+        if self._index_has_chunks is None:   # none yet (a new home, or one from
+            # before chunks): no file can hold any, and none is read twice
+            self._index_has_chunks = self.ctx.index.has_chunks()
+        if not self._index_has_chunks:
+            return False
+        if self.ctx.index.has_file(entry.path):
+            return True
+        first = yield self.ctx.pool.run(chunk_file, entry, self.ctx.secret, self.chunk_sizes,
+                                        self._chunk_id_key,
+                                        PROBE_CHUNKS * self.chunk_sizes.average)
+        return knows_any(self.ctx.index, first)
+
+    def _chunked_content(self, plan, extents):
+        """A chunked file's content id; its new chunks go to the index (they
+        count once the run publishes: run_rows.py)."""
+        extent_plain = segments_per_extent(self.segment_size) * self.segment_size
+        self.ctx.index.add_segments(plan.chunk_rows(extents, extent_plain))
+        content_id = plan.content_id()
+        if content_id in self.contents:
+            self.summary["dedup"] += 1
+            return content_id
+        return self.contents.remember(content_id, plan.content(extents, extent_plain))
 
     @defer.inlineCallbacks
     def _extent(self, read, first, count, attempt=1):

@@ -29,11 +29,15 @@ class ExtentPlans:
     and the next extent's is started as soon as one is asked for. close()
     once the file is done (it waits for a plan still running)."""
 
-    def __init__(self, pool, entry, segment_size: int, per_extent: int):
+    def __init__(self, pool, entry, segment_size: int, per_extent: int, wrap=None):
+        """wrap(reader): what the segments are read through (a chunked
+        file's PackReader: entry.size is then its pack's)."""
         self.pool, self.entry = pool, entry
         self.segment_size, self.per_extent = segment_size, per_extent
         self.segments = -(-entry.size // segment_size)
         self._reader = file_reader(entry)
+        if wrap is not None:
+            self._reader = wrap(self._reader)
         self._piece = mmap.mmap(-1, SEGMENT_PIECE)
         self._made = {}      # first segment -> plans, or the Failure of making them
         self._waiting = {}   # first segment -> [Deferred]

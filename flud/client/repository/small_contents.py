@@ -5,7 +5,7 @@ The key and the content id come from the plaintext's digest, so identical
 files deduplicate whether or not they were compressed; the record says
 whether they were (SmallContent.method), since the ciphertexts differ.
 """
-from flud.compression import check_method, compress_if_worth, decompress
+from flud.compression import CONTENT_LEVEL, check_method, compress_if_worth, decompress
 from flud.crypto import content_digest, convergent_key, crypt_ctr_in_place, decrypt_ctr
 from flud.errors import BadCompressedData, FludError
 
@@ -22,7 +22,7 @@ def seal_small(key: bytes, data: bytearray):
     compressed if worth it, encrypted with `key`. Returns the compression
     method (None: stored as it is). In place, so a worker holds the file and
     its compressed copy at most, never a third buffer."""
-    method, stored = compress_if_worth(data)
+    method, stored = compress_if_worth(data, CONTENT_LEVEL)
     if method is not None:
         data[:len(stored)] = stored
         del data[len(stored):]

@@ -42,14 +42,28 @@ from flud.errors import BadCompressedData
 log = logging.getLogger("flud.client")
 
 
-def _open_block(data, holder, key, index, block_length):
-    """The block decrypted where it landed, or None if it is not the block
-    the manifest recorded (pool)."""
+def _open_block(data, holder, key, index, block_length, cut=None):
+    """The block decrypted where it landed (its bytes cut[0]:cut[1], where
+    the file uses only those), or None if it is not the block the manifest
+    recorded (pool)."""
     if len(data) != block_length or not holder.fits(data):
         return None
     view = memoryview(data)
     crypt_ctr_in_place(key, view, index * block_length)
-    return view
+    return view if cut is None else view[cut[0]:cut[1]]
+
+
+def _cut_pieces(pieces, start: int, length: int) -> list:
+    """Views of bytes start..start+length of a segment's plaintext, given as
+    `pieces` in order (a chunked file uses a range of a segment)."""
+    out, at = [], 0
+    for piece in pieces:
+        view = memoryview(piece)
+        lo, hi = max(start - at, 0), min(start + length - at, len(view))
+        if lo < hi:
+            out.append(view[lo:hi])
+        at += len(view)
+    return out
 
 
 def _decompress_into(secret, record, pieces, slots):
@@ -83,12 +97,24 @@ def _decompress_into(secret, record, pieces, slots):
 
 
 class _Segment:
-    __slots__ = ("record", "offset", "left", "failed", "done")
+    """A segment's part of the file: bytes start..start+length of its
+    plaintext (all of it, but in a chunked file) at `offset` in the file."""
+    __slots__ = ("record", "offset", "start", "length", "left", "failed", "done")
 
-    def __init__(self, record, offset, left):
+    def __init__(self, record, offset, start, length, left):
         self.record, self.offset, self.left = record, offset, left
+        self.start, self.length = start, length
         self.failed = False
         self.done = defer.Deferred()  # fires once all of it is with the writer
+
+    def whole(self) -> bool:
+        return self.start == 0 and self.length == self.record.length
+
+    def blocks(self, k: int) -> list:
+        """The primary blocks that hold its part."""
+        bl = self.record.block_length
+        return [i for i in range(k)
+                if i * bl < self.start + self.length and (i + 1) * bl > self.start]
 
 
 class BlockRestore:
@@ -126,27 +152,27 @@ class BlockRestore:
         """skip: positions of segments the file already holds (a resumed
         restore, restore/in_place.py): not fetched, not written."""
         k = self.coder.k
-        for record in self.content.segment_fetches():
+        for record, _, _ in self.content.pieces():
             check_method(record.method)  # UnknownCompression before anything is fetched
-        first = next(self.content.segment_fetches())
-        window = max(2, self.window_bytes // max(1, first.length))
-        # A plain full segment's block (a compressed first segment's are shorter).
-        self.buffers = self._make_buffers(self.coder.block_length(first.length), k * window)
+        largest = self.content.first_segment_length()
+        window = max(2, self.window_bytes // max(1, largest))
+        # A plain full segment's block (a compressed segment's are shorter).
+        self.buffers = self._make_buffers(self.coder.block_length(largest), k * window)
         size = self.content.segments_length()
         yield self.transfer.reserve(min(self.buffers.footprint, size), "segments")
         self.writer = self._make_writer(self.ctx.reactor, self.out)
         pending = set()  # segments not yet all with the writer (or failed)
         try:
             offset = 0
-            for position, record in enumerate(self.content.segment_fetches()):
-                segment = _Segment(record, offset, k)
-                offset += record.length
-                if position in skip:
+            for position, (record, start, length) in enumerate(self.content.pieces()):
+                segment = _Segment(record, offset, start, length, k)
+                offset += length
+                if position in skip:   # only whole segments are skipped (in_place.py)
                     continue
                 pending.add(segment.done)
                 segment.done.addBoth(lambda result, d=segment.done: pending.discard(d))
-                self._count_retrieves(k)
                 if not self._by_blocks(record):
+                    self._count_retrieves(k)
                     # Its memory comes out of the window too: k block slots,
                     # held (not used) until its pieces are written. A
                     # compressed one: slots for its stored bytes now, and
@@ -162,7 +188,10 @@ class BlockRestore:
                             raise
                         plain.callback(more)
                     continue
-                for index in range(k):
+                needed = segment.blocks(k)
+                segment.left = len(needed)
+                self._count_retrieves(len(needed))
+                for index in needed:
                     buffer = yield self.buffers.get()
                     self._check()
                     self._block(segment, index, buffer)
@@ -216,12 +245,16 @@ class BlockRestore:
         d = self.ctx.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
                                   *holder.retrieve_range(bl), into=buffer)
 
+        lo = max(index * bl, segment.start)
+        hi = min((index + 1) * bl, segment.start + segment.length)
+        cut = None if segment.whole() else (lo - index * bl, hi - index * bl)
+
         def arrived(data):
             opener = functools.partial(_open_block, holder=holder,
                                        key=bytes.fromhex(segment.record.key), index=index,
-                                       block_length=bl)
+                                       block_length=bl, cut=cut)
             done = functools.partial(self._block_done, segment, holder, buffer)
-            self.writer.write(segment.offset + index * bl, data, done, opener)
+            self.writer.write(segment.offset + lo - segment.start, data, done, opener)
 
         def failed(failure):
             self.buffers.abandon(buffer)  # the connection may still write into it
@@ -275,6 +308,8 @@ class BlockRestore:
                 left[2] = left[2] + more
                 pieces = yield self.ctx.pool.run(_decompress_into, self.ctx.secret, record,
                                                  pieces, more)
+            if not segment.whole():
+                pieces = _cut_pieces(pieces, segment.start, segment.length)
             left[0] = len(pieces)
             position = segment.offset
             for piece in pieces:

@@ -260,19 +260,37 @@ class Dump:
         for record in content.segment_fetches():
             check_method(record.method)
         written = 0
-        for record in content.segment_fetches():
-            pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool, self.ctx.coder,
-                                                self.ctx.secret, record, self._report_bad)
-            self._count(self.ctx.coder.k)
-            if record.method is not None:
-                pieces = yield self.ctx.pool.run(_opened, self.ctx.secret, record, pieces)
-            for piece in pieces:
+        held_key, held = None, None   # the last segment fetched: pieces of one share it
+        for record, start, length in content.pieces():
+            if record.key != held_key:
+                pieces = yield fetch_segment_pieces(self.ctx.network, self.ctx.pool,
+                                                    self.ctx.coder, self.ctx.secret, record,
+                                                    self._report_bad)
+                self._count(self.ctx.coder.k)
+                if record.method is not None:
+                    pieces = yield self.ctx.pool.run(_opened, self.ctx.secret, record, pieces)
+                held_key, held = record.key, pieces
+            for piece in _cut(held, start, length):
                 written += len(piece)
                 yield self.writer.write(piece)
         if written != entry.size:
             raise FetchFailed(f"{entry.rel}: {written} bytes came where the snapshot "
                               f"recorded {entry.size}")
         self.summary["bytes"] += written
+
+
+def _cut(pieces, start: int, length: int):
+    """Bytes start..start+length of a segment held as a list of pieces (a
+    whole segment: the pieces as they are)."""
+    at = 0
+    for piece in pieces:
+        end = at + len(piece)
+        if end > start and at < start + length:
+            view = memoryview(piece)[max(start - at, 0):min(end, start + length) - at]
+            yield view
+        at = end
+        if at >= start + length:
+            return
 
 
 def _opened(secret, record, pieces) -> list:

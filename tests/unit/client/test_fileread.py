@@ -7,9 +7,20 @@ from flud.client.fileread import FileReader, _Pending, _Segments
 
 
 def table(lengths):
-    content = SimpleNamespace(segment_fetches=lambda: iter(
-        SimpleNamespace(length=n) for n in lengths))
+    content = SimpleNamespace(pieces=lambda: iter(
+        (SimpleNamespace(length=n, key=f"k{i}"), 0, n) for i, n in enumerate(lengths)))
     return _Segments(content)
+
+
+def test_pieces_of_one_segment_are_ranges_of_it():
+    # a file cut into chunks: two pieces from one segment, then one whole
+    seg = SimpleNamespace(length=300, key="s")
+    other = SimpleNamespace(length=80, key="t")
+    t = _Segments(SimpleNamespace(pieces=lambda: iter([(seg, 0, 120), (seg, 200, 100),
+                                                       (other, 0, 80)])))
+    assert t.size == 300 and t.starts == [0, 120, 220]
+    assert t.cuts == [(0, 120), (200, 100), (0, 80)]
+    assert list(t.covering(100, 130)) == [0, 1]
 
 
 def test_a_range_touches_only_its_segments():

@@ -132,7 +132,8 @@ def test_a_backup_of_the_same_files_writes_the_same_index_rows(golden, tmp_path,
     world = make_world(tmp_path, nodes=10)
     clock, home, network = world
     home.secret = base64.b64decode(golden["secret"])
-    home.config.update(segment_size=4096, small_file_limit=2048)
+    # chunk_size 0: large files in fixed extents, the format these rows pin
+    home.config.update(segment_size=4096, small_file_limit=2048, chunk_size=0)
     monkeypatch.setattr(extents, "EXTENT_BYTES", 4 * 4096)
     _golden_tree(str(tmp_path / "src"), golden)
     run_backup(world, [str(tmp_path / "src")])
