@@ -308,7 +308,7 @@ def take_head(ctx, repo, rebuild=False):
             "tags": list(record.tags), "host": record.host,
             "protected": record.protected}, None)
     if rebuild:
-        _forget_unmapped(client_index, repo.cache)
+        yield _forget_unreached(ctx, repo, records)
     for ref, bundle in head.index.pages:
         client_index.add_bundles([(ref.bundle, bundle.to_wire())])
     client_index.add_bundles((bid, b.to_wire()) for bid, b in head.final.items())
@@ -317,15 +317,28 @@ def take_head(ctx, repo, rebuild=False):
     return head
 
 
-def _forget_unmapped(client_index, cache) -> int:
-    """Drop from the index every bundle and extent the map does not hold
-    (with the contents stored in them and the file states naming those):
-    the next backup reads those files again instead of naming lost objects."""
-    mapped = set(cache.bundle_ids())
-    bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in mapped]
-    extents_mapped = {xid for xid, _ in cache.extent_rows()}
+@defer.inlineCallbacks
+def _forget_unreached(ctx, repo, records):
+    """Drop from the index every bundle and extent the head's kept snapshots
+    do not reach (with the contents stored in them and the file states
+    naming those): the next backup reads those files again instead of
+    naming lost objects. Not merely what the map lists: another home's
+    prune may be deleting an object the map still lists (a DELETE failed on
+    a holder that was away; its pending deletes are in its own books), and
+    what no kept snapshot reaches is what such a prune deletes. If a kept
+    record cannot be read now, nothing stored is kept (safe: stored anew).
+    Returns how many contents were dropped."""
+    from flud.client.prune.reach import Reach, RecordUnreadable
+
+    client_index = ctx.index
+    try:
+        reached = yield Reach(repo, records, ctx).run()
+        bundles_kept, extents_kept = set(reached.bundles), set(reached.extents)
+    except RecordUnreadable:
+        bundles_kept, extents_kept = set(), set()
+    bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in bundles_kept]
     extents = [record["shares"][0][1] for _, record in client_index.extent_rows()
-               if record["shares"] and record["shares"][0][1] not in extents_mapped]
+               if record["shares"] and record["shares"][0][1] not in extents_kept]
     return client_index.drop_stored(bundles, extents)
 
 
