@@ -589,11 +589,12 @@ class Simulation:
                             f"reported (and no forget removed) are no longer listed by the "
                             f"head (generation {head.generation})")
         epoch = _epoch(self.world)
-        for blob_id, record in head.listed:
-            if self.verified.get(blob_id) == epoch:
-                continue
-            problems = oracle.restores_exactly(self.world, self.oracle_home, record,
-                                               self.known[blob_id], self.base)
+        wanted = [(blob_id, record, self.known[blob_id]) for blob_id, record in head.listed
+                  if self.verified.get(blob_id) != epoch]
+        found = oracle.restore_each_exactly(self.world, self.oracle_home, wanted,
+                                            self.base) if wanted else {}
+        for blob_id, record, _ in wanted:
+            problems = found[blob_id]
             if problems:
                 raise Violation(f"snapshot {record.snapshot_id} [{blob_id[:8]}] does not "
                                 f"restore (every node up) to the tree it recorded: "
