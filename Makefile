@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Bytecode is compiled ahead: where PYTHONDONTWRITEBYTECODE is set, every flud
 # command would otherwise compile its modules again (~60 ms per command).
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
-COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud storage aggregator tools
+COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud tools
 
 .PHONY: venv demo test test-fast bench stress simulate clean
 

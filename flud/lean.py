@@ -43,7 +43,7 @@ LAZY_MODULES = {
     # twisted.internet.posixbase imports them for listenUDP, listenUNIX...
     "twisted.internet.udp": "0.15-0.25 MB with unix (udp, _multicast, unix, sendmsg)",
     "twisted.internet.unix": "see twisted.internet.udp",
-    # storage.disk imports it for the temporary files of uploads only
+    # flud.storage.disk imports it for the temporary files of uploads only
     "tempfile": "0.1-0.2 MB",
     # twisted.internet._signals and posixbase import it (with pty, tty,
     # termios) to reap and spawn child processes; a node spawns none.

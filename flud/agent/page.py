@@ -105,7 +105,7 @@ def render(status: dict) -> str:
 
 
 def _leases(leases) -> str:
-    """Until when the nodes keep this home's data (flud/client/leases.py)."""
+    """Until when the nodes keep this home's data (flud/client/lease_renewal.py)."""
     if not leases:
         return ('<p id="leases" class="muted">leases not renewed yet: the nodes keep an '
                 'owner\'s data for their lease (a year by default) after a job last reached '

@@ -43,7 +43,7 @@ def run_line(record) -> str:
     return f"exit {record.get('exit')}"
 
 
-# What a check says of each object, best first (flud/client/repair/health.py's
+# What a check says of each object, best first (flud/client/repair/object_health.py's
 # classes; the agent reads them from the job's JSON, never imports the client).
 HEALTH_CLASSES = ("healthy", "degraded", "at_risk", "unavailable", "lost")
 
@@ -106,7 +106,7 @@ def series(records) -> dict:
 
 def leases_of(records):
     """{renewed, lease_seconds, kept_until} from the newest run that reported
-    its renewal (every job's summary says: flud/client/leases.py), or None."""
+    its renewal (every job's summary says: flud/client/lease_renewal.py), or None."""
     for record in reversed(records):
         leases = (record.get("summary") or {}).get("leases")
         if isinstance(leases, dict) and isinstance(leases.get("kept_until"), (int, float)):

@@ -1,17 +1,17 @@
 """Looking into snapshots: `flud ls` (snapshots, or the files of one),
 `flud find PATTERN` and `flud diff S1 S2`. Each walks the trees directory by
-directory (client/treewalk.py), so memory follows one directory."""
+directory (client/repository/tree_walk.py), so memory follows one directory."""
 import fnmatch
 import time
 
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
-from flud.client.manifest import ManifestMissing, snapshot_paths
+from flud.client.repository.version1 import ManifestMissing, snapshot_paths
 from flud.client.progress import human_bytes
-from flud.client.restore.tree import wanted_by
-from flud.client.snapshots import open_repository
-from flud.client.treewalk import TreeReader
+from flud.client.restore.tree_restore import wanted_by
+from flud.client.repository.snapshot_lookup import open_repository
+from flud.client.repository.tree_walk import TreeReader
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
 _KIND_NAME = {"d": "dir", "f": "file", "l": "symlink"}

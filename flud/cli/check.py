@@ -11,11 +11,11 @@ from twisted.internet import defer
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.context import wall_clock
 from flud.client.progress import human_bytes
-from flud.client.repair.health import CLASSES, HEALTHY, SAFETY_MARGIN
-from flud.client.repair.job import REPAIRED
+from flud.client.repair.object_health import CLASSES, HEALTHY, SAFETY_MARGIN
+from flud.client.repair.check_job import REPAIRED
 from flud.client.repair.rotation import BadDataSubset, parse_subset
-from flud.client.repair.run import Check
-from flud.client.retention import RetentionError, parse_duration
+from flud.client.repair.repository_check import Check
+from flud.client.prune.retention import RetentionError, parse_duration
 from flud.errors import FludError
 
 

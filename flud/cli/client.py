@@ -5,6 +5,7 @@ import getpass
 import os
 import sys
 
+from flud.cli.backup_flags import add_backup_flags
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
 from flud.cli.node import parse_address
@@ -38,9 +39,12 @@ def add_client_commands(sub) -> None:
     export.set_defaults(handler=cmd_key_export)
 
     backup = sub.add_parser("backup", help="back up directories")
-    backup.add_argument("paths", nargs="+")
+    backup.add_argument("paths", nargs="*", metavar="PATH",
+                        help="files and directories (with --stdin-from-command: the command)")
     backup.add_argument("--home", required=True)
-    backup.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    backup.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="leave out names or paths matching GLOB; repeatable")
+    add_backup_flags(backup)
     backup.add_argument("--memory-log", metavar="FILE")
     backup.add_argument("--memory-budget", type=_mib, metavar="MIB",
                         help="MiB of transfer buffers held at once (default 64)")
@@ -321,8 +325,8 @@ def cmd_key_export(args) -> int:
 
 
 def _print_lease_line(home) -> None:
-    """Until when the nodes keep this home's data (client/leases.py)."""
-    from flud.client.leases import kept_until_line
+    """Until when the nodes keep this home's data (client/lease_renewal.py)."""
+    from flud.client.lease_renewal import kept_until_line
     print(kept_until_line(home.index))
 
 
@@ -359,7 +363,7 @@ def _list(home, args) -> int:
         home.close()
         return _network_job(args, "ls")
     from flud.cli.browse import entry_line
-    from flud.client.manifest import snapshot_paths
+    from flud.client.repository.version1 import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
@@ -374,7 +378,7 @@ def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
     import json
     if args.snapshot is None and not args.path:
-        from flud.client.leases import kept_until
+        from flud.client.lease_renewal import kept_until
         print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
@@ -386,7 +390,7 @@ def _list_json(home, args, snapshots) -> int:
     if manifest is None:   # a version-2 snapshot: its trees are on the nodes
         home.close()
         return _network_job(args, "ls")
-    from flud.client.manifest import snapshot_paths
+    from flud.client.repository.version1 import snapshot_paths
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
     entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,
@@ -403,8 +407,8 @@ def _network_job(args, job: str) -> int:
 
 
 def cmd_backup(args) -> int:
-    from flud.cli.jobs import run_client
-    return run_client(args, "backup")
+    from flud.cli.backup_modes import cmd_backup as backup
+    return backup(args)
 
 
 def cmd_restore(args) -> int:

@@ -4,6 +4,7 @@ progress, runs the job and prints its summary."""
 import contextlib
 import json
 import logging
+import os
 import sys
 
 from twisted.internet import defer
@@ -27,14 +28,14 @@ def run_client(args, job: str) -> int:
     filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
-    args.summary = {}
+    args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        if job not in READ_ONLY_JOBS:
-            lock.acquire()
+        if job not in READ_ONLY_JOBS and not getattr(args, "lock_held", False):
+            lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
     except (UserError, HomeBusy, *_refusals()) as err:
@@ -61,7 +62,7 @@ def _error_code(err) -> str:
 def _refusals() -> tuple:
     """A head a job may not write after (stale, forked, another home's) or
     could not move (no majority took the root): exit 2 with the message."""
-    from flud.client.head import REFUSALS
+    from flud.client.repository.head import REFUSALS
     return REFUSALS
 
 
@@ -153,7 +154,7 @@ def _renew_leases(home, network, args, job):
     then fails (a backup short of nodes, a restore that breaks) still kept
     the data alive; its summary says until when (the status page shows it)."""
     from types import SimpleNamespace
-    from flud.client.leases import JOBS_THAT_RENEW, kept_until, renew_leases
+    from flud.client.lease_renewal import JOBS_THAT_RENEW, kept_until, renew_leases
 
     if job in JOBS_THAT_RENEW:
         yield renew_leases(SimpleNamespace(index=home.index, network=network))
@@ -164,20 +165,20 @@ def _renew_leases(home, network, args, job):
 # native libraries they load (zfec, BLAKE3, the AES modes) are a fixed cost of
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
-_READ = ("flud.client.snapshots", "flud.client.repo", "flud.client.restore.tree",
-         "flud.client.manifest", *_AES_MODES)
+_READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reader", "flud.client.restore.tree_restore",
+         "flud.client.repository.version1", *_AES_MODES)
 JOB_MODULES = {
-    "backup": ("flud.client.backup.run", *_READ),
-    "restore": ("flud.client.restore.run", *_READ),
-    "verify": ("flud.client.verify", *_READ),
+    "backup": ("flud.client.backup.backup_job", *_READ),
+    "restore": ("flud.client.restore.restore_job", *_READ),
+    "verify": ("flud.client.verify.verify_job", *_READ),
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
     "diff": ("flud.cli.browse", *_READ),
-    "forget": ("flud.cli.retain", "flud.client.backup.small", *_READ),
-    "prune": ("flud.cli.retain", "flud.client.backup.small", *_READ),
-    "tag": ("flud.cli.retain", "flud.client.backup.small", *_READ),
-    "check": ("flud.cli.check", "flud.client.backup.small", *_READ),
-    "adopt": ("flud.client.head", *_READ),
+    "forget": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
+    "prune": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
+    "tag": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
+    "check": ("flud.cli.check", "flud.client.backup.small_files", *_READ),
+    "adopt": ("flud.client.repository.head", *_READ),
 }
 
 
@@ -202,25 +203,35 @@ def _typed(user_error, err):
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.backup.run import Backup
-    from flud.client.segments import StoreFailed
+    from flud.cli.backup_flags import exclude_options
+    from flud.client.backup.backup_job import Backup
+    from flud.client.repository.segments import StoreFailed
     from flud.errors import FludError
 
+    stream = getattr(args, "stream_source", None)   # --stdin-from-command (backup_modes.py)
+    parts = {}
+    if stream is not None:
+        from flud.client.backup.command_stream import streaming_large_files
+        parts = {"large_files": streaming_large_files(stream)}
     job = Backup(reactor, home, network, pool, monitor, progress,
-                 parallel_files=args.parallel_files)
+                 parallel_files=args.parallel_files, **parts)
     try:
-        result = yield job.run(args.paths, args.exclude, tags=args.tag)
+        result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
     except StoreFailed as err:
         raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                                f"run the backup again."), err)
     except FludError as err:   # typed: exit 2 with its code under --json, no traceback
         raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
-    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
+    if stream is not None:
+        _summary(args)["stdin"] = {"command": stream.argv, "bytes": stream.bytes,
+                                   "filename": os.path.basename(stream.path)}
+    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
+                          too_large_paths=job.too_large)
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
-          f"{s['skipped']} skipped, {s['dedup']} deduplicated)")
+          f"{s['skipped']} skipped, {s['dedup']} deduplicated, {s['excluded']} excluded)")
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
@@ -231,6 +242,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
+    for path, why in job.too_large:
+        print(f"  excluded {path}: {why}")
     return EXIT_SKIPPED if s["skipped"] else EXIT_OK
 
 
@@ -267,8 +280,8 @@ def _check(reactor, home, network, pool, monitor, progress, args):
 @defer.inlineCallbacks
 def _adopt(reactor, home, network, pool, monitor, progress, args):
     """`flud adopt`: this home becomes the writer of the nodes' head."""
-    from flud.client.head import adopt
-    from flud.client.manifest import ManifestMissing
+    from flud.client.repository.head import adopt
+    from flud.client.repository.version1 import ManifestMissing
 
     try:
         head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
@@ -295,8 +308,8 @@ def _context(reactor, home, network, pool, monitor, progress):
 @defer.inlineCallbacks
 def _find(ctx, snapshot, **callbacks):
     """The snapshot asked for (or the newest), as a snapshots.Found."""
-    from flud.client.manifest import ManifestMissing
-    from flud.client.snapshots import NoSuchSnapshot, find_snapshot
+    from flud.client.repository.version1 import ManifestMissing
+    from flud.client.repository.snapshot_lookup import NoSuchSnapshot, find_snapshot
     from flud.errors import FludError
 
     try:
@@ -312,8 +325,8 @@ def _find(ctx, snapshot, **callbacks):
 def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, progress=None):
     """A snapshot as a version-1 manifest (a version-2 one flattened: for
     verify, which reads every share of the snapshot anyway)."""
-    from flud.client.restore.tree import flatten
-    from flud.client.verify import IndexChallenges, record_bundles
+    from flud.client.restore.tree_restore import flatten
+    from flud.client.verify.verify_job import IndexChallenges, record_bundles
 
     found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
     try:
@@ -336,14 +349,14 @@ class _Resolved(dict):
     """The challenges of every share a flattened snapshot uses, looked up once."""
 
     def __init__(self, challenges, manifest):
-        from flud.client.verify import share_locations
+        from flud.client.verify.verify_job import share_locations
         super().__init__((key, challenges.get(key)) for key, _ in share_locations(manifest))
 
 
 @defer.inlineCallbacks
 def _restore(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.restore.run import Restore, RestoreError
-    from flud.client.restore.tree import TreeRestore
+    from flud.client.restore.restore_job import Restore, RestoreError
+    from flud.client.restore.tree_restore import TreeRestore
 
     ctx = _context(reactor, home, network, pool, monitor, progress)
     start = reactor.seconds()
@@ -411,8 +424,8 @@ def _listed(items, what, most=20) -> None:
 
 @defer.inlineCallbacks
 def _verify(reactor, home, network, pool, monitor, progress, args):
-    from flud.client.segments import CHALLENGES_PER_SHARE
-    from flud.client.verify import (challenge_index, describe_round, short_of_k, summary_line,
+    from flud.client.repository.segments import CHALLENGES_PER_SHARE
+    from flud.client.verify.verify_job import (challenge_index, describe_round, short_of_k, summary_line,
                                     verify)
 
     manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
@@ -460,7 +473,7 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
 
 def _verify_table(per_node) -> dict:
     """Print verify's counts per node and in total; the totals."""
-    from flud.client.verify import OUTCOMES
+    from flud.client.verify.verify_job import OUTCOMES
 
     print(f"{'node':12} " + " ".join(f"{what:>11}" for what in OUTCOMES))
     totals = dict.fromkeys(OUTCOMES, 0)

@@ -7,8 +7,8 @@ from twisted.internet import defer
 from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.progress import human_bytes
 from flud.client.prune import forget as forgetting
-from flud.client.prune.run import Prune
-from flud.client.retention import Policy, RetentionError, check_policy, parse_duration
+from flud.client.prune.prune_job import Prune
+from flud.client.prune.retention import Policy, RetentionError, check_policy, parse_duration
 from flud.errors import FludError
 
 

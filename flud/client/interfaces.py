@@ -13,7 +13,7 @@ class INetwork(Interface):
     client_id = Attribute("bytes: this client's id, its owner id on every node")
     nodes = Attribute("{node id: the node}: every node this run knows of")
     failed = Attribute("set of node ids that failed this run: no more work goes to them")
-    health = Attribute("NodeHealth: why each failed node failed (client/health.py)")
+    health = Attribute("NodeHealth: why each failed node failed (client/node_health.py)")
 
     def alive_ids():
         """[node id] of the known nodes that have not failed this run."""

@@ -149,7 +149,7 @@ class OpenRun:
     def recover_run(self):
         """Settle what a killed backup left: None if nothing, "adopted" if
         the saved head names its snapshot, else "rolled back" (see above)."""
-        from flud.client.head import REPO_META   # head.py builds on this module
+        from flud.client.repository.head import REPO_META   # head.py builds on this module
         state = self.get_meta(RUN_META)
         if state is None and not leftover(self.db):
             return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 DEFAULT_CAPACITY = 10 * 1024 ** 3
 DAY = 86400.0
 # How often a client renews its leases on every node it knows
-# (flud/client/leases.py RENEW_EVERY; client and node may not import each
+# (flud/client/lease_renewal.py RENEW_EVERY; client and node may not import each
 # other, tests/unit/node/test_leases.py holds the two equal). The trash
 # keeps an owner's data for at least two of its renewal periods, so one
 # renewal missed (a week away, a run with the network down) loses nothing.

@@ -36,7 +36,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from storage.leases import LeaseTerms, SweepReport
+from flud.storage.leases import LeaseTerms, SweepReport
 
 log = logging.getLogger("flud.leases")
 
@@ -90,7 +90,7 @@ class LeaseKeeper:
     def __init__(self, leases, clock, run_blocking, terms: LeaseTerms,
                  sweep_interval: float = DEFAULT_SWEEP_INTERVAL, read_offset=None,
                  on_purged=None, monotonic=time.monotonic):
-        """leases: a storage.leases.StoreLeases; clock: IReactorTime (the
+        """leases: a flud.storage.leases.StoreLeases; clock: IReactorTime (the
         wall clock); run_blocking(fn, *args) -> Deferred; read_offset() ->
         seconds or None; on_purged(owner): told of each owner whose data a
         sweep deleted (the node forgets its root record too); monotonic():

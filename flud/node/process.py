@@ -31,7 +31,7 @@ def preload() -> None:
     defer_unused_imports()
     import twisted.internet.epollreactor  # noqa: F401
     import flud.node.service  # noqa: F401
-    import storage.disk  # noqa: F401
+    import flud.storage.disk  # noqa: F401
     import flud.memory  # noqa: F401
     import flud.workers  # noqa: F401
     # Freeze what is loaded now: the collector then never walks these objects,

@@ -11,7 +11,7 @@ from twisted.internet import defer
 from flud.protocol import messages
 from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
-from storage.capacity import ReservationGroup
+from flud.storage.capacity import ReservationGroup
 
 log = logging.getLogger("flud.server")
 

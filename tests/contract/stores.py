@@ -2,8 +2,8 @@
 the storage unit tests run against each."""
 import pytest
 
-from storage.disk import ShareStore
-from storage.memory import MemoryShareStore
+from flud.storage.disk import ShareStore
+from flud.storage.memory import MemoryShareStore
 
 CAPACITY = 64 * 1024 * 1024
 

@@ -15,8 +15,8 @@ import blake3
 import pytest
 from zope.interface.verify import verifyObject
 
-from storage.disk import ShareStore
-from storage.errors import (
+from flud.storage.disk import ShareStore
+from flud.storage.errors import (
     BadArchive,
     BadKey,
     BadRange,
@@ -27,10 +27,10 @@ from storage.errors import (
     TooLarge,
     UploadClosed,
 )
-from storage.interfaces import IShareStore
-from storage.limits import COMPACT_GARBAGE_RATIO, COMPACT_MIN_BYTES, MAX_ARCHIVE_UPLOAD, MAX_SHARE_SIZE
-from storage.memory import MemoryShareStore
-from storage.tarscan import member_span
+from flud.storage.interfaces import IShareStore
+from flud.storage.limits import COMPACT_GARBAGE_RATIO, COMPACT_MIN_BYTES, MAX_ARCHIVE_UPLOAD, MAX_SHARE_SIZE
+from flud.storage.memory import MemoryShareStore
+from flud.storage.tarscan import member_span
 from tests.contract.stores import CAPACITY, make_store  # noqa: F401 (a fixture)
 
 ALICE = b"A" * 32

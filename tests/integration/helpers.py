@@ -269,7 +269,7 @@ class Testnet:
 
 def share_path(node_home, key_hex: str) -> str:
     """Where a node keeps a standalone share (the store's own layout)."""
-    from storage.layout import Layout
+    from flud.storage.layout import Layout
     return Layout(os.path.join(node_home, "store")).share_path(bytes.fromhex(key_hex))
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from flud.client import extents
+from flud.client.repository import extents
 from flud.client.home import DEFAULTS
 from tests.integration.helpers import (Testnet, compare_trees, flud, flud_popen, init_client,
                                        manifest_of, output, wait_gone, wait_until,

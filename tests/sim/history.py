@@ -20,12 +20,12 @@ import traceback
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_OK, UserError
-from flud.client import extents as extents_module
-from flud.client.backup.run import Backup
-from flud.client.restore.run import Restore
-from flud.client.restore.tree import TreeRestore
-from flud.client.restore.writer import InlineBlockWriter
-from flud.client.snapshots import find_snapshot
+from flud.client.repository import extents as extents_module
+from flud.client.backup.backup_job import Backup
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.tree_restore import TreeRestore
+from flud.client.restore.block_writer import InlineBlockWriter
+from flud.client.repository.snapshot_lookup import find_snapshot
 from flud.errors import FludError
 from tests.sim import oracle
 from tests.sim.tree import TreeModel, read_tree, tree_diff
@@ -56,7 +56,7 @@ HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES", "1") == "1"
 # Every kind runs in `make test`. "stale" (most of the root's holders away
 # at once, one of the rest replaying an old root) found a fork after a
 # handover while a writer needed one holder's answer; writers now hear a
-# majority of the root's home set (client/head.py nodes_root).
+# majority of the root's home set (client/repository/head.py nodes_root).
 DEFAULT_FAULTS = frozenset(FAULT_KINDS)
 
 
@@ -471,7 +471,7 @@ class Simulation:
     def op_adopt(self, home_name):
         """`flud adopt`: this home takes over writing (where the code has it);
         the other home is refused from then on."""
-        from flud.client import head as head_module
+        from flud.client.repository import head as head_module
         if not hasattr(head_module, "adopt"):
             return f"adopt ({home_name}): no `flud adopt` in this code"
         status, result = self._job("adopt", self.homes[home_name],

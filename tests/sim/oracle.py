@@ -8,12 +8,12 @@ import shutil
 
 from twisted.internet import defer
 
-from flud.client.repair.plan import objects_from_map
-from flud.client.repair.run import _holder_map
-from flud.client.restore.run import Restore
-from flud.client.restore.tree import TreeRestore
-from flud.client.restore.writer import InlineBlockWriter
-from flud.client.snapshots import open_repository
+from flud.client.repair.repair_plan import objects_from_map
+from flud.client.repair.repository_check import _holder_map
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.tree_restore import TreeRestore
+from flud.client.restore.block_writer import InlineBlockWriter
+from flud.client.repository.snapshot_lookup import open_repository
 from tests.sim.tree import read_tree, tree_diff
 
 UNREADABLE_STATES = {"lost", "unavailable"}   # what check may call an object a restore cannot read

@@ -19,8 +19,8 @@ import zfec
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from aggregator.aggregator import Aggregator  # noqa: E402
-from aggregator.policy import FlushPolicy  # noqa: E402
+from flud.aggregator.aggregator import Aggregator  # noqa: E402
+from flud.aggregator.policy import FlushPolicy  # noqa: E402
 
 DEFAULT_FILES = 10_000
 DEFAULT_FILE_SIZE = 1024

@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from flud.client.repair.churn import DAY, WEEK, ChurnConfig, simulate  # noqa: E402
-from flud.client.repair.health import SAFETY_MARGIN, default_m  # noqa: E402
+from flud.client.repair.object_health import SAFETY_MARGIN, default_m  # noqa: E402
 
 MIB = 1 << 20
 CHOSEN_M = default_m(4, 8)

@@ -36,9 +36,9 @@ if ROOT not in sys.path:
 
 import blake3  # noqa: E402
 
-from storage import capacity as capacity_module  # noqa: E402
-from storage.disk import ShareStore  # noqa: E402
-from storage.limits import COMPACT_GARBAGE_RATIO, MIB  # noqa: E402
+from flud.storage import capacity as capacity_module  # noqa: E402
+from flud.storage.disk import ShareStore  # noqa: E402
+from flud.storage.limits import COMPACT_GARBAGE_RATIO, MIB  # noqa: E402
 
 GB = 10 ** 9
 OWNER = b"O" * 32

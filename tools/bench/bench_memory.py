@@ -96,7 +96,7 @@ CLIENT_IMPORTS = ("from flud.lean import defer_unused_imports, tune_malloc; "
                   "defer_unused_imports(); tune_malloc(); "
                   "from twisted.internet import reactor; "
                   "import flud.cli.main, flud.cli.client, flud.cli.jobs, "
-                  "flud.client.backup.run, flud.client.restore.run, flud.client.network, "
+                  "flud.client.backup.backup_job, flud.client.restore.restore_job, flud.client.network, "
                   "flud.client.home, flud.memory, flud.workers, flud.testnet.query")
 
 

@@ -3,7 +3,7 @@ until the run records them in the index."""
 import struct
 
 from flud.client.records import Challenge
-from flud.client.segments import challenges_for
+from flud.client.repository.segments import challenges_for
 
 
 class PackedChallenges:

@@ -19,7 +19,7 @@ import mmap
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from flud.client.backup.files import FileChanged
+from flud.client.backup.file_reading import FileChanged
 from flud.client.directio import SequentialReader
 from flud.compression import SEGMENT_PIECE, plan_pieces, sample_spans
 

@@ -11,12 +11,12 @@ a new blob) and lists it instead of the old one.
 
 from twisted.internet import defer
 
-from flud.client.blobs import BlobSealer
+from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
-from flud.client.head import Head, record_sender, write_head
-from flud.client.holders import MapIndex
-from flud.client.retention import SnapshotInfo, decide, render
-from flud.client.snapshots import open_repository
+from flud.client.repository.head import Head, record_sender, write_head
+from flud.client.repository.holder_map import MapIndex
+from flud.client.prune.retention import SnapshotInfo, decide, render
+from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
 
 

@@ -18,9 +18,9 @@ from typing import NamedTuple
 
 from twisted.internet import defer
 
-from flud.client.manifest import fetch_manifest
+from flud.client.repository.version1 import fetch_manifest
 from flud.client.records import Bundle, extent_id, extent_stored_bytes
-from flud.client.tree import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
+from flud.client.repository.tree_records import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
 from flud.errors import FludError
 
 BUNDLE, EXTENT = "b", "x"

@@ -13,11 +13,11 @@ import json
 
 from twisted.internet import defer
 
-from flud.client.blobs import BlobSealer
-from flud.client.contents import ContentCheckFailed, open_small
-from flud.client.head import record_sender, store_blobs
+from flud.client.repository.blobs import BlobSealer
+from flud.client.repository.small_contents import ContentCheckFailed, open_small
+from flud.client.repository.head import record_sender, store_blobs
 from flud.client.records import SmallContent
-from flud.client.restore.small import SmallFetch
+from flud.client.restore.small_fetch import SmallFetch
 
 
 class _StoredBytes(SmallFetch):

@@ -17,8 +17,8 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.holders import MapPage
-from flud.client.prune_state import SURPLUS, is_surplus, place_of, surplus_id
+from flud.client.repository.holder_map import MapPage
+from flud.client.repository.prune_books import SURPLUS, is_surplus, place_of, surplus_id
 
 log = logging.getLogger("flud.client")
 

@@ -1,7 +1,7 @@
 """What a node's answer to a challenge or fetch says about the share."""
 from typing import NamedTuple
 
-from flud.client.repair.health import CORRUPT, MISSING, UNREACHABLE
+from flud.client.repair.object_health import CORRUPT, MISSING, UNREACHABLE
 from flud.protocol.errors import ErrorCode, RemoteError
 
 # Errors that say the node holds the share but its bytes cannot be served

@@ -22,9 +22,9 @@ import random
 from typing import NamedTuple
 
 from flud.client.records import ShareHolder
-from flud.client.repair.health import (DAY, OK, SAFETY_MARGIN, UNREACHABLE, HealthBook,
+from flud.client.repair.object_health import (DAY, OK, SAFETY_MARGIN, UNREACHABLE, HealthBook,
                                        Observation, RepairPolicy, StoredObject)
-from flud.client.repair.plan import place
+from flud.client.repair.repair_plan import place
 
 WEEK = 7 * DAY
 GIB = 1 << 30

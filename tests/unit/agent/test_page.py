@@ -4,7 +4,7 @@ import json
 from flud.agent.page import plot, render
 from flud.agent.status import build_status, health_of, series
 
-# the shape of CheckReport.summary() (flud/client/repair/job.py)
+# the shape of CheckReport.summary() (flud/client/repair/check_job.py)
 CHECK = {"command": "check", "exit": 0,
          "counts": {"healthy": 40, "degraded": 3, "at_risk": 2, "unavailable": 4,
                     "lost": 1, "repaired": 5},

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from aggregator.aggregator import Aggregator
-from aggregator.policy import FlushPolicy
+from flud.aggregator.aggregator import Aggregator
+from flud.aggregator.policy import FlushPolicy
 from tests.unit.aggregator.fakes import (FakeClock, blake2b_32,
                                          rendezvous_place, xor_encoder)
 

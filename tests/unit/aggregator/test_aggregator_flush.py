@@ -2,9 +2,9 @@
 
 import pytest
 
-from aggregator.policy import FlushPolicy
-from aggregator.records import DrainRequired
-from aggregator.tarball import BLOCK_SIZE, END_OF_ARCHIVE
+from flud.aggregator.policy import FlushPolicy
+from flud.aggregator.records import DrainRequired
+from flud.aggregator.tarball import BLOCK_SIZE, END_OF_ARCHIVE
 from tests.unit.aggregator.fakes import file_bytes
 from tests.unit.aggregator.fakes import NODE_COUNT
 from tests.unit.aggregator.helpers import K, KIB, MAX_AGE, N, make_aggregator

@@ -3,9 +3,9 @@ bound on what one add() can add before the bytes exist."""
 
 import random
 
-from aggregator.bundle import OpenBundle, code_bundle
-from aggregator.policy import FlushPolicy
-from aggregator.tarball import TarWriter
+from flud.aggregator.bundle import OpenBundle, code_bundle
+from flud.aggregator.policy import FlushPolicy
+from flud.aggregator.tarball import TarWriter
 from tests.unit.aggregator.fakes import blake2b_32, file_bytes, xor_encoder
 from tests.unit.aggregator.helpers import KIB, MAX_AGE, make_aggregator
 

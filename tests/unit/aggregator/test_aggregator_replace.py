@@ -2,8 +2,8 @@
 
 import pytest
 
-from aggregator.policy import FlushPolicy
-from aggregator.records import PlacementExhausted, ShareRef
+from flud.aggregator.policy import FlushPolicy
+from flud.aggregator.records import PlacementExhausted, ShareRef
 from tests.unit.aggregator.fakes import blake2b_32, file_bytes
 from tests.unit.aggregator.helpers import (KIB, N, SPARES, TEST_POLICY,
                                            bundle_from_primaries,

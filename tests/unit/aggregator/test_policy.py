@@ -1,6 +1,6 @@
 import pytest
 
-from aggregator.policy import (DEFAULT_BUNDLE_TARGET, DEFAULT_MAX_AGE,
+from flud.aggregator.policy import (DEFAULT_BUNDLE_TARGET, DEFAULT_MAX_AGE,
                                DEFAULT_MAX_PENDING_BYTES,
                                DEFAULT_SMALL_FILE_LIMIT, DEFAULT_TAR_TARGET,
                                MIB, FlushPolicy)

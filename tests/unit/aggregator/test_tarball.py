@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from aggregator.tarball import (BLOCK_SIZE, END_OF_ARCHIVE, MAX_NAME_LENGTH,
+from flud.aggregator.tarball import (BLOCK_SIZE, END_OF_ARCHIVE, MAX_NAME_LENGTH,
                                 TarWriter, parse_members)
 from tests.unit.aggregator.fakes import blake2b_32, file_bytes
 

@@ -1,11 +1,11 @@
 """`flud init`, `flud ls` and `flud key export` say until when the nodes keep
-this home's data (flud/client/leases.py): no network needed."""
+this home's data (flud/client/lease_renewal.py): no network needed."""
 import json
 import time
 
 from flud.cli.main import build_parser
 from flud.client.home import ClientHome
-from flud.client.leases import DAY, META, META_LEASE
+from flud.client.lease_renewal import DAY, META, META_LEASE
 
 RENEWED = 1_800_000_000.0
 

@@ -12,7 +12,7 @@ defer_unused_imports()
 from flud.cli.jobs import load_job_code
 load_job_code("backup")
 before = set(sys.modules)
-from flud.client.segments import prepare_segment
+from flud.client.repository.segments import prepare_segment
 from flud.coding import SegmentCoder
 from flud.crypto import derive_key, open_sealed, seal
 secret = bytes(32)

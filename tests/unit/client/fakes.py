@@ -10,11 +10,11 @@ from zope.interface import implementer
 
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import TO_END
-from flud.client.health import NodeHealth
+from flud.client.node_health import NodeHealth
 from flud.client.interfaces import INetwork
 from flud.client.placement import rank
-from storage.errors import StorageError
-from storage.memory import MemoryShareStore
+from flud.storage.errors import StorageError
+from flud.storage.memory import MemoryShareStore
 
 KIND_NAMES = {0: "share", 1: "archive"}
 
@@ -221,8 +221,8 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     holder map, tree), as the version-1 manifest Restore also takes."""
     from flud.client.context import JobContext
     from flud.client.progress import Progress
-    from flud.client.restore.tree import flatten
-    from flud.client.snapshots import find_snapshot
+    from flud.client.restore.tree_restore import flatten
+    from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
@@ -235,7 +235,7 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     try:
         if found.manifest is not None:
             return found.manifest
-        from flud.client.verify import IndexChallenges, share_locations
+        from flud.client.verify.verify_job import IndexChallenges, share_locations
         manifest = run_until(clock, flatten(found.repo, found.record, k, n))
         challenges = IndexChallenges(home.index, found.repo.cache)
         manifest["challenges"] = {key: challenges.get(key)

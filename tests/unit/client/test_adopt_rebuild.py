@@ -7,9 +7,9 @@ still names it; deduplicating against it names a half-deleted object."""
 import os
 import random
 
-from flud.client.head import adopt
+from flud.client.repository.head import adopt
 from flud.client.prune import forget as forgetting
-from flud.client.retention import Policy
+from flud.client.prune.retention import Policy
 from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_head_chain import _second_home
 from tests.unit.client.test_pipeline import run_backup, run_restore

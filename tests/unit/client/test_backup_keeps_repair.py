@@ -4,10 +4,10 @@ holders repair moved them to stay the newest."""
 import os
 import random
 
-from flud.client.backup import large as large_module
-from flud.client.snapshots import open_repository
+from flud.client.backup import large_files as large_module
+from flud.client.repository.snapshot_lookup import open_repository
 from tests.unit.client.fakes import make_world, run_until
-from flud.client.repair.run import Check
+from flud.client.repair.repository_check import Check
 from tests.unit.client.test_check_run import ctx_of
 from tests.unit.client.test_pipeline import MIB, run_backup, run_restore
 from tests.unit.client.fakes import snapshot_manifest

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from flud.client.extents import ExtentUpload
-from flud.client.backup.large import LargeFiles
-from flud.client.backup.run import Backup
-from flud.client.backup.small import SmallFiles
+from flud.client.repository.extents import ExtentUpload
+from flud.client.backup.large_files import LargeFiles
+from flud.client.backup.backup_job import Backup
+from flud.client.backup.small_files import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
-from flud.client.restore.run import Restore
-from flud.client.restore.writer import InlineBlockWriter
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.block_writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until, snapshot_manifest
@@ -249,7 +249,7 @@ def test_large_files_at_once_share_a_few_parity_sets(world, tmp_path):
     """Six large files back up at once, but their parity is coded into at
     most MAX_PARITY_SETS shared sets (a file holds one only while its parity
     is coded and taken), and every file restores byte for byte."""
-    from flud.client.backup.large import MAX_PARITY_SETS, ParitySets
+    from flud.client.backup.large_files import MAX_PARITY_SETS, ParitySets
 
     clock, home, network = world
     src = str(tmp_path / "src")

@@ -5,11 +5,11 @@ import random
 
 from twisted.internet import defer
 
-from flud.client.backup.run import Backup
-from flud.client.blobs import BlobSealer
+from flud.client.backup.backup_job import Backup
+from flud.client.repository.blobs import BlobSealer
 from flud.client.progress import Progress
 from flud.client.records import Bundle
-from flud.client.scan import scan
+from flud.client.backup.source_scan import scan
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import make_world, run_until

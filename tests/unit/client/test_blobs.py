@@ -2,7 +2,7 @@
 records are equal blobs, and any change to a blob is caught."""
 import pytest
 
-from flud.client.blobs import BlobDamaged, BlobSealer
+from flud.client.repository.blobs import BlobDamaged, BlobSealer
 from flud.crypto import (SIV_KEY_LENGTH, new_user_secret, open_deterministic,
                          seal_deterministic)
 from flud.errors import IntegrityError
@@ -82,8 +82,8 @@ def test_a_record_is_compressed_when_that_saves_and_opens_the_same():
 
 
 def test_a_frame_that_grows_past_the_limit_is_refused(monkeypatch):
-    from flud.client import blobs
-    from flud.client.blobs import BlobDamaged
+    from flud.client.repository import blobs
+    from flud.client.repository.blobs import BlobDamaged
     monkeypatch.setattr(blobs, "MAX_RECORD_BYTES", 1000)
     sealer = BlobSealer(b"s" * 32)
     blob_id, sealed = sealer.seal(b"{" + b"x" * 5000 + b"}")

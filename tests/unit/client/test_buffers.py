@@ -2,7 +2,7 @@
 already written (flud.client.buffers), and never reuses one still in use."""
 import pytest
 
-from flud.client.restore.buffers import BlockBuffers
+from flud.client.restore.block_buffers import BlockBuffers
 from tests.unit.client.test_extents import _large_record, _large_tree, _restores, world  # noqa: F401
 from tests.unit.client.test_pipeline import run_backup
 
@@ -78,8 +78,7 @@ def counted():
 
 def test_a_restore_reuses_its_block_buffers_and_stays_byte_identical(world, tmp_path, counted,
                                                                      monkeypatch):
-    from flud.client.restore import run as restore
-
+    from flud.client.restore import restore_job as restore
     clock, home, network = world
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
     src, _ = _large_tree(tmp_path, extents_count=2.5)
@@ -107,8 +106,7 @@ def test_a_corrupt_block_received_into_a_reused_buffer_is_refetched(world, tmp_p
 
 def _count_whole_fetches(monkeypatch) -> dict:
     """Segments fetched whole by a restore: in all, and the most at once."""
-    from flud.client.restore import blocks
-
+    from flud.client.restore import block_restore as blocks
     counts = {"running": 0, "most": 0, "calls": 0}
     real_fetch = blocks.fetch_segment_pieces
 
@@ -131,8 +129,7 @@ def test_segments_restored_whole_take_their_room_from_the_window(world, tmp_path
     from before extents, or every one here) holds k of the window's block
     slots while it is fetched and written: never more than the window's
     segments at once, whatever the file's length."""
-    from flud.client.restore import run as restore
-
+    from flud.client.restore import restore_job as restore
     clock, home, network = world
     monkeypatch.setattr(restore, "FILE_FOOTPRINT", 2 * home.config["segment_size"])
     src, _ = _large_tree(tmp_path, extents_count=1.5)
@@ -150,8 +147,7 @@ def test_segments_with_a_bad_block_are_repaired_one_at_a_time(world, tmp_path, m
     import os
     import random
 
-    from flud.client import extents
-
+    from flud.client.repository import extents
     clock, home, network = world
     src = str(tmp_path / "src")
     os.makedirs(src)

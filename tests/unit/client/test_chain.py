@@ -1,15 +1,15 @@
-"""The chain of root records (client/chain.py, holders.RootRecord): who
+"""The chain of root records (client/repository/head_chain.py, holders.RootRecord): who
 may write the next head, decided without I/O; the home id; old roots."""
 import json
 import os
 
 import pytest
 
-from flud.client.chain import (AHEAD, FIRST, LEGACY, SAME, ForkedHead, OtherWriter,
+from flud.client.repository.head_chain import (AHEAD, FIRST, LEGACY, SAME, ForkedHead, OtherWriter,
                                StaleRoot, judge)
-from flud.client.holders import RootRecord
+from flud.client.repository.holder_map import RootRecord
 from flud.client.home import ClientHome, HomeError, create_home
-from flud.client.tree import BadRecord
+from flud.client.repository.tree_records import BadRecord
 from tests.unit.client.test_holders import root
 
 ME, OTHER = "a1" * 16, "b2" * 16

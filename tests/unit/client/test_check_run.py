@@ -8,7 +8,7 @@ import random
 
 from flud.client.context import JobContext
 from flud.client.progress import Progress
-from flud.client.repair.run import Check
+from flud.client.repair.repository_check import Check
 from flud.coding import SegmentCoder
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool

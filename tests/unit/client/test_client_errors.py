@@ -1,14 +1,14 @@
 """Every error the client raises on purpose is a FludError with a stable
 code of its own; its message is the one it was raised with."""
-from flud.client.backup.files import FileChanged
-from flud.client.extents import ExtentFailed
+from flud.client.backup.file_reading import FileChanged
+from flud.client.repository.extents import ExtentFailed
 from flud.client.home import HomeError
 from flud.client.index import IndexVersionError
-from flud.client.manifest import ManifestIncomplete, ManifestMissing
+from flud.client.repository.version1 import ManifestIncomplete, ManifestMissing
 from flud.client.network import NodeUnavailable, NotEnoughNodes
 from flud.client.restore.destdir import UnsafePath
-from flud.client.restore.run import RestoreError
-from flud.client.segments import FetchFailed, StoreFailed
+from flud.client.restore.restore_job import RestoreError
+from flud.client.repository.segments import FetchFailed, StoreFailed
 from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost
 

@@ -1,4 +1,4 @@
-"""Small files compressed before they are encrypted (flud/client/contents.py):
+"""Small files compressed before they are encrypted (flud/client/repository/small_contents.py):
 the record says so ("z"), the key still comes from the plaintext, a restore
 decompresses and checks, and records written without "z" read as before."""
 import json
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from flud.client.contents import ContentCheckFailed, open_small, seal_small
+from flud.client.repository.small_contents import ContentCheckFailed, open_small, seal_small
 from flud.client.records import SmallContent, content_from_wire
 from flud.compression import ZSTD
 from flud.crypto import content_digest, convergent_key

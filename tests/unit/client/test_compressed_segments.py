@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from flud.client import extents
+from flud.client.repository import extents
 from flud.client.records import BadSegmentRecord, ExtentSegment
 from tests.unit.client.fakes import make_world, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore

@@ -214,7 +214,7 @@ def test_rename_new_never_replaces_a_name_however_it_appeared(dest, tmp_path, mo
 
 def test_into_place_goes_beside_a_name_that_appeared_and_fails_when_both_are_taken(dest,
                                                                                   tmp_path):
-    from flud.client.restore.files import RestoreError, into_place
+    from flud.client.restore.file_writer import RestoreError, into_place
 
     root = tmp_path / "dest" / "d"
     with dest.place("d/f") as place:

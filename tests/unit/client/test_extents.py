@@ -6,10 +6,10 @@ import random
 import pytest
 from twisted.internet import defer
 
-from flud.client import extents
-from flud.client.extents import STALL_TIMEOUT
-from flud.client.segments import StoreFailed
-from flud.client.verify import verify
+from flud.client.repository import extents
+from flud.client.repository.extents import STALL_TIMEOUT
+from flud.client.repository.segments import StoreFailed
+from flud.client.verify.verify_job import verify
 from tests.unit.client.fakes import FakeStreamedStore, make_world, run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tools.treecmp import compare_trees
@@ -185,7 +185,7 @@ def test_a_segment_key_is_blake3_convergent_and_old_sha256_segments_still_restor
     assert key_hex != crypto.file_convergence(home.secret, first)[1].hex()
     # a backup made when segments were keyed from SHA-256 restores all the same:
     # nothing at restore recomputes the digest
-    monkeypatch.setattr("flud.client.backup.large.segment_convergence", crypto.file_convergence)
+    monkeypatch.setattr("flud.client.backup.large_files.segment_convergence", crypto.file_convergence)
     old_src, _ = _large_tree(tmp_path / "old", extents_count=1.2, seed=2)
     summary, _, _ = run_backup(world, [old_src])
     manifest, record = _large_record(world, summary)

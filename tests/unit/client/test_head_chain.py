@@ -8,14 +8,14 @@ import random
 
 import pytest
 
-from flud.client import head as head_module
-from flud.client.chain import Saved
-from flud.client.head import adopt
-from flud.client.holders import RootRecord
+from flud.client.repository import head as head_module
+from flud.client.repository.head_chain import Saved
+from flud.client.repository.head import adopt
+from flud.client.repository.holder_map import RootRecord
 from flud.client.home import create_home
-from flud.client.manifest import RootNotStored, find_root, put_root_v2, root_place_key
+from flud.client.repository.version1 import RootNotStored, find_root, put_root_v2, root_place_key
 from flud.client.prune import forget as forgetting
-from flud.client.retention import Policy
+from flud.client.prune.retention import Policy
 from flud.errors import FludError
 from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
@@ -87,7 +87,7 @@ def test_prune_refuses_a_stale_root_and_deletes_nothing(world, tmp_path, how):
 
 
 def prune_deferred(world, now):
-    from flud.client.prune.run import Prune
+    from flud.client.prune.prune_job import Prune
     return Prune(ctx_of(world), grace=0.0, now=lambda: now, say=lambda line: None).run()
 
 
@@ -408,8 +408,8 @@ def test_a_root_that_missed_its_majority_is_taken_when_seen(world, tmp_path, mon
 def test_check_repairs_root_put_again_never_goes_over_a_newer_root(world, tmp_path):
     """`check --repair` puts the root it opened again: only while it is
     still the nodes' newest (another home may have written meanwhile)."""
-    from flud.client.head import put_root_again
-    from flud.client.snapshots import open_repository
+    from flud.client.repository.head import put_root_again
+    from flud.client.repository.snapshot_lookup import open_repository
     _two_backups(world, tmp_path)
     clock, home, network = world
     ctx = ctx_of(world)
@@ -434,7 +434,7 @@ def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(wor
     holder that answers and a majority, so the home that wrote before,
     hearing a majority, sees it (two majorities share a node) even when the
     one holder it hears besides replays that home's own old root."""
-    from flud.client.manifest import RootUnconfirmed, root_holders
+    from flud.client.repository.version1 import RootUnconfirmed, root_holders
     clock, home, network = world
     src = str(tmp_path / "src")
     write(os.path.join(src, "a.txt"), b"alpha")

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from flud.client.holders import (MAX_PAGES, HolderMap, MapIndex, MapTooLarge, MapPage, RootRecord,
+from flud.client.repository.holder_map import (MAX_PAGES, HolderMap, MapIndex, MapTooLarge, MapPage, RootRecord,
                                  is_root_v1, merge)
 from flud.client.records import Bundle, ShareHolder
-from flud.client.tree import BadRecord, BlobRef, NewerFormat
+from flud.client.repository.tree_records import BadRecord, BlobRef, NewerFormat
 
 
 def hexid(i: int) -> str:

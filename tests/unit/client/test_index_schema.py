@@ -6,7 +6,7 @@ import pytest
 
 from flud.client import index as index_module
 from flud.client.index import ClientIndex, FileState, IndexVersionError
-from flud.client.tree import BlobRef
+from flud.client.repository.tree_records import BlobRef
 
 H = "ab" * 32
 

@@ -11,11 +11,11 @@ import shutil
 import pytest
 from twisted.internet import defer
 
-from flud.client import head as head_module
-from flud.client.backup import run as run_module
-from flud.client.backup import snapshot as snapshot_module
-from flud.client.backup.run import Backup
-from flud.client.backup.small import SmallFiles
+from flud.client.repository import head as head_module
+from flud.client.backup import backup_job as run_module
+from flud.client.backup import tree_writer as snapshot_module
+from flud.client.backup.backup_job import Backup
+from flud.client.backup.small_files import SmallFiles
 from flud.client.home import create_home
 from flud.client.progress import Progress
 from flud.memory import MemoryMonitor

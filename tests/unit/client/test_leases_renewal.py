@@ -11,7 +11,7 @@ from twisted.internet import defer
 
 from flud.cli import jobs
 from flud.cli.exits import UserError
-from flud.client.leases import (DAY, META, RENEW_EVERY, kept_until, kept_until_line,
+from flud.client.lease_renewal import (DAY, META, RENEW_EVERY, kept_until, kept_until_line,
                                 renew_leases)
 from tests.unit.client.fakes import make_world, run_until
 from tests.unit.client.test_pipeline import run_backup
@@ -51,9 +51,9 @@ def test_a_backup_touches_every_node_once_a_week(tmp_path, monkeypatch):
     clock, home, network = world
     src = source(tmp_path)
     now = [T]
-    monkeypatch.setattr("flud.client.leases.wall_clock", lambda: now[0])
+    monkeypatch.setattr("flud.client.lease_renewal.wall_clock", lambda: now[0])
     asked = watch(network)
-    # (every head writer also asks every node for the root: client/chain.py;
+    # (every head writer also asks every node for the root: client/repository/head_chain.py;
     # the renewal itself is what the index records)
     run_backup(world, [src])
     assert set(asked) >= set(network.nodes)          # every node heard from us

@@ -8,8 +8,8 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
-from flud.client.extents import ExtentFailed, ExtentUpload
-from flud.client.health import NodeHealth
+from flud.client.repository.extents import ExtentFailed, ExtentUpload
+from flud.client.node_health import NodeHealth
 from flud.client.home import create_home
 from flud.protocol.client import NodeAddress
 from flud.client.network import Network

@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from flud.client.backup import run as backup_module
-from flud.client.backup.run import Backup
+from flud.client.backup import backup_job as backup_module
+from flud.client.backup.backup_job import Backup
 from flud.client.home import create_home
 from flud.client.progress import Progress
-from flud.client.restore.run import Restore
-from flud.client.restore.writer import InlineBlockWriter
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.block_writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
 from tests.unit.client.fakes import (FakeNetwork, FakeReactor, down_once_storing, make_world,
@@ -150,7 +150,7 @@ def test_a_small_file_costs_one_ranged_retrieve(world, tmp_path):
 
 def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
     """With fewer live nodes than n, a large file's segments fail cleanly."""
-    from flud.client.segments import StoreFailed
+    from flud.client.repository.segments import StoreFailed
     src = str(tmp_path / "src")
     os.makedirs(src)
     with open(os.path.join(src, "big"), "wb") as f:
@@ -164,7 +164,7 @@ def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
 def test_large_files_are_restored_a_few_at_a_time(world, tmp_path):
     """Each in its own window: a home of many files a few MiB large restores
     faster than one file after the other, and memory stays bounded."""
-    from flud.client.restore.run import LARGE_IN_FLIGHT
+    from flud.client.restore.restore_job import LARGE_IN_FLIGHT
 
     src = str(tmp_path / "src")
     os.makedirs(src)

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from flud.client.segments import StoreFailed
-from flud.client.snapshots import open_repository
+from flud.client.repository.segments import StoreFailed
+from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
 from tests.unit.client.fakes import (FakeNetwork, down_once_storing, make_world, run_until,
                                      snapshot_manifest)

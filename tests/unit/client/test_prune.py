@@ -12,8 +12,8 @@ from flud.client.context import JobContext
 from flud.client.progress import Progress
 from flud.client.prune import forget as forgetting
 from flud.client.prune.forget import ForgetError
-from flud.client.prune.run import Prune
-from flud.client.retention import Policy
+from flud.client.prune.prune_job import Prune
+from flud.client.prune.retention import Policy
 from flud.coding import SegmentCoder
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool

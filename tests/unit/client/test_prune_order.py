@@ -12,10 +12,10 @@ import random
 import pytest
 
 from flud.client.prune import forget as forgetting
-from flud.client.prune.run import STATE_META, Prune
-from flud.client.prune_state import PruneState
-from flud.client.retention import Policy
-from storage.errors import StorageError
+from flud.client.prune.prune_job import STATE_META, Prune
+from flud.client.repository.prune_books import PruneState
+from flud.client.prune.retention import Policy
+from flud.storage.errors import StorageError
 from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import ctx_of, write

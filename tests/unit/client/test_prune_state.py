@@ -1,4 +1,4 @@
-"""flud/client/prune_state.py: an object is deleted only after two runs in a
+"""flud/client/repository/prune_books.py: an object is deleted only after two runs in a
 row found it unreferenced and its grace period passed; running backups'
 checkpoints count; state is written before deletes, and deletes are
 idempotent. The interleavings of a backup and a prune, and prunes killed at
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from flud.client.prune_state import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
+from flud.client.repository.prune_books import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
                                      TOMBSTONE_KEEP, Checkpoint, Outcome, PruneState,
                                      PruneStateError, StoredObject, must_restore,
                                      deleted_copies, pending_object_ids, plan_run,

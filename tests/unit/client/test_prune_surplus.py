@@ -10,13 +10,13 @@ import random
 import pytest
 
 from flud.client.prune import forget as forgetting
-from flud.client.prune.run import STATE_META
+from flud.client.prune.prune_job import STATE_META
 from flud.client.prune.surplus import place_of, surplus_id, surplus_objects
-from flud.client.prune_state import (Mark, Pending, PruneState, deleted_copies,
+from flud.client.repository.prune_books import (Mark, Pending, PruneState, deleted_copies,
                                      pending_object_ids)
-from flud.client.repair.run import Check
-from flud.client.retention import Policy
-from flud.client.snapshots import open_repository
+from flud.client.repair.repository_check import Check
+from flud.client.prune.retention import Policy
+from flud.client.repository.snapshot_lookup import open_repository
 from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import ctx_of, prune, write
@@ -210,7 +210,7 @@ def test_a_writers_page_merge_hands_the_copies_it_drops_to_prune(world, tmp_path
     pages keep only the newest rows: the copies a repair moved away are
     named by older rows alone. The merge marks them in prune's books, so a
     prune after the merge still deletes them, and nothing a snapshot needs."""
-    from flud.client import head as head_module
+    from flud.client.repository import head as head_module
     monkeypatch.setattr(head_module, "MERGE_AT", 1, raising=False)
     clock, home, network = world
     src = str(tmp_path / "src")

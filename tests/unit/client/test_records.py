@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from flud.client import extents
-from flud.client.manifest import build_manifest
+from flud.client.repository import extents
+from flud.client.repository.version1 import build_manifest
 from flud.client.records import (BlockHolder, Bundle, Challenge, EmptyContent, Entry, Extent,
                                  ExtentSegment, LargeContent, SegmentFetch, ShareHolder,
                                  SmallContent, StoredSegment, content_from_wire,

@@ -17,7 +17,7 @@ import random
 
 from flud.client.prune import forget as forgetting
 from flud.client.records import Bundle
-from flud.client.retention import Policy
+from flud.client.prune.retention import Policy
 from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import ctx_of, prune, world, write  # noqa: F401 (fixture)

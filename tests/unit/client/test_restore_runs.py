@@ -7,14 +7,14 @@ import threading
 
 import pytest
 
-from flud.client.backup.run import Backup
+from flud.client.backup.backup_job import Backup
 from flud.client.progress import Progress
 from flud.client.records import Bundle, SmallContent, content_from_wire, entries_from_wire
 from flud.client.restore.destdir import SafeDest
-from flud.client.restore.files import BATCH_FILES, TEMP_SUFFIX, FileWriter
-from flud.client.restore.run import Restore
-from flud.client.restore.runs import RUN_CAP, RUNS_IN_FLIGHT, plan_runs
-from flud.client.restore.writer import InlineBlockWriter
+from flud.client.restore.file_writer import BATCH_FILES, TEMP_SUFFIX, FileWriter
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.small_runs import RUN_CAP, RUNS_IN_FLIGHT, plan_runs
+from flud.client.restore.block_writer import InlineBlockWriter
 from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool

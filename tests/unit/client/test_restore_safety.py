@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from flud.client.backup.run import Backup
+from flud.client.backup.backup_job import Backup
 from flud.client.progress import Progress
-from flud.client.restore.run import Restore
-from flud.client.restore.writer import InlineBlockWriter
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.block_writer import InlineBlockWriter
 from flud.coding import locate
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
@@ -189,7 +189,7 @@ def test_only_the_corrupt_part_of_a_two_block_small_file_is_blamed(world, tmp_pa
 
 
 def test_a_dest_that_is_a_file_is_a_clear_error(world, tmp_path):
-    from flud.client.restore.run import RestoreError
+    from flud.client.restore.restore_job import RestoreError
 
     src = tmp_path / "src" / "tree"
     write(src / "a.txt", 10, 1)
@@ -252,7 +252,7 @@ def test_each_path_that_matches_nothing_is_reported(world, tmp_path):
 
 
 def test_when_no_path_matches_nothing_is_restored_and_each_is_named(world, tmp_path):
-    from flud.client.restore.run import RestoreError
+    from flud.client.restore.restore_job import RestoreError
 
     src = tmp_path / "src" / "tree"
     make_tree(str(src), 9)
@@ -285,8 +285,7 @@ def test_a_small_file_that_appears_before_the_rename_is_never_replaced(world, tm
 
 def test_a_large_file_that_appears_while_it_downloads_is_never_replaced(world, tmp_path,
                                                                         monkeypatch):
-    from flud.client.restore import run as run_module
-
+    from flud.client.restore import restore_job as run_module
     src = tmp_path / "src" / "tree"
     make_tree(str(src), 11)
     manifest = backup(world, [str(src)])

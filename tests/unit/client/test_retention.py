@@ -1,10 +1,10 @@
-"""flud/client/retention.py: restic's meaning of every keep rule, by local
+"""flud/client/prune/retention.py: restic's meaning of every keep rule, by local
 time, per group; named and protected snapshots; durations; the dry-run table."""
 import datetime
 
 import pytest
 
-from flud.client.retention import (UNLIMITED, BadDuration, BadPolicy, Duration, Policy,
+from flud.client.prune.retention import (UNLIMITED, BadDuration, BadPolicy, Duration, Policy,
                                    ProtectedSnapshot, SnapshotInfo, UnknownSnapshot, age,
                                    check_policy, decide, parse_duration, render)
 

@@ -5,9 +5,9 @@ the saved head names its snapshot."""
 import sqlite3
 
 from flud.client import index as index_module
-from flud.client.head import REPO_META
+from flud.client.repository.head import REPO_META
 from flud.client.index import ClientIndex
-from flud.client.tree import BlobRef
+from flud.client.repository.tree_records import BlobRef
 
 A, B, C = "aa" * 32, "bb" * 32, "cc" * 32
 

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from flud.client.records import SegmentFetch
-from flud.client.segments import _decode_and_decrypt, prepare_segment
+from flud.client.repository.segments import _decode_and_decrypt, prepare_segment
 from flud.coding import SegmentCoder
 
 SECRET = bytes(range(32))

@@ -5,12 +5,12 @@ import os
 
 from twisted.internet import defer
 
-from flud.client.backup.tree import TreeBuilder
-from flud.client.blobs import BlobSealer
-from flud.client.scan import scan
-from flud.client.tree import SmallRef
-from flud.client.treewalk import TreeReader
-from flud.client.walk import walk
+from flud.client.backup.tree_builder import TreeBuilder
+from flud.client.repository.blobs import BlobSealer
+from flud.client.backup.source_scan import scan
+from flud.client.repository.tree_records import SmallRef
+from flud.client.repository.tree_walk import TreeReader
+from flud.client.backup.source_walk import walk
 from flud.crypto import new_user_secret
 
 

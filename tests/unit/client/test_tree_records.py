@@ -1,10 +1,10 @@
-"""Version-2 snapshot records (flud/client/tree.py): one canonical encoding,
+"""Version-2 snapshot records (flud/client/repository/tree_records.py): one canonical encoding,
 and decoding that refuses what a corrupt or hostile record could use."""
 import json
 
 import pytest
 
-from flud.client.tree import (MAX_DIR_ENTRIES, BadRecord, BlobRef, DirEntry, DirectoryRecord,
+from flud.client.repository.tree_records import (MAX_DIR_ENTRIES, BadRecord, BlobRef, DirEntry, DirectoryRecord,
                               LargeRef, NewerFormat, SmallRef, SnapshotRecord,
                               directory_records)
 

@@ -5,12 +5,12 @@ import os
 
 from flud.client.context import JobContext
 from flud.client.progress import Progress
-from flud.client.restore.run import Restore
-from flud.client.restore.tree import TreeRestore
-from flud.client.restore.writer import InlineBlockWriter
-from flud.client.snapshots import find_snapshot
-from flud.client.tree import DIRECTORY
-from flud.client.treewalk import TreeReader
+from flud.client.restore.restore_job import Restore
+from flud.client.restore.tree_restore import TreeRestore
+from flud.client.restore.block_writer import InlineBlockWriter
+from flud.client.repository.snapshot_lookup import find_snapshot
+from flud.client.repository.tree_records import DIRECTORY
+from flud.client.repository.tree_walk import TreeReader
 from flud.coding import SegmentCoder
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
@@ -101,7 +101,7 @@ def test_each_path_that_matches_nothing_is_reported_and_the_rest_restored(tmp_pa
 def test_when_no_path_matches_nothing_is_restored(tmp_path):
     import pytest
 
-    from flud.client.restore.run import RestoreError
+    from flud.client.restore.restore_job import RestoreError
 
     world = make_world(tmp_path, nodes=12)
     src = str(tmp_path / "src")

@@ -3,9 +3,9 @@ and skipped, cycles refused, and a diff that never opens unchanged subtrees."""
 import pytest
 from twisted.internet import defer
 
-from flud.client.blobs import BlobSealer
-from flud.client.tree import DirEntry, SmallRef, directory_records
-from flud.client.treewalk import TreeReader
+from flud.client.repository.blobs import BlobSealer
+from flud.client.repository.tree_records import DirEntry, SmallRef, directory_records
+from flud.client.repository.tree_walk import TreeReader
 from flud.crypto import new_user_secret
 from flud.errors import FludError
 

@@ -5,9 +5,9 @@ import blake3
 import pytest
 from twisted.internet import defer
 
-from flud.client.extents import StreamHashes
-from flud.client.segments import CHALLENGE_SPAN, challenges_for
-from flud.client.verify import SPOT, WHOLE, challenge_index, describe_round, verify
+from flud.client.repository.extents import StreamHashes
+from flud.client.repository.segments import CHALLENGE_SPAN, challenges_for
+from flud.client.verify.verify_job import SPOT, WHOLE, challenge_index, describe_round, verify
 
 SECRET = b"s" * 32
 NODE = "ab" * 32
@@ -92,7 +92,7 @@ def test_the_command_prints_its_round_and_full_finds_what_the_spot_missed(tmp_pa
     import argparse
     import os
 
-    from flud.client.backup.run import Backup
+    from flud.client.backup.backup_job import Backup
     from flud.client.progress import Progress
     from flud.cli.jobs import _verify
     from flud.memory import MemoryMonitor
@@ -162,7 +162,7 @@ def _open_repo(world):
     """The newest snapshot as the key alone finds it (a snapshots.Found)."""
     from flud.client.context import JobContext
     from flud.client.progress import Progress
-    from flud.client.snapshots import find_snapshot
+    from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
@@ -180,7 +180,7 @@ def test_a_snapshot_whose_tree_cannot_be_read_is_not_a_success(tmp_path, monkeyp
     """Every record fetched through the map comes back altered: the tree is
     unreadable, so the verify cannot say the snapshot is sound ("0 of 0
     shares confirmed" was exit 0)."""
-    from flud.client.repo import Repository
+    from flud.client.repository.reader import Repository
 
     world = _backed_up_world(tmp_path)
     fetch = Repository.fetch_sealed
@@ -196,13 +196,13 @@ def test_a_snapshot_whose_tree_cannot_be_read_is_not_a_success(tmp_path, monkeyp
 
 def test_an_unreadable_large_file_record_is_counted_and_the_rest_verified(tmp_path,
                                                                           monkeypatch):
-    from flud.client.repo import Repository
+    from flud.client.repository.reader import Repository
 
     world = _backed_up_world(tmp_path)
     open_blob = Repository.open_blob
 
     def broken(self, blob_id):   # only large-content records are opened this way
-        from flud.client.blobs import BlobDamaged
+        from flud.client.repository.blobs import BlobDamaged
         return defer.fail(BlobDamaged(f"record {blob_id[:16]} does not match its address"))
     monkeypatch.setattr(Repository, "open_blob", broken)
 
@@ -222,8 +222,8 @@ def test_the_bundles_a_restore_reads_first_are_challenged(tmp_path, part):
     any file goes missing: verify finds it (it challenged only the files'
     shares, and said all was well)."""
     from flud.client.records import Bundle
-    from flud.client.tree import LargeRef
-    from flud.client.treewalk import TreeReader
+    from flud.client.repository.tree_records import LargeRef
+    from flud.client.repository.tree_walk import TreeReader
     from tests.unit.client.fakes import run_until
 
     world = _backed_up_world(tmp_path)
@@ -285,8 +285,7 @@ def test_a_bundle_share_without_challenges_is_fetched_and_checked(share):
 def test_an_extent_share_without_challenges_is_counted_unchallenged(monkeypatch):
     """An extent's stream may be far larger than a bundle's share: without
     a recorded challenge it is not fetched, but counted as unchecked."""
-    from flud.client import verify as verify_module
-
+    from flud.client.verify import verify_job as verify_module
     data = bytearray(random.Random(4).randbytes(1000))
     key = blake3.blake3(data).digest()
     manifest = {"bundles": {}, "challenges": {}, "contents": {}}

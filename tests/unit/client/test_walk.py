@@ -2,8 +2,8 @@
 below it, with its own entries, and no more than the current path held."""
 import os
 
-from flud.client.scan import scan
-from flud.client.walk import list_children, walk
+from flud.client.backup.source_scan import scan
+from flud.client.backup.source_walk import list_children, walk
 
 
 def make_tree(root):

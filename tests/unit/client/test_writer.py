@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from flud.client.directio import PositionalWriter
-from flud.client.restore.writer import BlockWriter
+from flud.client.restore.block_writer import BlockWriter
 from tests.unit.client.test_extents import _large_record, _large_tree, world  # noqa: F401
 from tests.unit.client.test_pipeline import run_backup, run_restore
 

@@ -139,12 +139,12 @@ import sys
 from flud.lean import defer_unused_imports
 defer_unused_imports()
 from twisted.internet import reactor
-import flud.node.process, flud.node.service, storage.disk, flud.memory, flud.workers
+import flud.node.process, flud.node.service, flud.storage.disk, flud.memory, flud.workers
 from flud.cli.main import build_parser
 from flud.cli.node import node_config
 node_config(build_parser().parse_args(["node", "run", "--home", "h", "--join", ":1"]))
 print(sorted(m for m in sys.modules if "zstd" in m or m.startswith("compression")
-             or m in ("flud.compression", "flud.client.contents")))
+             or m in ("flud.compression", "flud.client.repository.small_contents")))
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=60)

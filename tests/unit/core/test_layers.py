@@ -1,6 +1,6 @@
 """The house's shape, checked from the code's own imports.
 
-Every module of flud/, storage/ and aggregator/ is parsed (never imported) and
+Every module of flud/ (flud/storage/ and flud/aggregator/ included) is parsed (never imported) and
 each import, at the top or inside a function, is an arrow. The test fails on
 an import circle and on an arrow that runs to a room it may not enter (see
 ALLOWED and docs/DESIGN.md, "The map of the house").
@@ -12,27 +12,28 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-PACKAGES = ("flud", "storage", "aggregator")
+PACKAGES = ("flud",)
+PURE = ("flud.storage", "flud.aggregator")   # import nothing of flud but each other
 
 # Room -> the rooms it may import (besides itself). A room is a package under
 # flud/ (flud.client, flud.node, ...), or "flud.core" for the modules directly
-# in flud/ (errors, crypto, coding, keys, memory, workers, lean, procfs...), or
-# a top-level pure package. Imports run downward only: cli at the top, then
-# the testnet harness, then client and node (peers: never each other), then
+# in flud/ (errors, crypto, coding, keys, memory, workers, lean, procfs...).
+# flud.storage and flud.aggregator are the pure rooms. Imports run downward
+# only: cli at the top, then the testnet harness, then client and node (peers: never each other), then
 # protocol, then the core, then storage and aggregator (pure).
 ALLOWED = {
-    "storage": set(),
-    "aggregator": {"storage"},
-    "flud.core": {"storage"},
-    "flud.protocol": {"flud.core", "storage"},
-    "flud.node": {"flud.protocol", "flud.core", "storage"},
-    "flud.client": {"flud.protocol", "flud.core", "aggregator", "storage"},
+    "flud.storage": set(),
+    "flud.aggregator": {"flud.storage"},
+    "flud.core": {"flud.storage"},
+    "flud.protocol": {"flud.core", "flud.storage"},
+    "flud.node": {"flud.protocol", "flud.core", "flud.storage"},
+    "flud.client": {"flud.protocol", "flud.core", "flud.aggregator", "flud.storage"},
     "flud.testnet": {"flud.node", "flud.client", "flud.protocol", "flud.core"},
     # the long-running client: beside cli (which starts it), above client;
     # it runs jobs as `flud` processes and never imports the node
     "flud.agent": {"flud.client", "flud.protocol", "flud.core"},
     "flud.cli": {"flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
-                 "flud.core", "aggregator", "storage"},
+                 "flud.core", "flud.aggregator", "flud.storage"},
     "flud.entry": {"flud.cli"},   # flud/__main__.py
 }
 
@@ -57,8 +58,6 @@ def all_modules() -> dict:
 
 def room_of(module: str) -> str:
     parts = module.split(".")
-    if parts[0] != "flud":
-        return parts[0]
     if module == "flud.__main__":
         return "flud.entry"
     if len(parts) == 1:
@@ -101,7 +100,7 @@ def under(name: str, package: str) -> bool:
 @pytest.fixture(scope="module")
 def graph() -> dict:
     modules = all_modules()
-    assert "flud.errors" in modules and "storage.errors" in modules, "the walk found no code"
+    assert "flud.errors" in modules and "flud.storage.errors" in modules, "the walk found no code"
     graph = {}
     for name, path in modules.items():
         graph[name] = {target for target in imports_of(path, modules)
@@ -153,9 +152,18 @@ def test_sans_io_modules_and_pure_packages_import_no_reactor():
     modules = all_modules()
     wrong = [f"{name} imports {sorted(n for n in raw_imports(path) if under(n, 'twisted.internet'))}"
              for name, path in sorted(modules.items())
-             if (name in SANS_IO or room_of(name) in ("storage", "aggregator"))
+             if (name in SANS_IO or room_of(name) in PURE)
              and any(under(n, "twisted.internet") for n in raw_imports(path))]
     assert not wrong, "\n".join(wrong)
+
+
+def test_flud_is_the_one_top_level_package():
+    """A `storage` or `aggregator` of our own installed into site-packages
+    would collide with anyone else's: the pure rooms live under flud/."""
+    tops = {path.name for path in REPO.iterdir()
+            if (path / "__init__.py").exists() and path.name not in ("tests", "tools")}
+    assert tops == {"flud"}
+    assert 'include = ["flud*"]' in (REPO / "pyproject.toml").read_text()
 
 
 def test_no_argv_parsing_below_the_cli():

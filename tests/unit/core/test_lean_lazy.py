@@ -34,7 +34,7 @@ def test_a_node_loads_none_of_what_it_spares_and_each_works_when_used():
         from flud.lean import defer_unused_imports
         defer_unused_imports()
         from twisted.internet import reactor
-        import argparse, flud.node.process, flud.node.service, storage.disk, flud.memory, flud.workers
+        import argparse, flud.node.process, flud.node.service, flud.storage.disk, flud.memory, flud.workers
         from flud.cli.main import build_parser  # a node parses its arguments with the whole parser
         from flud.cli.node import node_config
         node_config(build_parser().parse_args(["node", "run", "--home", "h", "--join", ":1"]))

@@ -7,9 +7,9 @@ from twisted.internet import defer, task
 
 from flud.node.compaction import MAX_WAIT, QUIET, CompactionScheduler
 from flud.protocol.messages import KIND_ARCHIVE
-from storage.limits import COMPACT_MIN_BYTES
-from storage.memory import MemoryShareStore
-from storage.tarscan import member_span
+from flud.storage.limits import COMPACT_MIN_BYTES
+from flud.storage.memory import MemoryShareStore
+from flud.storage.tarscan import member_span
 from tests.unit.protocol.test_server import Node, ok
 from tests.unit.storage.helpers import ALICE, BOB, key_of, make_tar, put_tar, read_all
 

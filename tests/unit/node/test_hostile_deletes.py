@@ -12,7 +12,7 @@ import pytest
 
 from flud.protocol.errors import ErrorCode
 from flud.protocol.messages import KIND_ARCHIVE
-from storage.disk import ShareStore
+from flud.storage.disk import ShareStore
 from tests.unit.protocol.test_server import Node, error_code, ok
 from tests.unit.storage.helpers import key_of, make_tar
 

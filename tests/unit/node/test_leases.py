@@ -11,9 +11,9 @@ from flud.node import leases as node_leases
 from flud.node.config import CLIENT_RENEWAL_PERIOD, MIN_LEASE, MIN_TRASH, NodeConfig
 from flud.node.leases import JUMP_BOUND, RENEW_EVERY, LeaseKeeper, measure_gap, offset_file_reader
 from flud.protocol.errors import ErrorCode
-from storage.disk import ShareStore
-from storage.errors import NotFound
-from storage.leases import LeaseTerms
+from flud.storage.disk import ShareStore
+from flud.storage.errors import NotFound
+from flud.storage.leases import LeaseTerms
 from tests.unit.protocol.test_server import Node, error_code, ok
 from tests.unit.storage.helpers import ALICE, BOB, key_of
 
@@ -275,7 +275,7 @@ def test_measure_gap(wall, mono, charged, jumped):
 
 
 def test_the_trash_outlasts_two_client_renewals():
-    from flud.client.leases import RENEW_EVERY as CLIENT_RENEW_EVERY
+    from flud.client.lease_renewal import RENEW_EVERY as CLIENT_RENEW_EVERY
     assert CLIENT_RENEWAL_PERIOD == CLIENT_RENEW_EVERY
     config = NodeConfig(home="h")
     assert config.trash_seconds >= MIN_TRASH >= 2 * CLIENT_RENEW_EVERY

@@ -644,7 +644,7 @@ def test_a_fed_stream_refuses_more_than_it_declared(pair):
 def test_a_fed_stream_the_node_refuses_fails_its_feeds_with_the_nodes_error(pair, handlers):
     """A full node answers NO_SPACE mid-stream: the feeder learns that, not
     only that its request ended."""
-    from storage.errors import NoSpace
+    from flud.storage.errors import NoSpace
 
     server_handler, _ = handlers
     source, _, outcome = _fed_store(pair, 4 * DATA_CHUNK)

@@ -15,7 +15,7 @@ from flud.protocol.errors import (STORAGE_CODES, AuthenticationFailed, ConnectFa
                                   ConnectionLost, ErrorCode, FrameError, PeerStalled,
                                   RemoteError, TLSFailed, code_for_exception, from_wire,
                                   wire_of)
-from storage import errors as storage_errors
+from flud.storage import errors as storage_errors
 from tests.unit.protocol.helpers import Outcome, make_party
 
 

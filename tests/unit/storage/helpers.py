@@ -7,7 +7,7 @@ import tarfile
 
 import blake3
 
-from storage.disk import ShareStore
+from flud.storage.disk import ShareStore
 
 ALICE = b"A" * 32
 BOB = b"B" * 32

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from storage.disk import ShareStore
-from storage.errors import FormatError, NoSpace, NotFound
-from storage.layout import Layout
+from flud.storage.disk import ShareStore
+from flud.storage.errors import FormatError, NoSpace, NotFound
+from flud.storage.layout import Layout
 
 from .helpers import ALICE, BOB, CAPACITY, key_of, put_tar, read_all, make_tar
 
@@ -215,7 +215,7 @@ def test_many_threads(tmp_path):
 def test_large_upload_starts_writeback_as_it_goes(tmp_path, monkeypatch):
     """A durable store hands every WRITEBACK_STEP bytes to the kernel while
     the upload streams in, so the fsync at commit has little left to do."""
-    import storage.disk as disk
+    import flud.storage.disk as disk
 
     calls = []
     real = disk.start_writeback
@@ -235,7 +235,7 @@ def test_large_upload_starts_writeback_as_it_goes(tmp_path, monkeypatch):
 
 
 def test_no_writeback_when_the_store_is_not_durable(tmp_path, monkeypatch):
-    import storage.disk as disk
+    import flud.storage.disk as disk
 
     calls = []
     monkeypatch.setattr(disk, "start_writeback", lambda *a: calls.append(a))
@@ -247,7 +247,7 @@ def test_no_writeback_when_the_store_is_not_durable(tmp_path, monkeypatch):
 
 
 def test_start_writeback_on_a_real_file(tmp_path):
-    from storage.fileio import start_writeback
+    from flud.storage.fileio import start_writeback
 
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
     try:
@@ -261,7 +261,7 @@ def test_start_writeback_on_a_real_file(tmp_path):
 def test_a_ranged_read_of_a_large_share_reads_the_next_range_ahead(store, monkeypatch):
     """A restore reads an extent's stream block by block, one RETRIEVE each:
     the block after the one asked for is read ahead, within the share."""
-    import storage.reader as reader
+    import flud.storage.reader as reader
 
     hinted = []
     monkeypatch.setattr(reader, "read_soon", lambda fd, offset, length: hinted.append(

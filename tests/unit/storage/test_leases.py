@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from storage import leases as leases_module
-from storage.disk import ShareStore
-from storage.errors import NotFound
-from storage.leases import LeaseTerms
+from flud.storage import leases as leases_module
+from flud.storage.disk import ShareStore
+from flud.storage.errors import NotFound
+from flud.storage.leases import LeaseTerms
 from tests.unit.storage.helpers import ALICE, BOB, CAPACITY, SimulatedCrash, crash, key_of, put_tar, read_all
 
 DAY = 86400.0

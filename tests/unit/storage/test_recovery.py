@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from storage.archives import COMPACTION_STEPS, STEP_INDEXED, STEP_RENAMED, STEP_SYNCED
-from storage.disk import ShareStore
-from storage.errors import NotFound
-from storage.index import Index
-from storage.tarscan import member_span
+from flud.storage.archives import COMPACTION_STEPS, STEP_INDEXED, STEP_RENAMED, STEP_SYNCED
+from flud.storage.disk import ShareStore
+from flud.storage.errors import NotFound
+from flud.storage.index import Index
+from flud.storage.tarscan import member_span
 
 from .helpers import ALICE, BOB, CAPACITY, SimulatedCrash, crash, key_of, put_tar, read_all
 
@@ -116,7 +116,7 @@ def test_share_file_whose_unlink_was_interrupted_goes_at_open(tmp_path, monkeypa
     def die(target, *args, **kw):
         raise SimulatedCrash("before the unlink")
 
-    monkeypatch.setattr("storage.disk.os.unlink", die)
+    monkeypatch.setattr("flud.storage.disk.os.unlink", die)
     with pytest.raises(SimulatedCrash):
         store.delete(key_of(data), ALICE)
     monkeypatch.undo()

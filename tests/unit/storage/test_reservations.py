@@ -9,10 +9,10 @@ import os
 import blake3
 import pytest
 
-from storage.capacity import CapacityLedger, ReservationGroup, owner_reserve_limit
-from storage.disk import ShareStore
-from storage.errors import NoSpace, UploadLimit
-from storage.limits import (GIB, MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS, MIB,
+from flud.storage.capacity import CapacityLedger, ReservationGroup, owner_reserve_limit
+from flud.storage.disk import ShareStore
+from flud.storage.errors import NoSpace, UploadLimit
+from flud.storage.limits import (GIB, MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS, MIB,
                             OWNER_RESERVED_DIVISOR)
 from tests.contract.stores import make_store  # noqa: F401 (a fixture)
 

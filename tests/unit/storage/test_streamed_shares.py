@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-import storage.disk as disk
-import storage.reader as reader_module
-from storage.disk import ShareStore
-from storage.fileio import STREAMED_MIN
-from storage.limits import IO_CHUNK
+import flud.storage.disk as disk
+import flud.storage.reader as reader_module
+from flud.storage.disk import ShareStore
+from flud.storage.fileio import STREAMED_MIN
+from flud.storage.limits import IO_CHUNK
 
 from .helpers import ALICE, CAPACITY, key_of, read_all
 
@@ -91,7 +91,7 @@ def test_pieces_are_hashed_in_order_and_written_in_one_call(tmp_path, monkeypatc
 
 
 def test_a_short_writev_is_finished_piece_by_piece(tmp_path, monkeypatch):
-    from storage.fileio import write_all_pieces
+    from flud.storage.fileio import write_all_pieces
 
     real_writev = os.writev
     monkeypatch.setattr(os, "writev", lambda fd, views: real_writev(fd, [views[0], views[1][:7]]))
@@ -107,7 +107,7 @@ def test_a_short_writev_is_finished_piece_by_piece(tmp_path, monkeypatch):
 def test_more_pieces_than_one_writev_takes_are_written_in_groups(tmp_path, monkeypatch):
     """A peer that sends tiny TLS records makes a frame of thousands of pieces:
     the kernel takes at most IOV_MAX buffers per writev."""
-    from storage import fileio
+    from flud.storage import fileio
 
     real_writev, groups = os.writev, []
 

@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from storage.errors import BadArchive
-from storage.tarscan import TAR_BLOCK, TarScanner, member_span, padded
+from flud.storage.errors import BadArchive
+from flud.storage.tarscan import TAR_BLOCK, TarScanner, member_span, padded
 
 from .helpers import key_of
 

@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-import storage.disk as disk
-from storage.disk import ShareStore
-from storage.errors import HashMismatch
-from storage.fileio import STREAMED_MIN
-from storage.limits import KIND_STREAMED_SHARE
+import flud.storage.disk as disk
+from flud.storage.disk import ShareStore
+from flud.storage.errors import HashMismatch
+from flud.storage.fileio import STREAMED_MIN
+from flud.storage.limits import KIND_STREAMED_SHARE
 
 from .helpers import ALICE, BOB, CAPACITY, crash, key_of, read_all
 

@@ -1,7 +1,7 @@
 import pytest
 
 from flud.client.records import ShareHolder
-from flud.client.repair.health import (
+from flud.client.repair.object_health import (
     AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST, MISSING, OK, SAFETY_MARGIN, UNAVAILABLE,
     UNREACHABLE, HealthBook, Observation, RepairPolicy, StoredObject, default_m)
 

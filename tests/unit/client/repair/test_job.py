@@ -1,8 +1,8 @@
 """The check and repair job against the in-memory network."""
-from flud.client.repair.health import (AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST,
+from flud.client.repair.object_health import (AT_RISK, CORRUPT, DAY, DEGRADED, HEALTHY, LOST,
                                        UNAVAILABLE, RepairPolicy)
 from flud.client.repair.rotation import parse_subset
-from flud.client.repair.state import CheckState
+from flud.client.repair.check_state import CheckState
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
 from tests.unit.client.repair.world import World
 

@@ -1,7 +1,7 @@
-from flud.client.holders import HolderMap, MapPage
+from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.records import Bundle, ShareHolder
-from flud.client.repair.health import StoredObject
-from flud.client.repair.plan import (
+from flud.client.repair.object_health import StoredObject
+from flud.client.repair.repair_plan import (
     by_node, map_page, moved_rows, objects_from_map, place)
 
 
@@ -78,7 +78,7 @@ def test_holder_map_in_and_repair_page_out():
 
 def test_an_extents_stream_length_is_the_sum_of_its_segments_block_lengths():
     from flud.client.records import Extent, ExtentSegment
-    from flud.client.repair.plan import stream_length
+    from flud.client.repair.repair_plan import stream_length
     holders = tuple(ShareHolder(i, hexid(200 + i), hexid(1 + i)) for i in range(8))
     extent = Extent(holders, (ExtentSegment(hexid(1), 2 << 20, 512 << 10, ""),
                               ExtentSegment(hexid(2), 1000, 250, "")))

@@ -2,7 +2,7 @@ import blake3
 
 from flud.client.records import ShareHolder
 from flud.client.repair.probes import probe_of
-from flud.client.segments import challenges_for
+from flud.client.repository.segments import challenges_for
 
 SECRET = b"s" * 32
 

@@ -9,12 +9,12 @@ import random
 
 from flud.cli import check as cli_check
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED
-from flud.client.backup.large import EXTENT_PREFIX
+from flud.client.backup.large_files import EXTENT_PREFIX
 from flud.client.records import Extent
-from flud.client.repair.health import AT_RISK, DEGRADED, LOST, UNAVAILABLE
-from flud.client.prune_state import pending_object_ids
-from flud.client.repair.run import Check, _holder_map
-from flud.client.snapshots import open_repository
+from flud.client.repair.object_health import AT_RISK, DEGRADED, LOST, UNAVAILABLE
+from flud.client.repository.prune_books import pending_object_ids
+from flud.client.repair.repository_check import Check, _holder_map
+from flud.client.repository.snapshot_lookup import open_repository
 from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
 from tests.unit.client.test_check_run import ctx_of
 from tests.unit.client.test_pipeline import run_backup, run_restore
@@ -225,7 +225,7 @@ def test_a_backup_after_a_repair_keeps_the_repaired_holders_of_unchanged_extents
     """Issue 25 finding 5: a large file that changed in part reuses its
     unchanged extents from the client index; after a repair those rows name
     the new holders, so the holder map does not go back to the old ones."""
-    import flud.client.backup.large as large
+    import flud.client.backup.large_files as large
     monkeypatch.setattr(large, "segments_per_extent", lambda segment_size: 2)
     world = make_world(tmp_path, nodes=12)
     clock, home, network = world

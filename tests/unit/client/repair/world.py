@@ -6,9 +6,9 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.records import ShareHolder
-from flud.client.repair.health import RepairPolicy, StoredObject
-from flud.client.repair.job import CheckJob, Probe
-from flud.client.repair.state import CheckState
+from flud.client.repair.object_health import RepairPolicy, StoredObject
+from flud.client.repair.check_job import CheckJob, Probe
+from flud.client.repair.check_state import CheckState
 from flud.coding import SegmentCoder
 from tests.unit.client.fakes import FakeNetwork, FakeReactor, run_until
 

@@ -1,0 +1,232 @@
+"""A backup's last steps in the version-2 format (docs/snapshots.md): the
+tree of directory records, then the map page, the snapshot record, the map
+index and the root record.
+
+The tree is built from a second walk of the roots once every changed file
+has landed: each directory's files are answered by the index (what this run
+or an earlier one stored for them, as it was scanned), so a directory's
+record can be made and sealed at once, and one directory's listing is all
+that is held besides the open directories' record ids. A file that was
+skipped while reading, or that appeared after the first walk, is left out
+(the next snapshot has it). A record whose blob id the index knows is stored
+already: an unchanged directory costs a seal and a hash, no STORE.
+
+New records travel with the small files (SmallFiles.add_blob). The map page
+of this run (its bundles, where its records are, and the previous run's
+final bundles) goes in a bundle of its own, and then the snapshot record and
+the map index in another: the index names each page with its bundle's
+record, and the root record names the last bundle's, so everything is found
+from the key alone.
+"""
+import os
+import socket
+
+from twisted.internet import defer
+
+from flud.client.backup.tree_builder import TreeBuilder
+from flud.client.repository.blobs import BlobSealer
+from flud.client.context import wall_clock
+from flud.client.backup.source_excludes import ExcludeRules
+from flud.client.repository.head import Head, store_blobs, write_head
+from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
+from flud.client.repository.version1 import root_names
+from flud.client.records import EMPTY, LARGE, SMALL
+from flud.client.backup.source_scan import entry_of
+from flud.client.repository.tree_records import LargeRecord, LargeRef, SmallRef, SnapshotRecord
+from flud.client.backup.source_walk import walk
+
+
+SAVE_EVERY = 1024   # records handed over between saves of what landed
+
+
+def _quiet(path, why):
+    """The second walk's skips were said by the first."""
+
+
+class TreeWriter:
+    """Builds the tree of one backup. index: the client index; small: the
+    run's SmallFiles (records go out with its bundles); skipped: paths the
+    run could not read."""
+
+    def __init__(self, index, sealer: BlobSealer, small, skipped, save=lambda: None):
+        """save(): what landed goes to the index (called every SAVE_EVERY
+        records, so what this run stored is not all held in memory)."""
+        self.index = index
+        self.sealer = sealer
+        self.small = small
+        self.skipped = skipped
+        self._save = save
+        self._unsaved = set()   # blob ids handed over since the last save
+        self._outgoing = []     # (blob id, sealed) waiting to be handed to the small files
+        self.builder = TreeBuilder(sealer, self._known, self._store)
+        self.files = self.bytes = 0
+        self.dirs = 0           # directory records made
+        self.reused = 0         # unchanged subtrees kept as they were
+        self._counts = {}       # directory -> (files, bytes) below it, until its parent takes it
+
+    def _known(self, blob_id: str) -> bool:
+        return (blob_id in self._unsaved or self.small.holds_blob(blob_id)
+                or self.index.known_blob(blob_id))
+
+    def _store(self, blob_id: str, sealed: bytes) -> None:
+        self._unsaved.add(blob_id)
+        self._outgoing.append((blob_id, sealed))
+
+    @defer.inlineCallbacks
+    def _hand_over(self):
+        outgoing, self._outgoing = self._outgoing, []
+        for blob_id, sealed in outgoing:
+            yield self.small.add_blob(blob_id, sealed)
+        if len(self._unsaved) >= SAVE_EVERY:
+            self._save()    # landed records to the index; the rest the small files hold
+            self._unsaved = set()
+
+    def _reuse(self, path: str) -> bool:
+        """A directory whose subtree is as the last backup recorded it keeps
+        its record (not listed, not sealed again)."""
+        row = self.index.reusable_dir(path)
+        if row is None:
+            return False
+        blob_id, files, nbytes = row[:3]
+        self.builder.reuse(path, blob_id)
+        self._counts[path] = (files, nbytes)
+        self.reused += 1
+        return True
+
+    def _build(self, listing) -> None:
+        own = [0, 0]   # this directory's files and bytes
+        blob_id = self.builder.directory(listing, self._file_ref(
+            self.index.states_in(listing.path), own))
+        for entry in listing.entries:
+            if entry.kind == "dir" and entry.path in self._counts:
+                files, nbytes = self._counts.pop(entry.path)
+                own[0] += files
+                own[1] += nbytes
+        self._counts[listing.path] = tuple(own)
+        self.index.built_dir(listing.path, blob_id, own[0], own[1])
+        self.dirs += 1
+
+    def _file_ref(self, states, own):
+        def file_ref(entry):
+            if entry.path in self.skipped:
+                raise KeyError(entry.path)
+            state = states[entry.path]       # KeyError: not seen by the first walk
+            content = self.index.content(state.content_id)
+            if content is None:
+                raise KeyError(entry.path)
+            # The snapshot holds the file as it was read, not as it is now.
+            entry.size, entry.mtime_ns = state.size, state.mtime_ns
+            own[0] += 1
+            own[1] += state.size
+            kind = content["t"]
+            if kind == EMPTY:
+                return None
+            if kind == SMALL:
+                return SmallRef(content["key"], content.get("z") or "", content["b"],
+                                content["o"], content["l"])
+            if kind != LARGE:
+                raise KeyError(entry.path)
+            blob_id, sealed = self.sealer.seal(LargeRecord(content).encode())
+            blob_id = blob_id.hex()
+            if not self._known(blob_id):
+                self._store(blob_id, sealed)
+            return LargeRef(blob_id)
+        return file_ref
+
+    @defer.inlineCallbacks
+    def build(self, roots, excludes):
+        """The blob id of the snapshot's root directory record. excludes:
+        the ExcludeRules of the run's first walk (the same answers)."""
+        excludes = ExcludeRules.of(excludes)
+        tops = []
+        for root, name in zip(roots, root_names(roots)):
+            try:
+                st = os.lstat(root)
+            except OSError:
+                continue   # said by the first walk
+            top = entry_of(root, st, _quiet)
+            if top is None:
+                continue
+            if top.kind == "dir":
+                if not self._reuse(root):
+                    for listing in walk(root, (), _quiet, excludes.lister(root),
+                                        self._reuse):
+                        self._build(listing)
+                        yield self._hand_over()
+                self.files += self._counts[root][0]
+                self.bytes += self._counts.pop(root)[1]
+                tops.append((name, top, None))
+            elif top.kind == "file":
+                own = [0, 0]
+                try:
+                    ref = self._file_ref(self.index.states_in(os.path.dirname(root)), own)(top)
+                except KeyError:
+                    continue
+                self.files += own[0]
+                self.bytes += own[1]
+                tops.append((name, top, ref))
+            else:
+                tops.append((name, top, top.target))
+        tree = self.builder.root(tops)
+        yield self._hand_over()
+        return tree
+
+
+@defer.inlineCallbacks
+def publish_tree(ctx, small, run_bundles, tree: str, roots, tags, stats, shares,
+                 extents=None, summary=None):
+    """Store this run's map page, its snapshot record and the new map index,
+    and point the root record at them. run_bundles: {bundle id: Bundle} this
+    run stored; run_blobs: [BlobRef] of the records it stored; shares: the
+    keys of the shares it stored (their VERIFY challenges go in the page);
+    extents: {extent id: share holders} of the large files' extents it
+    stored (the map is the inventory prune reads; an extent it reused is
+    not among them: the map's row for it stays the newest, repair's
+    included); summary: the snapshot's summary in the client index (kept
+    with what the run publishes, so a run killed once its head is saved is
+    adopted by the next one, see run_rows.py).
+    Returns (snapshot id, time, the snapshot record's blob id)."""
+    index, sealer = ctx.index, BlobSealer(ctx.secret)
+    head = Head.load(index)
+    snapshot_id = head.next_snapshot_id(index)   # the head's ids go on, not the index's alone
+    shares = set(shares) | {h.key for holders in (extents or {}).values() for h in holders}
+    challenges = [(key, found) for key in sorted(shares)
+                  if (found := index.challenges(key)) is not None]
+    # This run's records, PAGE_ROWS to a page (read back from the index: a
+    # first backup makes one record per directory); the first page also
+    # has the bundles, extents and challenges, and the last head's records
+    # (which only the last root located).
+    first = MapPage.of(bundles={**head.final, **run_bundles}, extents=extents,
+                       blobs=[head.snapshot] if head.snapshot else [], challenges=challenges)
+    page_ids = []
+    for page in _pages(first, index.run_blob_pages(PAGE_ROWS)):
+        page_id, page_sealed = sealer.seal(page.encode())
+        page_ids.append(page_id.hex())
+        yield small.add_blob(page_id.hex(), page_sealed)
+    refs, page_bundles, page_challenges = yield store_blobs(small, [])
+    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in page_ids}
+    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in refs]
+    index.add_bundles((bid, b.to_wire()) for bid, b in page_bundles.items())
+    index.add_challenges(page_challenges.items())
+    located = tuple((refs[pid], page_bundles[refs[pid].bundle]) for pid in page_ids)
+    index.add_blobs(refs.values())
+    created = wall_clock()
+    record = SnapshotRecord(snapshot_id, created, socket.gethostname(),
+                            tuple(os.path.abspath(r) for r in roots), tuple(tags), False,
+                            head.snapshot.blob_id if head.snapshot else None, tree, stats)
+    snap_id, snap_sealed = sealer.seal(record.encode())
+    old = head.index
+    new_index = MapIndex(old.pages + located, old.snapshots + (snap_id.hex(),), old.v1)
+    index.publishing(snap_id.hex(), snapshot_id, created, dict(summary or {}))
+    yield write_head(ctx, small, head, new_index, sealer, newest=snap_id.hex(),
+                     records=[(snap_id.hex(), snap_sealed)], snapshot_id=snapshot_id)
+    return snapshot_id, created, snap_id.hex()
+
+
+def _pages(first: MapPage, run_blobs):
+    """The first page, with the run's first records, then pages of records."""
+    blobs = next(run_blobs, [])
+    yield MapPage(first.bundles, first.extents, tuple(sorted(first.blobs + tuple(blobs))),
+                  first.challenges)
+    for blobs in run_blobs:
+        yield MapPage(blobs=tuple(blobs))

@@ -1,0 +1,429 @@
+"""The repository's head (docs/snapshots.md): the map index (pages,
+snapshots kept, version-1 history) and the root record that points at it.
+
+Every change of the head (a backup's new snapshot, forget, tag, prune's new
+map) is the same step: the new records go in a bundle of their own (one tar
+per node), then a root record one generation newer names where they are and
+that bundle's holders (and the newest snapshot record's, when it lies in an
+older bundle). The index keeps a copy of the head (meta REPO_META), so a
+backup adds to it without fetching it, and with the root it wrote last, so
+no writer moves the head back or forks it (client/repository/head_chain.py): every writer
+checks the nodes' root against it before it writes. A home that has none
+(new, or made from the exported key) reads the nodes' head but writes only
+after `flud adopt`.
+"""
+import json
+import logging
+
+from twisted.internet import defer
+
+from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, ForkedHead, HeadError, Saved,
+                               StaleRoot, judge, judge_home)
+from flud.client.context import wall_clock
+from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
+from flud.client.repository.version1 import (ManifestMissing, RootNotStored, RootUnconfirmed,
+                                             find_root, put_root_v2)
+from flud.client.repository.prune_books import remember_superseded
+from flud.client.records import Bundle
+from flud.client.repository.tree_records import BlobRef
+
+log = logging.getLogger("flud.client")
+
+# A writer merges the map's pages when its index would list more than this
+# many (every backup appends one; MAX_PAGES is what a reader opens). Read
+# at call time: tests lower it.
+MERGE_AT = 64
+assert MERGE_AT < MAX_PAGES
+
+# What a job refuses with exit 2 and a message (never a traceback).
+REFUSALS = (HeadError, RootNotStored, RootUnconfirmed)
+
+
+class Head:
+    """generation: the root's; index: the MapIndex; final: {bundle id:
+    Bundle} of the bundles the root names; snapshot: BlobRef of the newest
+    snapshot record (None before the first); root: the RootRecord itself
+    (None for a head saved before roots were chained); last_id: the highest
+    snapshot id issued (0: unknown)."""
+
+    def __init__(self, generation=0, index=None, final=None, snapshot=None, root=None,
+                 last_id=0):
+        self.generation = generation
+        self.index = index if index is not None else MapIndex()
+        self.final = dict(final or {})
+        self.snapshot = snapshot
+        self.root = root
+        self.last_id = last_id
+
+    def next_snapshot_id(self, client_index) -> int:
+        """The id of the next snapshot: after every id the head has issued
+        (the root carries the highest), and every id this home knows."""
+        known = [s["id"] for s in client_index.snapshots()]
+        return max([self.last_id, *known, 0]) + 1
+
+    @classmethod
+    def load(cls, client_index) -> "Head":
+        """The head as this home last wrote or read it; an empty one if none."""
+        saved = client_index.get_meta(REPO_META)
+        if not saved:
+            previous = client_index.snapshots()
+            return cls(index=MapIndex(v1=tuple(
+                {"id": s["id"], "created": s["created"], "manifest": s["manifest_ref"]}
+                for s in previous if s.get("manifest_ref"))))
+        root = saved.get("root")
+        return cls(saved["generation"],
+                   MapIndex.decode(json.dumps(saved["index"]).encode()),
+                   {bid: Bundle.from_wire(b) for bid, b in saved["final"]},
+                   BlobRef(*saved["snapshot"]) if saved["snapshot"] else None,
+                   RootRecord.decode(json.dumps(root).encode()) if root else None,
+                   saved.get("last_id", 0))
+
+    @classmethod
+    def of_repository(cls, repo) -> "Head":
+        """The head as the nodes hold it (an open Repository)."""
+        root = repo.root
+        return cls(root.generation, repo.index, dict(root.bundles), root.snapshot, root,
+                   root.last_id)
+
+    def save(self, client_index) -> None:
+        client_index.set_meta(REPO_META, {
+            "generation": self.generation, "index": json.loads(self.index.encode()),
+            "final": [[bid, b.to_wire()] for bid, b in sorted(self.final.items())],
+            "snapshot": list(self.snapshot) if self.snapshot else None,
+            "root": json.loads(self.root.encode()) if self.root else None,
+            "last_id": self.last_id})
+
+
+def saved_head(client_index):
+    """The head this home saved last, or None if it saved none."""
+    return Head.load(client_index) if client_index.get_meta(REPO_META) else None
+
+
+# `check --repair` writes a head (its moves' map page) after hearing one of
+# the root's holders, not a majority: its repairs must reach the map while
+# most holders are freshly gone (still on the member list), or a restore
+# cannot find them (the 20-node churn of issue 25). It never changes which
+# snapshots are kept and never deletes; what this leaves open is in
+# docs/snapshots.md ("Root record").
+CHECK_LEAST = 1
+
+
+@defer.inlineCallbacks
+def nodes_root(ctx, least=None):
+    """The newest root the nodes answer with, or None. A writer hears a
+    majority of the root's home set first (manifest.root_holders), else
+    RootUnconfirmed and nothing is written: a handover's root is on a
+    majority of that set, so two majorities share a node and a writer whose
+    home was taken over meets the new writer's root (OTHER_WRITER) even
+    when most holders are away and one of the rest replays an old root.
+    least: fewer holders are enough (CHECK_LEAST)."""
+    try:
+        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"], least=least)
+    except RootUnconfirmed as err:
+        raise RootUnconfirmed(f"{err} A writer needs them: a newer head written by "
+                              f"another home (after `flud adopt`) may be on the others, "
+                              f"and writing over it would fork the repository.",
+                              err.best) from None
+    except ManifestMissing:
+        return None
+    return found
+
+
+@defer.inlineCallbacks
+def _check_unmoved(ctx, head: Head, least=None):
+    """The nodes' root, checked to be the one `head` came from (read again
+    just before a writer replaces it: another home, or this one's stale
+    view, must not be written over). Returns it (None: there is none)."""
+    found = yield nodes_root(ctx, least)
+    if _unmoved(head, found, ctx.home.home_id):
+        return found
+    judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)  # names it
+    raise ForkedHead(
+        f"the nodes' head changed while this job ran (now generation "
+        f"{getattr(found, 'generation', 0)}): nothing was replaced. Run it again.")
+
+
+def _unmoved(head: Head, found, home_id: str) -> bool:
+    if head.root is not None:
+        return isinstance(found, RootRecord) and found.digest() == head.root.digest()
+    # a head saved before the chain, or none: generations, as before
+    if not isinstance(found, RootRecord):
+        return head.generation == 0
+    return found.generation == head.generation and found.home in ("", home_id)
+
+
+@defer.inlineCallbacks
+def store_blobs(small, blobs):
+    """Hand blobs [(blob id, sealed)] to a SmallFiles and land them in a
+    bundle of their own: (their BlobRefs by id, {bundle id: Bundle}, the
+    challenges of those bundles' shares)."""
+    for blob_id, sealed in blobs:
+        yield small.add_blob(blob_id, sealed)
+    yield small.finish()
+    bundles, challenges = small.records()
+    wanted = {blob_id for blob_id, _ in blobs}
+    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in wanted}
+    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in wanted]
+    return refs, bundles, challenges
+
+
+@defer.inlineCallbacks
+def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
+               newest_bundle=None, records=(), snapshot_id=None, least=None):
+    """Store `records` [(blob id, sealed)] and the sealed new_index in a
+    bundle, then a root one generation newer, chained to head's. newest:
+    the blob id of the newest snapshot record (one of `records`, or an older
+    one whose BlobRef and bundle (id, Bundle) are given as
+    newest_bundle=(ref, id, Bundle)); snapshot_id: the id of a new snapshot.
+    Refuses (client/repository/head_chain.py) if the nodes' root is not head's. Returns the
+    new Head (saved in the client index)."""
+    client_index = ctx.index
+    others = [(blob_id, sealed) for blob_id, sealed in records if blob_id != newest]
+    records = [(blob_id, sealed) for blob_id, sealed in records if blob_id == newest]
+    if others:
+        # Records that are not the newest snapshot's (tag rewrote older ones)
+        # are located by a page of their own, which the new index lists.
+        refs, bundles, challenges = yield store_blobs(small, others)
+        page = MapPage.of(bundles=bundles, blobs=refs.values())
+        page_id, page_sealed = sealer.seal(page.encode())
+        page_refs, page_bundles, page_challenges = yield store_blobs(
+            small, [(page_id.hex(), page_sealed)])
+        page_ref = page_refs[page_id.hex()]
+        new_index = new_index._replace(
+            pages=new_index.pages + ((page_ref, page_bundles[page_ref.bundle]),))
+        for stored, stored_challenges in ((bundles, challenges), (page_bundles, page_challenges)):
+            client_index.add_bundles((bid, b.to_wire()) for bid, b in stored.items())
+            client_index.add_challenges(stored_challenges.items())
+        client_index.add_blobs(list(refs.values()) + [page_ref])
+    new_index = _still_merged(head.index, new_index)
+    if new_index.appended() > MERGE_AT:
+        new_index = yield merge_pages(ctx, small, new_index, sealer)
+    index_id, index_sealed = sealer.seal(new_index.encode())
+    refs, bundles, challenges = yield store_blobs(small, list(records) +
+                                                  [(index_id.hex(), index_sealed)])
+    final = dict(bundles)
+    if newest in refs:
+        snapshot_ref = refs[newest]
+    else:
+        snapshot_ref, bundle_id, bundle = newest_bundle
+        final[bundle_id] = bundle
+    last_id = max(head.last_id, snapshot_id or 0)
+    found = yield _check_unmoved(ctx, head, least)   # again: the stores took a while
+    root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
+                      _next_generation(client_index, head), ctx.home.home_id,
+                      found.digest() if isinstance(found, RootRecord) else "", last_id)
+    yield _put_root(ctx, root)
+    client_index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
+    client_index.add_challenges(challenges.items())
+    client_index.add_blobs(refs.values())
+    new_head = Head(root.generation, new_index, final, snapshot_ref, root, last_id)
+    new_head.save(client_index)
+    return new_head
+
+
+@defer.inlineCallbacks
+def put_root_again(ctx, repo):
+    """`check --repair`: the same root put again on the nodes that rank
+    highest now (its holders leave), only while it is still the nodes'
+    newest: put after another writer's, it would bring the head back."""
+    yield _check_unmoved(ctx, Head.of_repository(repo), CHECK_LEAST)
+    yield put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], repo.root)
+
+
+def _next_generation(client_index, head: Head) -> int:
+    """One more than the head's, and than any root this home sent before
+    (one that did not reach a majority may come back: it must not tie)."""
+    return max(head.generation, client_index.get_meta(ATTEMPT_META, 0)) + 1
+
+
+def _put_root(ctx, root: RootRecord, everywhere=False):
+    ctx.index.set_meta(ATTEMPT_META, root.generation)   # before: a kill mid-put counts too
+    return put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], root, everywhere)
+
+
+@defer.inlineCallbacks
+def merge_pages(ctx, small, new_index: MapIndex, sealer) -> MapIndex:
+    """new_index with its pages merged into as few as hold the map (the
+    newest row of each object, as a reader would take it), stored: the map
+    index never grows past what a reader opens (MAX_PAGES)."""
+    from flud.client.repository.reader import Repository
+
+    repo = Repository(ctx)
+    superseded = set()
+    try:
+        yield repo.load_pages(new_index.pages, superseded)
+        pages = repo.merged_pages()
+    finally:
+        repo.close()
+    # The older rows go with the merge: the copies only they name are handed
+    # to prune's books first, or prune could never find them again.
+    remember_superseded(ctx.index, superseded, wall_clock())
+    located = []
+    for page in pages:
+        page_id, sealed = sealer.seal(page.encode())
+        refs, bundles, challenges = yield store_blobs(small, [(page_id.hex(), sealed)])
+        ref = refs[page_id.hex()]
+        ctx.index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
+        ctx.index.add_challenges(challenges.items())
+        located.append((ref, bundles[ref.bundle]))
+    ctx.index.add_blobs(ref for ref, _ in located)
+    log.info("map: %d pages merged into %d", len(new_index.pages), len(located))
+    return new_index._replace(pages=tuple(located), merged=len(located))
+
+
+def _still_merged(old: MapIndex, new: MapIndex) -> MapIndex:
+    """new, knowing that its first pages are still the old index's merged
+    ones (a writer that built it from the old pages need not say so)."""
+    if new.merged or not old.merged or new.pages[:old.merged] != old.pages[:old.merged]:
+        return new
+    return new._replace(merged=old.merged)
+
+
+@defer.inlineCallbacks
+def adopt_head(ctx):
+    """Before a backup: this home's head, checked against the nodes' root
+    (client/repository/head_chain.py: refused if the nodes' is stale, forked, or another
+    home's). Where the nodes hold this home's own next head (it was killed
+    before saving it, or lost its index but kept its id) that is taken, with
+    the snapshots it lists, so their ids go on and nothing kept is dropped
+    from the next index. Returns the Head."""
+    from flud.client.repository.snapshot_lookup import open_repository
+
+    client_index = ctx.index
+    found = yield nodes_root(ctx)
+    if judge_home(ctx, found) == SAME or not isinstance(found, RootRecord) \
+            or Saved(client_index).legacy:
+        return Head.load(client_index)   # (a version-1 home's history is its index, as before)
+    saved = saved_head(client_index)
+    if saved is not None and found.generation == saved.generation:
+        return Head.load(client_index)   # saved before the chain: the same generation
+    # this home's own next head (AHEAD), or a newer one saved before the chain: take it
+    _, repo = yield open_repository(ctx, root=found)
+    try:
+        head = yield take_head(ctx, repo)
+    finally:
+        repo.close()
+    return head
+
+
+@defer.inlineCallbacks
+def take_head(ctx, repo, rebuild=False):
+    """Make the nodes' head (an open Repository) this home's: its snapshots
+    listed in the index (and those it does not list dropped), its pages'
+    bundles known. rebuild: also forget every bundle and extent the map
+    does not hold (another home's prune may have deleted them: nothing may
+    deduplicate against them). Returns the Head, saved."""
+    client_index = ctx.index
+    head = Head.of_repository(repo)
+    records = yield repo.snapshots()
+    listed = {record.snapshot_id for _, record in records} | {
+        entry.get("id") for entry in head.index.v1 if type(entry.get("id")) is int}
+    # ids this home gave (a head it wrote that the nodes lost) are not given again
+    issued = Head.load(client_index).next_snapshot_id(client_index) - 1
+    client_index.remove_snapshots([s["id"] for s in client_index.snapshots()
+                                   if s["id"] not in listed])
+    for blob_id, record in records:
+        client_index.add_snapshot(record.snapshot_id, record.time, {
+            **record.stats, "format": 2, "record": blob_id, "roots": list(record.paths),
+            "tags": list(record.tags), "host": record.host,
+            "protected": record.protected}, None)
+    if rebuild:
+        yield _forget_unreached(ctx, repo, records)
+    for ref, bundle in head.index.pages:
+        client_index.add_bundles([(ref.bundle, bundle.to_wire())])
+    client_index.add_bundles((bid, b.to_wire()) for bid, b in head.final.items())
+    head.last_id = max([head.last_id, issued, *listed])
+    head.save(client_index)
+    return head
+
+
+@defer.inlineCallbacks
+def _forget_unreached(ctx, repo, records):
+    """Drop from the index every bundle and extent the head's kept snapshots
+    do not reach (with the contents stored in them and the file states
+    naming those): the next backup reads those files again instead of
+    naming lost objects. Not merely what the map lists: another home's
+    prune may be deleting an object the map still lists (a DELETE failed on
+    a holder that was away; its pending deletes are in its own books), and
+    what no kept snapshot reaches is what such a prune deletes. If a kept
+    record cannot be read now, nothing stored is kept (safe: stored anew).
+    Returns how many contents were dropped."""
+    from flud.client.prune.reach import Reach, RecordUnreadable
+
+    client_index = ctx.index
+    try:
+        reached = yield Reach(repo, records, ctx).run()
+        bundles_kept, extents_kept = set(reached.bundles), set(reached.extents)
+    except RecordUnreadable:
+        bundles_kept, extents_kept = set(), set()
+    bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in bundles_kept]
+    extents = [record["shares"][0][1] for _, record in client_index.extent_rows()
+               if record["shares"] and record["shares"][0][1] not in extents_kept]
+    return client_index.drop_stored(bundles, extents)
+
+
+@defer.inlineCallbacks
+def adopt(ctx, accept_older=False):
+    """`flud adopt`: this home becomes the writer of the nodes' head. Its
+    index is rebuilt from the map (snapshots, and nothing the map does not
+    hold), and a root one generation newer, naming this home, is put at
+    once: the home that wrote before is refused from then on. A head older
+    than this home's own is taken only with accept_older (its newest's
+    holders are gone for good); with nothing on the nodes at all, that
+    starts a new repository. Returns (the Head, the home id that wrote
+    before or "")."""
+    from flud.client.repository.snapshot_lookup import open_repository
+
+    ctx.index.recover_run()   # a killed backup's rows settle before the index is rebuilt
+    found = yield nodes_root(ctx)
+    try:
+        judge_home(ctx, found)
+    except StaleRoot:
+        if not accept_older:
+            raise
+    except HeadError:
+        pass   # forked, or another home's: what adopting resolves
+    if found is None:
+        if not accept_older:
+            raise ManifestMissing("no node holds a root record for this key: nothing to "
+                                  "adopt (the first backup makes one)")
+        return _start_over(ctx.index), ""
+    if not isinstance(found, RootRecord):
+        raise HeadError("the nodes hold only a version-1 repository for this key: back it "
+                        "up once with this flud (nothing to adopt)")
+    _, repo = yield open_repository(ctx, root=found)
+    try:
+        head = yield take_head(ctx, repo, rebuild=True)
+    finally:
+        repo.close()
+    root = found.successor(ctx.home.home_id, last_id=head.last_id,
+                           generation=_next_generation(ctx.index, head))
+    yield _put_root(ctx, root, everywhere=True)   # a handover: every holder, see root_holders
+    head.root, head.generation = root, root.generation
+    head.save(ctx.index)
+    return head, found.home if found.home != ctx.home.home_id else ""
+
+
+def _start_over(client_index) -> Head:
+    """No root anywhere and the user said the old head is gone: forget it
+    and everything stored under it; the next backup begins a repository."""
+    client_index.drop_stored([bid for bid, _ in client_index.bundle_rows()],
+                             [r["shares"][0][1] for _, r in client_index.extent_rows()
+                              if r["shares"]])
+    client_index.remove_snapshots([s["id"] for s in client_index.snapshots()])
+    client_index.set_meta(REPO_META, None)
+    return Head()
+
+
+def record_sender(ctx):
+    """A SmallFiles that carries records alone (forget, tag, prune: no file
+    data), opened; close() it when done."""
+    from flud.client.backup.content_log import ContentLog
+    from flud.client.backup.small_files import SmallFiles
+
+    counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
+    summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
+    small = SmallFiles(ctx, ctx.home.config["small_file_limit"], 0, 1, ContentLog(), counters,
+                       summary, lambda path, why: None)
+    small.open(with_files=False)
+    return small

@@ -1,0 +1,120 @@
+"""Reading a version-2 snapshot's tree, directory by directory.
+
+Restore, `ls`, `find`, `verify` and `diff` all go down a tree the same way:
+fetch a directory's record (and its continuation records), open it, hand
+over its entries, go down into its subdirectories. Only the records of the
+directories on the current path are held. A record that cannot be fetched,
+does not open, or is malformed is reported by its path (on_damaged) and its
+subtree is skipped; the walk goes on with the rest. A directory that names
+one of its own ancestors (a cycle: only a hostile record can make one, since
+an address is the hash of what it holds) is refused the same way.
+
+diff() walks two trees side by side and never goes into a subtree whose
+record is the same blob in both: its cost follows the change.
+"""
+from typing import Callable, NamedTuple
+
+from twisted.internet import defer
+
+from flud.client.repository.blobs import BlobDamaged
+from flud.client.repository.tree_records import DIRECTORY, BadRecord, DirectoryRecord, NewerFormat, name_order
+from flud.errors import FludError
+
+
+class Damaged(NamedTuple):
+    """A part of a tree that could not be read: where, and why."""
+    path: str
+    why: str
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+class TreeReader:
+    """fetch(blob id hex) -> Deferred[the blob's sealed bytes] (the caller
+    finds where it is: the holder map); sealer: a BlobSealer of the user's key."""
+
+    def __init__(self, fetch: Callable, sealer):
+        self._fetch = fetch
+        self._sealer = sealer
+
+    @defer.inlineCallbacks
+    def _record(self, blob_id: str) -> DirectoryRecord:
+        sealed = yield self._fetch(blob_id)
+        return DirectoryRecord.decode(self._sealer.open(bytes.fromhex(blob_id), sealed))
+
+    @defer.inlineCallbacks
+    def entries(self, blob_id: str) -> list:
+        """Every entry of one directory, its continuation records' too."""
+        first = yield self._record(blob_id)
+        found = list(first.entries)
+        for more in first.more:
+            record = yield self._record(more)
+            if record.more:
+                raise BadRecord("a continuation record with continuations of its own")
+            found.extend(record.entries)
+        return found
+
+    @defer.inlineCallbacks
+    def walk(self, blob_id: str, visit: Callable, on_damaged: Callable, prefix: str = "",
+             wanted: Callable = lambda path: True):
+        """Depth first from the directory whose record is blob_id: visit(path, entry) for each
+        entry (it may return a Deferred, waited for), a directory's entry
+        before what it holds. wanted(path) prunes subtrees nobody asked for."""
+        yield self._walk(blob_id, prefix, visit, on_damaged, wanted, ancestors=set())
+
+    @defer.inlineCallbacks
+    def _walk(self, blob_id, prefix, visit, on_damaged, wanted, ancestors):
+        if blob_id in ancestors:
+            on_damaged(Damaged(prefix or ".", "a directory that contains itself (a cycle)"))
+            return
+        try:
+            entries = yield self.entries(blob_id)
+        except (BlobDamaged, BadRecord, NewerFormat) as err:
+            on_damaged(Damaged(prefix or ".", str(err)))
+            return
+        except FludError as err:  # a fetch that failed: no holder answered
+            on_damaged(Damaged(prefix or ".", f"cannot be fetched: {err}"))
+            return
+        ancestors.add(blob_id)
+        try:
+            for entry in entries:
+                path = _join(prefix, entry.name)
+                if not wanted(path):
+                    continue
+                yield visit(path, entry)
+                if entry.kind == DIRECTORY:
+                    yield self._walk(entry.ref, path, visit, on_damaged, wanted, ancestors)
+        finally:
+            ancestors.discard(blob_id)
+
+    @defer.inlineCallbacks
+    def diff(self, old_id: str, new_id: str, report: Callable, on_damaged: Callable,
+             prefix: str = ""):
+        """report(change, path, old entry, new entry) with change "+", "-" or
+        "M" for every path added, removed or changed between two trees (the
+        blob ids of their root directories)."""
+        if old_id == new_id:
+            return
+        try:
+            old = yield self.entries(old_id)
+            new = yield self.entries(new_id)
+        except (BlobDamaged, BadRecord, NewerFormat, FludError) as err:
+            on_damaged(Damaged(prefix or ".", str(err)))
+            return
+        old_by, new_by = {e.name: e for e in old}, {e.name: e for e in new}
+        for name in sorted(old_by.keys() | new_by.keys(), key=name_order):
+            a, b = old_by.get(name), new_by.get(name)
+            path = _join(prefix, name)
+            if a == b:
+                continue
+            if a is None or b is None:
+                report("+" if a is None else "-", path, a, b)
+                continue
+            if a.kind == b.kind == DIRECTORY:
+                if (a.mode, a.mtime_ns) != (b.mode, b.mtime_ns):
+                    report("M", path, a, b)
+                yield self.diff(a.ref, b.ref, report, on_damaged, path)
+                continue
+            report("M", path, a, b)

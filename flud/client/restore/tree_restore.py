@@ -1,0 +1,191 @@
+"""Restoring a version-2 snapshot: its tree walked directory by directory,
+restored a batch of entries at a time (run.py's Restore does each batch:
+small files by block runs, large files block by block).
+
+Each directory entry becomes the entry and content record version 1 wrote
+(records.py), so one restore path serves both formats: a small file's
+content is the bundle range its entry names (or, after prune moved it, the
+holder map's row for its key), a large file's is its large-content record
+(with the map's newer holders of an extent, after repair moved shares).
+What is held: the open directories' entries, one batch (BATCH_FILES files,
+their content records) and the list of directories, whose times are set
+last. A directory record that cannot be fetched or opened is reported by
+its path and its subtree skipped; the rest is restored.
+"""
+from twisted.internet import defer
+
+from flud.client.repository.blobs import BlobDamaged
+from flud.client.repository.version1 import snapshot_paths
+from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
+from flud.client.restore.wanted_paths import Wanted
+from flud.client.repository.tree_records import DIRECTORY, LargeRecord, LargeRef, SmallRef
+from flud.client.repository.tree_walk import Damaged, TreeReader
+from flud.errors import FludError
+
+BATCH_FILES = 2048   # files restored per batch: the runs of a batch share blocks
+_KINDS = {DIRECTORY: DIR, "f": FILE, "l": SYMLINK}
+EMPTY_ID = "empty"
+
+
+def wanted_by(paths):
+    """wanted(path) for a walk that restores `paths` (names under the
+    snapshot): a path asked for, under one, or a directory above one."""
+    return Wanted(paths, paths)
+
+
+class TreeContents:
+    """Turns directory entries into version-1 entries and content records.
+    repo: an open Repository."""
+
+    def __init__(self, repo):
+        self.repo = repo
+
+    @defer.inlineCallbacks
+    def entry(self, path: str, entry):
+        """(Entry, (content id, content record) or None) of one entry."""
+        kind = _KINDS[entry.kind]
+        if kind == DIR:
+            return Entry(path, DIR, entry.mode, entry.mtime_ns, 0, ""), None
+        if kind == SYMLINK:
+            return Entry(path, SYMLINK, entry.mode, entry.mtime_ns, 0, entry.ref), None
+        ref = entry.ref
+        if ref is None:
+            content = (EMPTY_ID, {"t": "E", "size": 0})
+        elif isinstance(ref, SmallRef):
+            content = (ref.key, self.small(ref, entry.size))
+        else:
+            content = (ref.content, (yield self.large(ref)))
+        return Entry(path, FILE, entry.mode, entry.mtime_ns, entry.size, content[0]), content
+
+    def small(self, ref: SmallRef, size: int) -> dict:
+        moved = self.repo.cache.blob(ref.key)   # prune repacked it: the map says where
+        bundle, offset, length = ((moved.bundle, moved.offset, moved.length) if moved
+                                  else (ref.bundle, ref.offset, ref.length))
+        record = {"t": "S", "size": size, "key": ref.key, "b": bundle, "o": offset, "l": length}
+        if ref.method:
+            record["z"] = ref.method
+        return record
+
+    @defer.inlineCallbacks
+    def large(self, ref: LargeRef) -> dict:
+        content = LargeRecord.decode((yield self.repo.open_blob(ref.content))).content
+        for extent in content.get("ext", ()):
+            moved = self.repo.cache.extent(extent_id(extent)) if extent["shares"] else None
+            if moved:   # repair moved its shares: the map's newest holders
+                extent["shares"] = moved
+        return content
+
+
+class TreeRestore:
+    """restore: a run.Restore (its open/restore_batch/finish/close); repo: an
+    open Repository; record: the SnapshotRecord to restore."""
+
+    def __init__(self, restore, repo, record):
+        self.restore = restore
+        self.repo = repo
+        self.record = record
+        self.contents = TreeContents(repo)
+        self.damaged = []     # (path, why) of records that could not be read
+        self._entries, self._records, self._files = [], {}, 0
+
+    @defer.inlineCallbacks
+    def run(self, dest, paths=()):
+        reader = TreeReader(self.repo.fetch_sealed, self.repo.sealer)
+        wanted = Wanted(paths, snapshot_paths(self.record.paths, paths))
+        if wanted:
+            totals = yield self._count(reader, wanted)
+            self.restore.asked_for(wanted)   # each PATH that matched nothing is reported
+        else:
+            totals = (self.record.stats.get("files", 0), self.record.stats.get("bytes", 0))
+        self.restore.open(dest, totals[0], totals[1])
+        try:
+            yield reader.walk(self.record.tree, self._visit, self._damaged, wanted=wanted)
+            yield self._flush()
+            yield self.restore.finish()
+        finally:
+            self.restore.close()
+        return self.restore.summary
+
+    @defer.inlineCallbacks
+    def _count(self, reader, wanted):
+        counts = [0, 0, 0]   # files, bytes, other entries
+
+        def visit(path, entry):
+            wanted.saw(path)
+            if entry.kind == "f":
+                counts[0] += 1
+                counts[1] += entry.size
+            else:
+                counts[2] += 1
+        yield reader.walk(self.record.tree, visit,
+                          lambda damaged: wanted.unreadable(damaged.path), wanted=wanted)
+        return counts
+
+    def _damaged(self, damaged):
+        self.damaged.append((damaged.path, damaged.why))
+        self.restore.summary["failed"] += 1
+        self.restore.failed.append((damaged.path, f"cannot be read: {damaged.why}"))
+
+    @defer.inlineCallbacks
+    def _visit(self, path, dir_entry):
+        try:
+            entry, content = yield self.contents.entry(path, dir_entry)
+        except (BlobDamaged, FludError) as err:
+            self._damaged(Damaged(path, str(err)))
+            return
+        self._entries.append(entry)
+        if content is not None:
+            self._records[content[0]] = content[1]
+            self._files += 1
+        if self._files >= BATCH_FILES:
+            yield self._flush()
+
+    @defer.inlineCallbacks
+    def _flush(self):
+        entries, records = self._entries, self._records
+        self._entries, self._records, self._files = [], {}, 0
+        if entries:
+            yield self.restore.restore_batch(entries, records)
+
+
+@defer.inlineCallbacks
+def flatten(repo, record, k: int, n: int) -> dict:
+    """The whole snapshot as a version-1 manifest (entries, contents,
+    bundles): for verify, and for tests and tools that read one; memory
+    follows the tree. "damaged": [(path, why)] of the records that could not
+    be read (a directory's: its subtree is missing; a large file's content
+    record: that file is); "records": the blob ids of every record read
+    (directories, their continuations, large files' content records), so
+    verify can challenge the bundles that hold them too."""
+    contents_of = TreeContents(repo)
+    entries, contents, bundles = [], {}, {}
+    damaged, records = [], set()
+
+    def fetch(blob_id):
+        records.add(blob_id)
+        return repo.fetch_sealed(blob_id)
+
+    @defer.inlineCallbacks
+    def visit(path, dir_entry):
+        if dir_entry.kind == "f" and isinstance(dir_entry.ref, LargeRef):
+            records.add(dir_entry.ref.content)
+        try:
+            entry, content = yield contents_of.entry(path, dir_entry)
+        except FludError as err:   # BlobDamaged, BadRecord, NewerFormat, a failed fetch
+            damaged.append(Damaged(path, f"cannot be read: {err}"))
+            return
+        entries.append(entry.to_wire())
+        if content is not None:
+            contents[content[0]] = content[1]
+            if content[1]["t"] == "S":
+                bundle = repo.bundles.get(content[1]["b"])
+                if bundle is None:   # a restore could not fetch it: as unreadable
+                    damaged.append(Damaged(path, "its bundle is not in the holder map"))
+                else:
+                    bundles[content[1]["b"]] = bundle
+
+    yield TreeReader(fetch, repo.sealer).walk(record.tree, visit, damaged.append)
+    return {"version": 1, "snapshot": record.snapshot_id, "created": record.time,
+            "roots": list(record.paths), "k": k, "n": n, "entries": entries,
+            "contents": contents, "bundles": bundles, "challenges": {}, "history": [],
+            "damaged": [(d.path, d.why) for d in damaged], "records": sorted(records)}
