@@ -355,8 +355,11 @@ class Simulation:
         counts = summary.get("counts", {})
         if status == "ok":
             self._check_honest(summary, judged)
+            # "clean": nothing left that one more lost disk could make
+            # unreadable (an object repaired only to k + 1 is not)
             troubled = [o for o in summary.get("objects", ())
-                        if o["state"] != "repaired" or o["error"]]
+                        if o["state"] != "repaired" or o["error"]
+                        or o["confirmed"] <= self.k + 1]
             if not troubled:
                 self.destroyed_since_clean = 0
         return f"check --repair {status}: {counts} {_short(result)}"

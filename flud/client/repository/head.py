@@ -196,7 +196,7 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
             client_index.add_challenges(stored_challenges.items())
         client_index.add_blobs(list(refs.values()) + [page_ref])
     new_index = _still_merged(head.index, new_index)
-    if new_index.appended() > MERGE_AT:
+    if new_index.appended() > MERGE_AT or _reduced_pages(ctx, new_index):
         new_index = yield merge_pages(ctx, small, new_index, sealer)
     index_id, index_sealed = sealer.seal(new_index.encode())
     refs, bundles, challenges = yield store_blobs(small, list(records) +
@@ -269,6 +269,20 @@ def merge_pages(ctx, small, new_index: MapIndex, sealer) -> MapIndex:
     ctx.index.add_blobs(ref for ref, _ in located)
     log.info("map: %d pages merged into %d", len(new_index.pages), len(located))
     return new_index._replace(pages=tuple(located), merged=len(located))
+
+
+def _reduced_pages(ctx, index: MapIndex) -> bool:
+    """A page of the map lies in a bundle on fewer than n distinct nodes
+    (coded for fewer, or several shares on one node: a check or backup
+    wrote it while most nodes were away) and n nodes are up now. Repair
+    cannot give a bundle more shares than it was coded for, so such a page
+    stays k + 1 or fewer for good and the head dies with two more lost
+    disks (the lifecycle simulation, seed 50003 over a year): the merge
+    stores every page again, at full redundancy."""
+    n = ctx.home.config["n"]
+    return (any(min(bundle.n, len({h.node for h in bundle.holders})) < n
+                for _, bundle in index.pages)
+            and len(ctx.network.alive_ids()) >= n)
 
 
 def _still_merged(old: MapIndex, new: MapIndex) -> MapIndex:
