@@ -364,6 +364,19 @@ class Simulation:
                 self.destroyed_since_clean = 0
         return f"check --repair {status}: {counts} {_short(result)}"
 
+    def _thinnest_margin(self) -> int:
+        """Of the objects a listed snapshot needs: the fewest distinct
+        existing nodes holding one of an object's shares, minus its k."""
+        head = self.head()
+        if head.error or not head.listed:
+            return self.n - self.k
+        needed = oracle.needed_objects(self.world, self.oracle_home, head.listed)
+        keys = oracle.keysets(self.world)
+        margins = [len({s.node for s in obj.shares if not oracle.missing(s, keys)
+                        and bytes.fromhex(s.node) in keys}) - obj.k
+                   for obj in head.objects if obj.object_id in needed]
+        return min(margins, default=self.n - self.k)
+
     def _pruning(self, home_name) -> frozenset:
         """Objects the home's prune has begun to delete: check leaves them
         out of its counts (and says how many), so it calls them nothing. A
@@ -517,10 +530,16 @@ class Simulation:
         return f"back: {_ids(back)} (and no node replays an old root)"
 
     def op_destroy(self):
-        """Disks lost for good, at most n-k-1 since the last clean check --repair."""
+        """Disks lost for good, at most n-k-1 since the last clean check
+        --repair, and never more than the thinnest needed object survives
+        with one share to spare (one stored at reduced redundancy while most
+        nodes were away, and not raised since, survives fewer)."""
         budget = self.n - self.k - 1 - self.destroyed_since_clean
         if budget <= 0:
             return "no destroy (budget used: awaiting a clean check --repair)"
+        budget = min(budget, self._thinnest_margin() - 1)
+        if budget <= 0:
+            return "no destroy (an object needed is stored on k + 1 nodes or fewer)"
         count = self.rng.randint(1, min(2, budget))
         gone = self.rng.sample(self.world.existing(), count)
         extents = [o for o in self.head().objects if o.kind == "extent"]
