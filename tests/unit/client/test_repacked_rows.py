@@ -70,3 +70,33 @@ def test_bytes_brought_back_after_their_repacked_bundle_died_restore(world, tmp_
     restored, job = run_restore(world, out, snapshot_manifest(world))
     assert restored["failed"] == 0, job.failed[:3]
     assert compare_trees(src, os.path.join(out, "src")) == []
+
+
+def test_the_same_bytes_in_two_live_rows_move_once(world, tmp_path):
+    """Kept records can name one content in two places (stored again after
+    the row that led to the first was dropped); repack moves it once, not
+    twice into one bundle (which lost track of it: KeyError, seeds 50017
+    and 70023 over a year)."""
+    from flud.client.prune.reach import Reach
+    from flud.client.prune.repack import repack
+    from flud.client.repository.snapshot_lookup import open_repository
+
+    src = str(tmp_path / "src")
+    rng = random.Random(2)
+    for i in range(6):
+        write(os.path.join(src, f"f{i}.bin"), rng.randbytes(5000))
+    run_backup(world, [src])
+    ctx = ctx_of(world)
+    _, repo = run_until(world[0], open_repository(ctx))
+    try:
+        kept = run_until(world[0], repo.snapshots())
+        run_until(world[0], Reach(repo, kept, ctx).run())
+        db = repo.cache.db
+        row = db.execute("SELECT bundle, key, offset, length, kind, size FROM live_members "
+                         "WHERE kind != 'blob' LIMIT 1").fetchone()
+        db.execute("INSERT INTO live_members VALUES (?,?,?,?,?,?)", row[:5] + (row[5] + 1,))
+        moved = run_until(world[0], repack(ctx, repo, [row[0]]))
+    finally:
+        repo.close()
+    keys = [ref.blob_id for ref, _, _ in moved]
+    assert row[1] in keys and len(keys) == len(set(keys))
