@@ -122,6 +122,48 @@ def restores_exactly(world, home_path, record, expected, scratch) -> list:
         shutil.rmtree(dest, ignore_errors=True)
 
 
+def restore_each_exactly(world, home_path, wanted, scratch) -> dict:
+    """restores_exactly for several snapshots [(blob id, record, expected)]
+    in one job, the repository (its map) opened once: {blob id: [] or
+    what is wrong}. Each is restored whole into a fresh DEST and compared."""
+    dest = os.path.join(scratch, "oracle-restore")
+    found = {}
+
+    @defer.inlineCallbacks
+    def job(clock, home, network, ctx):
+        _, repo = yield open_for_reading(ctx)
+        try:
+            for blob_id, record, expected in wanted:
+                shutil.rmtree(dest, ignore_errors=True)
+                restore = Restore(clock, home, network, ctx.pool, ctx.monitor, ctx.progress,
+                                  {"k": ctx.coder.k, "n": ctx.coder.n, "bundles": repo.bundles},
+                                  block_writer=InlineBlockWriter, sync=lambda fd: None)
+                try:
+                    summary = yield TreeRestore(restore, repo, record).run(dest)
+                except Exception as err:   # noqa: BLE001
+                    found[blob_id] = [f"restore raised {type(err).__name__}: {err}"]
+                    continue
+                found[blob_id] = _compared(summary, list(restore.failed), dest, expected)
+        finally:
+            repo.close()
+            shutil.rmtree(dest, ignore_errors=True)
+    try:
+        world.run_job(home_path, job, oracle=True)
+    except Exception as err:   # noqa: BLE001
+        for blob_id, _, _ in wanted:
+            found.setdefault(blob_id, [f"restore raised {type(err).__name__}: {err}"])
+    return found
+
+
+def _compared(summary, failed, dest, expected) -> list:
+    if summary["failed"]:
+        return [f"restore failed: {failed[:3]}"]
+    name = os.listdir(dest)
+    if len(name) != 1:
+        return [f"restore made {name!r} under DEST"]
+    return tree_diff(expected, read_tree(os.path.join(dest, name[0])))
+
+
 def keysets(world) -> dict:
     """node id -> the share keys it holds for our owner (nodes that exist)."""
     return {node_id: set(node.store.keys(world.client_id))

@@ -66,6 +66,8 @@ class Prune:
         self.say = say
         self._stream_lengths = None   # extent id -> its streams' length, read when first needed
         self._bundle_blocks = None    # bundle id -> its shares' length, read with them
+        self._dying = set()           # bundles this run deletes (or retries deleting)
+        self._head = None             # the head this run wrote last (None: none yet)
         self.summary = {"objects": 0, "reached": 0, "marked": 0, "waiting": 0, "deleted": 0,
                         "failed": 0, "pending": 0, "shares_deleted": 0, "bytes_freed": 0,
                         "cancelled": 0, "surplus": 0, "surplus_deleted": 0,
@@ -155,6 +157,13 @@ class Prune:
         ctx, s = self.ctx, self.summary
         self._save(plan.state)                 # decided deletes are pending from here on
         self._unindex(plan.delete)             # ... and no backup counts on them: both first
+        self._dying = {oid[2:] for oid in plan.delete if oid.startswith(BUNDLE + ":")}
+        if any(ref.bundle in self._dying for ref in repo.cache.blob_rows()):
+            # Repacked files' rows that point into a bundle about to go leave
+            # the map first: a backup that stores those bytes anew names its
+            # own bundle, and a reader must not follow the row to a bundle
+            # that is half deleted (seed 50001).
+            yield self._write_map(repo, set(), set(), [])
         outcomes = yield self._delete(plan.delete, objects)
         state = record_deletes(plan.state, outcomes, self.now())
         self._save(state)
@@ -267,7 +276,8 @@ class Prune:
                    if bid not in bundles_gone}
         extents = {xid: tuple(ShareHolder.from_wire(h) for h in holders)
                    for xid, holders in cache.extent_rows() if xid not in extents_gone}
-        blobs = [ref for ref in cache.blob_rows() if ref.bundle not in bundles_gone]
+        blobs = [ref for ref in cache.blob_rows()
+                 if ref.bundle not in bundles_gone and ref.bundle not in self._dying]
         moved_ids = {ref.blob_id for ref, _, _ in moved}
         blobs = [ref for ref in blobs if ref.blob_id not in moved_ids]
         for ref, bundle_id, bundle in moved:
@@ -285,13 +295,14 @@ class Prune:
                 refs, page_bundles, _ = yield store_blobs(small, [(page_id.hex(), sealed)])
                 ref = refs[page_id.hex()]
                 located.append((ref, page_bundles[ref.bundle]))
-            head = Head.of_repository(repo)
+            head = self._head or Head.of_repository(repo)
             new_index = MapIndex(tuple(located), repo.index.snapshots, repo.index.v1,
                                  merged=len(located))   # whole pages: not merged again
             newest = head.snapshot
             bundle = bundles.get(newest.bundle) or head.final.get(newest.bundle)
-            yield write_head(ctx, small, head, new_index, sealer, newest=newest.blob_id,
-                             newest_bundle=(newest, newest.bundle, bundle))
+            self._head = yield write_head(ctx, small, head, new_index, sealer,
+                                          newest=newest.blob_id,
+                                          newest_bundle=(newest, newest.bundle, bundle))
         finally:
             small.close()
 

@@ -52,6 +52,11 @@ def repack(ctx, repo, bundle_ids):
     try:
         moved_keys = set()
         for key, bundle, offset, length, kind, size in members:
+            if key in moved_keys:
+                # the same bytes live in two of these bundles (kept records
+                # name both: stored again after the map row that led to the
+                # first was dropped): one copy moves, the map's row serves both
+                continue
             method = "blob" if kind == "blob" else kind.split(":", 1)[1]
             content = SmallContent(size, key, bundle, offset, length, method)
             data = yield fetch.fetch(content)

@@ -153,8 +153,10 @@ class ObjectHealth(NamedTuple):
 
 def object_class(k: int, n: int, confirmed: int, left: int) -> str:
     """What a restore could do now: confirmed shares can be fetched; `left`
-    counts the unreachable ones within grace too (they may come back)."""
-    if confirmed >= n:
+    counts the unreachable ones within grace too (they may come back).
+    An object with k + 1 shares or fewer is at risk even with all of them
+    confirmed (stored at reduced redundancy: n is what it was coded to)."""
+    if confirmed >= n and confirmed > k + 1:
         return HEALTHY
     if confirmed > k + 1:
         return DEGRADED

@@ -17,7 +17,8 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import JobContext
-from flud.client.repository.head import Head, put_root_again, record_sender, store_blobs, write_head
+from flud.client.repository.head import (CHECK_LEAST, Head, put_root_again, record_sender,
+                                         store_blobs, write_head)
 from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.repository.prune_books import deleted_copies, pending_object_ids
 from flud.client.records import Extent, ShareHolder
@@ -93,7 +94,7 @@ class Check:
     @defer.inlineCallbacks
     def run(self):
         ctx = self.ctx
-        _, repo = yield open_repository(ctx)
+        _, repo = yield open_repository(ctx, least=CHECK_LEAST)
         if repo is None:
             raise CheckError("the nodes hold no version-2 repository for this key: "
                              "back up once with this flud first")
@@ -166,7 +167,7 @@ class Check:
             if newest.bundle in moved_bundles:   # a repaired head bundle: its new holders
                 bundle = moved_bundles[newest.bundle]
             yield write_head(ctx, small, head, new_index, sealer, newest=newest.blob_id,
-                             newest_bundle=(newest, newest.bundle, bundle))
+                             newest_bundle=(newest, newest.bundle, bundle), least=CHECK_LEAST)
         finally:
             small.close()
         ctx.index.add_bundles((bid, b.to_wire()) for bid, b in page.bundles)

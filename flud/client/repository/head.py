@@ -21,7 +21,8 @@ from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, Fo
                                StaleRoot, judge, judge_home)
 from flud.client.context import wall_clock
 from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
-from flud.client.repository.version1 import ManifestMissing, RootNotStored, find_root, put_root_v2
+from flud.client.repository.version1 import (ManifestMissing, RootNotStored, RootUnconfirmed,
+                                             find_root, put_root_v2)
 from flud.client.repository.prune_books import remember_superseded
 from flud.client.records import Bundle
 from flud.client.repository.tree_records import BlobRef
@@ -35,7 +36,7 @@ MERGE_AT = 64
 assert MERGE_AT < MAX_PAGES
 
 # What a job refuses with exit 2 and a message (never a traceback).
-REFUSALS = (HeadError, RootNotStored)
+REFUSALS = (HeadError, RootNotStored, RootUnconfirmed)
 
 
 class Head:
@@ -98,23 +99,42 @@ def saved_head(client_index):
     return Head.load(client_index) if client_index.get_meta(REPO_META) else None
 
 
+# `check --repair` writes a head (its moves' map page) after hearing one of
+# the root's holders, not a majority: its repairs must reach the map while
+# most holders are freshly gone (still on the member list), or a restore
+# cannot find them (the 20-node churn of issue 25). It never changes which
+# snapshots are kept and never deletes; what this leaves open is in
+# docs/snapshots.md ("Root record").
+CHECK_LEAST = 1
+
+
 @defer.inlineCallbacks
-def nodes_root(ctx):
-    """The newest root the nodes answer with, or None."""
+def nodes_root(ctx, least=None):
+    """The newest root the nodes answer with, or None. A writer hears a
+    majority of the root's home set first (manifest.root_holders), else
+    RootUnconfirmed and nothing is written: a handover's root is on a
+    majority of that set, so two majorities share a node and a writer whose
+    home was taken over meets the new writer's root (OTHER_WRITER) even
+    when most holders are away and one of the rest replays an old root.
+    least: fewer holders are enough (CHECK_LEAST)."""
     try:
-        # a writer: one holder's answer (manifest.root_holders says why one is enough)
-        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"], least=1)
+        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"], least=least)
+    except RootUnconfirmed as err:
+        raise RootUnconfirmed(f"{err} A writer needs them: a newer head written by "
+                              f"another home (after `flud adopt`) may be on the others, "
+                              f"and writing over it would fork the repository.",
+                              err.best) from None
     except ManifestMissing:
         return None
     return found
 
 
 @defer.inlineCallbacks
-def _check_unmoved(ctx, head: Head):
+def _check_unmoved(ctx, head: Head, least=None):
     """The nodes' root, checked to be the one `head` came from (read again
     just before a writer replaces it: another home, or this one's stale
     view, must not be written over). Returns it (None: there is none)."""
-    found = yield nodes_root(ctx)
+    found = yield nodes_root(ctx, least)
     if _unmoved(head, found, ctx.home.home_id):
         return found
     judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)  # names it
@@ -149,7 +169,7 @@ def store_blobs(small, blobs):
 
 @defer.inlineCallbacks
 def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
-               newest_bundle=None, records=(), snapshot_id=None):
+               newest_bundle=None, records=(), snapshot_id=None, least=None):
     """Store `records` [(blob id, sealed)] and the sealed new_index in a
     bundle, then a root one generation newer, chained to head's. newest:
     the blob id of the newest snapshot record (one of `records`, or an older
@@ -176,7 +196,7 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
             client_index.add_challenges(stored_challenges.items())
         client_index.add_blobs(list(refs.values()) + [page_ref])
     new_index = _still_merged(head.index, new_index)
-    if new_index.appended() > MERGE_AT:
+    if new_index.appended() > MERGE_AT or _reduced_pages(ctx, new_index):
         new_index = yield merge_pages(ctx, small, new_index, sealer)
     index_id, index_sealed = sealer.seal(new_index.encode())
     refs, bundles, challenges = yield store_blobs(small, list(records) +
@@ -188,7 +208,7 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
         snapshot_ref, bundle_id, bundle = newest_bundle
         final[bundle_id] = bundle
     last_id = max(head.last_id, snapshot_id or 0)
-    found = yield _check_unmoved(ctx, head)   # again: the stores above took a while
+    found = yield _check_unmoved(ctx, head, least)   # again: the stores took a while
     root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
                       _next_generation(client_index, head), ctx.home.home_id,
                       found.digest() if isinstance(found, RootRecord) else "", last_id)
@@ -206,7 +226,7 @@ def put_root_again(ctx, repo):
     """`check --repair`: the same root put again on the nodes that rank
     highest now (its holders leave), only while it is still the nodes'
     newest: put after another writer's, it would bring the head back."""
-    yield _check_unmoved(ctx, Head.of_repository(repo))
+    yield _check_unmoved(ctx, Head.of_repository(repo), CHECK_LEAST)
     yield put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], repo.root)
 
 
@@ -249,6 +269,20 @@ def merge_pages(ctx, small, new_index: MapIndex, sealer) -> MapIndex:
     ctx.index.add_blobs(ref for ref, _ in located)
     log.info("map: %d pages merged into %d", len(new_index.pages), len(located))
     return new_index._replace(pages=tuple(located), merged=len(located))
+
+
+def _reduced_pages(ctx, index: MapIndex) -> bool:
+    """A page of the map lies in a bundle on fewer than n distinct nodes
+    (coded for fewer, or several shares on one node: a check or backup
+    wrote it while most nodes were away) and n nodes are up now. Repair
+    cannot give a bundle more shares than it was coded for, so such a page
+    stays k + 1 or fewer for good and the head dies with two more lost
+    disks (the lifecycle simulation, seed 50003 over a year): the merge
+    stores every page again, at full redundancy."""
+    n = ctx.home.config["n"]
+    return (any(min(bundle.n, len({h.node for h in bundle.holders})) < n
+                for _, bundle in index.pages)
+            and len(ctx.network.alive_ids()) >= n)
 
 
 def _still_merged(old: MapIndex, new: MapIndex) -> MapIndex:
@@ -308,7 +342,7 @@ def take_head(ctx, repo, rebuild=False):
             "tags": list(record.tags), "host": record.host,
             "protected": record.protected}, None)
     if rebuild:
-        _forget_unmapped(client_index, repo.cache)
+        yield _forget_unreached(ctx, repo, records)
     for ref, bundle in head.index.pages:
         client_index.add_bundles([(ref.bundle, bundle.to_wire())])
     client_index.add_bundles((bid, b.to_wire()) for bid, b in head.final.items())
@@ -317,15 +351,28 @@ def take_head(ctx, repo, rebuild=False):
     return head
 
 
-def _forget_unmapped(client_index, cache) -> int:
-    """Drop from the index every bundle and extent the map does not hold
-    (with the contents stored in them and the file states naming those):
-    the next backup reads those files again instead of naming lost objects."""
-    mapped = set(cache.bundle_ids())
-    bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in mapped]
-    extents_mapped = {xid for xid, _ in cache.extent_rows()}
+@defer.inlineCallbacks
+def _forget_unreached(ctx, repo, records):
+    """Drop from the index every bundle and extent the head's kept snapshots
+    do not reach (with the contents stored in them and the file states
+    naming those): the next backup reads those files again instead of
+    naming lost objects. Not merely what the map lists: another home's
+    prune may be deleting an object the map still lists (a DELETE failed on
+    a holder that was away; its pending deletes are in its own books), and
+    what no kept snapshot reaches is what such a prune deletes. If a kept
+    record cannot be read now, nothing stored is kept (safe: stored anew).
+    Returns how many contents were dropped."""
+    from flud.client.prune.reach import Reach, RecordUnreadable
+
+    client_index = ctx.index
+    try:
+        reached = yield Reach(repo, records, ctx).run()
+        bundles_kept, extents_kept = set(reached.bundles), set(reached.extents)
+    except RecordUnreadable:
+        bundles_kept, extents_kept = set(), set()
+    bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in bundles_kept]
     extents = [record["shares"][0][1] for _, record in client_index.extent_rows()
-               if record["shares"] and record["shares"][0][1] not in extents_mapped]
+               if record["shares"] and record["shares"][0][1] not in extents_kept]
     return client_index.drop_stored(bundles, extents)
 
 

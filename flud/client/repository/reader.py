@@ -9,6 +9,7 @@ which bundle range holds each, and the range is fetched as a small file's
 is (restore/small.py: one ranged RETRIEVE, or a rebuild from other shares),
 then checked against its address and opened.
 """
+import contextlib
 import json
 import os
 import sqlite3
@@ -60,7 +61,7 @@ class MapCache:
         self._add_bundles(items, "REPLACE")
 
     def _add_bundles(self, items, conflict) -> None:
-        with self.db:
+        with _transaction(self.db):
             self.db.executemany(f"INSERT OR {conflict} INTO bundles VALUES (?,?)",
                                 ((bid, json.dumps(b.to_wire())) for bid, b in items))
 
@@ -72,7 +73,7 @@ class MapCache:
         if page is None:
             return
         self._add_bundles(page.bundles, "IGNORE")
-        with self.db:
+        with _transaction(self.db):
             self.db.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)",
                                 (tuple(ref) for ref in page.blobs))
             self.db.executemany("INSERT OR IGNORE INTO extents VALUES (?,?)",
@@ -122,6 +123,20 @@ class MapCache:
     def extent(self, extent_id: str):
         row = self.db.execute("SELECT holders FROM extents WHERE id=?", (extent_id,)).fetchone()
         return json.loads(row[0]) if row else None
+
+
+@contextlib.contextmanager
+def _transaction(db):
+    """One transaction for a page's rows: the cache's connection is in
+    autocommit mode, where each row of an executemany is a transaction of
+    its own (a map page's rows took ~1 ms a page that way, profiled)."""
+    db.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 class _CachedBundles:

@@ -41,15 +41,20 @@ class Found:
 
 @defer.inlineCallbacks
 def open_repository(ctx, report_bad=lambda node, key, why: None,
-                    count_retrieves=lambda n: None, reading=False, root=None):
+                    count_retrieves=lambda n: None, reading=False, root=None,
+                    least=None):
     """(root, Repository or None): the newest root record on the nodes
     (or `root`, as given); a Repository (opened) if it is version 2.
-    The nodes' root is judged against this home's head (client/repository/head_chain.py):
-    a writer gets StaleRoot, ForkedHead or OtherWriter; a reader
-    (reading=True) gets this home's own head where the nodes' is older."""
+    The nodes' root is judged against this home's head
+    (client/repository/head_chain.py): a writer gets StaleRoot, ForkedHead
+    or OtherWriter, and RootUnconfirmed when it hears fewer than a majority
+    of the root's holders; a reader (reading=True) gets this home's own
+    head where the nodes' is older. least: how many of the root's holders
+    a writer must hear (None: a majority; `check --repair` asks for one,
+    repository/head.py CHECK_LEAST says why)."""
     unconfirmed = ""
     if root is None:
-        root, unconfirmed = yield _judged_root(ctx, reading)
+        root, unconfirmed = yield _judged_root(ctx, reading, least)
     if not isinstance(root, RootRecord):
         return root, None
     repo = Repository(ctx, report_bad, count_retrieves)
@@ -63,16 +68,17 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
 
 
 @defer.inlineCallbacks
-def _judged_root(ctx, reading):
+def _judged_root(ctx, reading, least=None):
     """(the root to read, "" or why it may not be the newest)."""
     unconfirmed = ""
     try:
-        # a writer needs one holder's answer, a reader a majority to be sure
+        # a majority of the root's holders, for a writer (head.nodes_root says
+        # why) as for a reader that wants to be sure
         found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"],
-                                least=None if reading else 1)
+                                least=None if reading else least)
     except RootUnconfirmed as err:
         if not reading:
-            raise   # a writer that hears from no holder at all writes nothing
+            raise   # a writer that hears fewer writes nothing
         # A reader takes the newest it can see, and says it may not be the
         # newest, unless it is the head this home wrote last itself.
         found, unconfirmed = err.best, str(err)

@@ -202,11 +202,12 @@ def root_holders(network, n) -> list:
     must take it: nodes that left for good, still on the member list, must
     not stop every backup and repair), which is this set while its nodes
     are up. A handover (`flud adopt`) must reach every node of the set that
-    answers and at least a majority of it, so the home that wrote before
-    sees the new writer's root from any one of them it reaches and is
-    refused; a writer therefore needs an answer from one node of the set.
-    A reader without a head of its own that hears from fewer than a
-    majority of the set says it may not have found the newest root."""
+    answers and at least a majority of it, and every writer must hear a
+    majority of the set (client/repository/head.py nodes_root): the two share a node,
+    so the home that wrote before meets the new writer's root and is
+    refused, even if one node it hears replays an old root. A reader
+    without a head of its own that hears from fewer than a majority of the
+    set says it may not have found the newest root."""
     return rank(root_place_key(network), list(network.nodes))[:n + ROOT_COPIES_EXTRA]
 
 

@@ -185,6 +185,27 @@ def run_until(clock, d, step=0.005, limit=200000):
     return out[0]
 
 
+def down_once_storing(network, node_ids) -> None:
+    """Take these nodes down when the job first stores anything: after it
+    heard the root's holders (a writer needs a majority of them, so with
+    the nodes down from the start it would stop there, ROOT_UNCONFIRMED)."""
+    open_store, call = network.open_store, network.call
+
+    def going_down():
+        for node_id in node_ids:
+            network.nodes[node_id].up = False
+
+    def first_store(node_id, size):
+        going_down()
+        return open_store(node_id, size)
+
+    def first_call(node_id, method, *args, **kwargs):
+        if method == "store":
+            going_down()
+        return call(node_id, method, *args, **kwargs)
+    network.open_store, network.call = first_store, first_call
+
+
 def make_world(tmp_path, nodes: int):
     """(clock, client home, in-memory network of `nodes` nodes) for pipeline tests."""
     from flud.client.home import create_home

@@ -429,9 +429,11 @@ def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(wor
     """The root goes to a fixed set (the highest ranked of every known node,
     up or not) and needs a majority of it: a write made while some holders
     were away is seen by a read made while others are. A reader that hears
-    from fewer than a majority says it is not sure (RootUnconfirmed); a
-    writer needs one holder; a handover (adopt) needs every holder, so the
-    home that wrote before sees it from any holder it reaches."""
+    from fewer than a majority says it is not sure (RootUnconfirmed); so
+    does a writer, which writes nothing then; a handover (adopt) needs every
+    holder that answers and a majority, so the home that wrote before,
+    hearing a majority, sees it (two majorities share a node) even when the
+    one holder it hears besides replays that home's own old root."""
     from flud.client.repository.version1 import RootUnconfirmed, root_holders
     clock, home, network = world
     src = str(tmp_path / "src")
@@ -465,13 +467,27 @@ def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(wor
     with pytest.raises(RootNotStored):
         run_until(clock, adopt(ctx_of(world_b)))
     _all_up(network, holders)
+    old_roots = _roots(network)
     run_until(clock, adopt(ctx_of(world_b)))
-    for node_id in holders[1:]:
-        network.nodes[node_id].up = False
     write(os.path.join(src, "c.txt"), b"gamma")
+    for node_id in holders[quorum:]:                 # a minority away: still refused
+        network.nodes[node_id].up = False
     with pytest.raises(FludError) as refused:
         run_backup(world, [src])
     assert refused.value.code == "OTHER_WRITER"
+    _all_up(network, holders)
+    # most holders away and the one left replays the first home's own root
+    # (the stale fork): the first home hears one holder, so writes nothing
+    for node_id in holders[1:]:
+        network.nodes[node_id].up = False
+    for node_id in set(network.nodes) - set(holders[1:]):
+        network.nodes[node_id].roots = dict(old_roots[node_id])
+    before, replayed = stored_bytes(world), _roots(network)
+    with pytest.raises(FludError) as refused:
+        run_backup(world, [src])
+    assert refused.value.code == "ROOT_UNCONFIRMED", str(refused.value)
+    assert "nodes that hold this home's root record answered" in str(refused.value)
+    assert stored_bytes(world) == before and _roots(network) == replayed   # nothing written
     _all_up(network, holders)
 
 

@@ -12,7 +12,8 @@ from flud.client.restore.restore_job import Restore
 from flud.client.restore.block_writer import InlineBlockWriter
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
-from tests.unit.client.fakes import FakeNetwork, FakeReactor, make_world, run_until, snapshot_manifest
+from tests.unit.client.fakes import (FakeNetwork, FakeReactor, down_once_storing, make_world,
+                                     run_until, snapshot_manifest)
 from tools.treecmp import compare_trees
 
 MIB = 1024 * 1024
@@ -155,8 +156,7 @@ def test_too_few_nodes_ends_with_store_failed_not_a_hang(world, tmp_path):
     with open(os.path.join(src, "big"), "wb") as f:
         f.write(random.Random(7).randbytes(3 * MIB))
     clock, home, network = world
-    for node_id in list(network.nodes)[:6]:   # 12 nodes, 6 down: n=8 cannot be met
-        network.nodes[node_id].up = False
+    down_once_storing(network, list(network.nodes)[:6])   # 12 nodes, 6 down: n=8 cannot be met
     with pytest.raises(StoreFailed):
         run_backup(world, [src])
 

@@ -67,6 +67,18 @@ def test_classes_say_what_a_restore_could_do_now_whatever_the_grace():
         assert health.readable == (state not in (UNAVAILABLE, LOST))
 
 
+def test_an_object_stored_with_k_plus_one_shares_is_at_risk_with_all_of_them_confirmed():
+    """A bundle coded k-of-(the nodes up) while most nodes were away (a
+    check's map page at reduced redundancy) has all its shares confirmed and
+    still only k + 1: one more node away and a restore is one short of k.
+    The lifecycle simulation (seed 50003, 365 days) saw check call such a
+    4-of-5 page 'healthy'."""
+    book = HealthBook()
+    health = book.classify(_object(k=4, n=5), 0.0, RepairPolicy())
+    assert (health.state, health.healthy) == (AT_RISK, 5)
+    assert book.classify(_object(k=4, n=6), 0.0, RepairPolicy()).state == HEALTHY
+
+
 def test_fewer_than_k_left_counting_the_unreachable_is_lost():
     book, obj = HealthBook(), _object()
     _away(book, obj, range(3), outcome=MISSING)
