@@ -26,13 +26,15 @@ ALLOWED = {
     "flud.aggregator": {"flud.storage"},
     "flud.core": {"flud.storage"},
     "flud.protocol": {"flud.core", "flud.storage"},
-    "flud.node": {"flud.protocol", "flud.core", "flud.storage"},
-    "flud.client": {"flud.protocol", "flud.core", "flud.aggregator", "flud.storage"},
+    # the overlay's Kademlia logic: pure, sans I/O (node and client may use it)
+    "flud.overlay": {"flud.core"},
+    "flud.node": {"flud.overlay", "flud.protocol", "flud.core", "flud.storage"},
+    "flud.client": {"flud.overlay", "flud.protocol", "flud.core", "flud.aggregator", "flud.storage"},
     "flud.testnet": {"flud.node", "flud.client", "flud.protocol", "flud.core"},
     # the long-running client: beside cli (which starts it), above client;
     # it runs jobs as `flud` processes and never imports the node
     "flud.agent": {"flud.client", "flud.protocol", "flud.core"},
-    "flud.cli": {"flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
+    "flud.cli": {"flud.overlay", "flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
                  "flud.core", "flud.aggregator", "flud.storage"},
     "flud.entry": {"flud.cli"},   # flud/__main__.py
 }
