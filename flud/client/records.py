@@ -239,6 +239,12 @@ def extent_stored_bytes(extent_wire) -> int:
                for seg in map(ExtentSegment.from_wire, extent_wire["segs"]))
 
 
+def stream_length(extent: Extent) -> int:
+    """The length of each of an extent's share streams: block i of every
+    segment, back to back."""
+    return sum(segment.block_length for segment in extent.segments)
+
+
 def extent_id(extent_wire) -> str:
     """An extent's name in the holder map: the key of its first stream
     (share 0: the BLAKE3 of a stream that holds every segment's block 0, so

@@ -36,8 +36,7 @@ from flud.client.prune.surplus import is_surplus, superseded, surplus_objects
 from flud.client.repository.prune_books import (ABSENT, DEFAULT_GRACE, DELETED, FAILED, STATE_META,
                                      Outcome, PruneState, StoredObject, plan_run,
                                      record_deletes)
-from flud.client.records import Extent, ShareHolder, extent_id
-from flud.client.repair.repair_plan import stream_length
+from flud.client.records import Extent, ShareHolder, extent_id, stream_length
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError

@@ -20,15 +20,15 @@ from flud.client.context import JobContext
 from flud.client.repository.head import Head, put_root_again, record_sender, store_blobs, write_head
 from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.repository.prune_books import deleted_copies, pending_object_ids
-from flud.client.records import Extent, ShareHolder
+from flud.client.records import Extent, ShareHolder, stream_length
 from flud.client.repair.object_health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
 from flud.client.repair.check_job import CheckJob
-from flud.client.repair.repair_plan import map_page, objects_from_map, stream_length
+from flud.client.repair.repair_plan import map_page, objects_from_map
 from flud.client.repair.probes import probe_of
 from flud.client.repair.rotation import WEEK
 from flud.client.repair.check_state import CheckState
 from flud.client.repository.snapshot_lookup import open_repository
-from flud.client.verify.verify_job import IndexChallenges
+from flud.client.repository.share_challenges import IndexChallenges
 from flud.coding import SegmentCoder
 from flud.errors import FludError
 

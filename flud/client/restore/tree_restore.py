@@ -16,9 +16,9 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobDamaged
 from flud.client.repository.version1 import snapshot_paths
-from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
+from flud.client.records import DIR, FILE, SYMLINK, Entry
 from flud.client.restore.wanted_paths import Wanted
-from flud.client.repository.tree_records import DIRECTORY, LargeRecord, LargeRef, SmallRef
+from flud.client.repository.tree_records import DIRECTORY, LargeRef, SmallRef
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
@@ -58,22 +58,15 @@ class TreeContents:
         return Entry(path, FILE, entry.mode, entry.mtime_ns, entry.size, content[0]), content
 
     def small(self, ref: SmallRef, size: int) -> dict:
-        moved = self.repo.cache.blob(ref.key)   # prune repacked it: the map says where
-        bundle, offset, length = ((moved.bundle, moved.offset, moved.length) if moved
-                                  else (ref.bundle, ref.offset, ref.length))
-        record = {"t": "S", "size": size, "key": ref.key, "b": bundle, "o": offset, "l": length}
+        where = self.repo.small_range(ref)   # prune may have repacked it
+        record = {"t": "S", "size": size, "key": ref.key, "b": where.bundle, "o": where.offset,
+                  "l": where.length}
         if ref.method:
             record["z"] = ref.method
         return record
 
-    @defer.inlineCallbacks
-    def large(self, ref: LargeRef) -> dict:
-        content = LargeRecord.decode((yield self.repo.open_blob(ref.content))).content
-        for extent in content.get("ext", ()):
-            moved = self.repo.cache.extent(extent_id(extent)) if extent["shares"] else None
-            if moved:   # repair moved its shares: the map's newest holders
-                extent["shares"] = moved
-        return content
+    def large(self, ref: LargeRef):
+        return self.repo.large_content(ref)   # with repair's newer extent holders
 
 
 class TreeRestore:

@@ -214,11 +214,12 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     try:
         if found.manifest is not None:
             return found.manifest
-        from flud.client.verify.verify_job import IndexChallenges, share_locations
+        from flud.client.repository.share_challenges import IndexChallenges
+        from flud.client.verify.share_set import ShareSet
         manifest = run_until(clock, flatten(found.repo, found.record, k, n))
         challenges = IndexChallenges(home.index, found.repo.cache)
         manifest["challenges"] = {key: challenges.get(key)
-                                  for key, _ in share_locations(manifest)}
+                                  for key, _ in ShareSet.of_manifest(manifest).locations()}
         return manifest
     finally:
         found.close()
