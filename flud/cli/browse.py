@@ -7,7 +7,8 @@ import time
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
-from flud.client.repository.version1 import ManifestMissing, snapshot_paths
+from flud.client.repository.root_store import ManifestMissing
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.restore.tree_restore import wanted_by
 from flud.client.repository.snapshot_lookup import open_repository

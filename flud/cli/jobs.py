@@ -165,7 +165,7 @@ def _renew_leases(home, network, args, job):
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
 _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reader", "flud.client.restore.tree_restore",
-         "flud.client.repository.version1", *_AES_MODES)
+         "flud.client.repository.root_store", *_AES_MODES)
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),
@@ -268,7 +268,7 @@ def _check(reactor, home, network, pool, monitor, progress, args):
 def _adopt(reactor, home, network, pool, monitor, progress, args):
     """`flud adopt`: this home becomes the writer of the nodes' head."""
     from flud.client.repository.head import adopt
-    from flud.client.repository.version1 import ManifestMissing
+    from flud.client.repository.root_store import ManifestMissing
 
     try:
         head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
@@ -295,7 +295,7 @@ def _context(reactor, home, network, pool, monitor, progress):
 @defer.inlineCallbacks
 def _find(ctx, snapshot, **callbacks):
     """The snapshot asked for (or the newest), as a snapshots.Found."""
-    from flud.client.repository.version1 import ManifestMissing
+    from flud.client.repository.root_store import ManifestMissing
     from flud.client.repository.snapshot_lookup import NoSuchSnapshot, find_snapshot
     from flud.errors import FludError
 

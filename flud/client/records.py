@@ -142,11 +142,6 @@ class StoredSegment(NamedTuple):
         return SegmentFetch(self.key, self.length, self.block_length, self.holders)
 
 
-def manifest_ref_to_wire(size: int, segments) -> dict:
-    """Where a manifest is: {"size": sealed bytes, "segs": [stored segment]}."""
-    return {"size": size, "segs": [s.to_wire() for s in segments]}
-
-
 def manifest_ref_segments(manifest_ref) -> list:
     return [StoredSegment.from_wire(s) for s in manifest_ref["segs"]]
 

@@ -56,7 +56,7 @@ HEALTH_CLASSES = os.environ.get("FLUD_SIM_HEALTH_CLASSES", "1") == "1"
 # Every kind but "stale" runs in `make test`. "stale" (most of the root's
 # holders away at once, one of the rest replaying an old root) still finds a
 # fork after a handover now and then: a writer needs one holder's answer,
-# not a majority (client/repository/version1.py root_holders says why), and a hostile
+# not a majority (client/repository/root_store.py root_holders says why), and a hostile
 # holder can be that one. `make simulate FAULTS=all` shows it.
 DEFAULT_FAULTS = frozenset(FAULT_KINDS) - {"stale"}
 

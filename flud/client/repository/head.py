@@ -22,7 +22,7 @@ from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, Fo
                                StaleRoot, judge, judge_home)
 from flud.client.context import wall_clock
 from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
-from flud.client.repository.version1 import ManifestMissing, RootNotStored, find_root, put_root_v2
+from flud.client.repository.root_store import ManifestMissing, RootNotStored, find_root, put_root_v2
 from flud.client.repository.prune_books import remember_superseded
 from flud.client.records import Bundle
 from flud.client.repository.tree_records import BlobRef

@@ -12,7 +12,8 @@ from twisted.internet import defer
 
 from flud.client.repository.head_chain import Saved, StaleRoot, judge_home
 from flud.client.repository.holder_map import RootRecord
-from flud.client.repository.version1 import ManifestMissing, RootUnconfirmed, fetch_manifest, find_root
+from flud.client.repository.root_store import ManifestMissing, RootUnconfirmed, find_root
+from flud.client.repository.version1_reader import fetch_manifest
 from flud.client.repository.reader import Repository
 from flud.errors import FludError
 

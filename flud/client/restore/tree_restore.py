@@ -15,7 +15,7 @@ its path and its subtree skipped; the rest is restored.
 from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobDamaged
-from flud.client.repository.version1 import snapshot_paths
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry
 from flud.client.restore.wanted_paths import Wanted
 from flud.client.repository.tree_records import DIRECTORY, LargeRef, SmallRef

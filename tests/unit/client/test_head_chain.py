@@ -13,7 +13,7 @@ from flud.client.repository.head_chain import Saved
 from flud.client.repository.head import adopt
 from flud.client.repository.holder_map import RootRecord
 from flud.client.home import create_home
-from flud.client.repository.version1 import RootNotStored, find_root, put_root_v2, root_place_key
+from flud.client.repository.root_store import RootNotStored, find_root, put_root_v2, root_place_key
 from flud.client.prune import forget as forgetting
 from flud.client.prune.retention import Policy
 from flud.errors import FludError
@@ -432,7 +432,7 @@ def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(wor
     from fewer than a majority says it is not sure (RootUnconfirmed); a
     writer needs one holder; a handover (adopt) needs every holder, so the
     home that wrote before sees it from any holder it reaches."""
-    from flud.client.repository.version1 import RootUnconfirmed, root_holders
+    from flud.client.repository.root_store import RootUnconfirmed, root_holders
     clock, home, network = world
     src = str(tmp_path / "src")
     write(os.path.join(src, "a.txt"), b"alpha")
