@@ -93,14 +93,18 @@ keys = sorted(MOVES, key=len, reverse=True)
 dotted = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w])")
 def sub_dotted(text):
     def repl(m):
-        # flud.client.verify.verify_job is an old module and a new package: a name
+        # flud/client/verify was a module and is a package now: a name
         # already rewritten is left alone
         for name in NEW_NAMES:
             if text.startswith(name, m.start()) and not re.match(r"\w", text[m.start() + len(name):][:1]):
                 return m.group(0)
         if re.match(r"\s+import\s+\(?\s*verify_job\b", text[m.end():]):
             return m.group(0)
-        # a module of a package that was a module before (flud.client.verify.verify_job)
+        # a package that was a module before (flud/client/verify), quoted whole
+        if (ROOT / m.group(1).replace(".", "/") / "__init__.py").exists() and m.start() \
+                and text[m.start() - 1] in "\"'" and text[m.end():m.end() + 1] == text[m.start() - 1]:
+            return m.group(0)
+        # a module of a package that was a module before (flud/client/verify)
         follow = re.match(r"\.([a-z_0-9]+)", text[m.end():])
         if follow and (ROOT / m.group(1).replace(".", "/") / f"{follow.group(1)}.py").exists():
             return m.group(0)
