@@ -79,7 +79,7 @@ SPLIT = {
     },
     "flud.client.verify.verify_job": {
         "IndexChallenges": "flud.client.repository.share_challenges",
-        "record_bundles": "flud.client.verify.verify_job.tree_shares",
+        "record_bundles": "flud.client.verify.tree_shares",
     },
 }
 MOVES = {}   # dotted old -> dotted new
