@@ -237,8 +237,7 @@ class Prune:
             errors = []
             for key_hex, node_hex in shares:
                 try:
-                    yield self.ctx.network.call(bytes.fromhex(node_hex), "delete",
-                                                bytes.fromhex(key_hex))
+                    yield self.ctx.network.delete(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
                     self.summary["shares_deleted"] += 1
                     self.summary["bytes_freed"] += self._share_size(found)
                 except RemoteError as err:

@@ -52,8 +52,8 @@ class BundleRangeReader:
         """Deferred: the bytes of a run (runs.Run) from its block's holder,
         or its failure (reported as the share's, once)."""
         holder = run.holder
-        d = self.network.call(bytes.fromhex(holder.node), "retrieve",
-                                  bytes.fromhex(holder.key), run.start, run.end - run.start)
+        d = self.network.retrieve(bytes.fromhex(holder.node), bytes.fromhex(holder.key),
+                                  run.start, run.end - run.start)
 
         def got(data):
             self._count_retrieves(1)
@@ -86,8 +86,8 @@ class BundleRangeReader:
             holder = holders.get(block)
             if holder is not None:
                 try:
-                    part = yield self.network.call(bytes.fromhex(holder.node), "retrieve",
-                                                   bytes.fromhex(holder.key), start, end - start)
+                    part = yield self.network.retrieve(bytes.fromhex(holder.node),
+                                                       bytes.fromhex(holder.key), start, end - start)
                     self._count_retrieves(1)
                 except Exception as err:
                     self._report_bad(holder.node, holder.key, str(err))
@@ -128,8 +128,8 @@ class BundleRangeReader:
             if len(got) == k:
                 break
             try:
-                got[index] = yield self.network.call(bytes.fromhex(node_hex), "retrieve",
-                                                     bytes.fromhex(key_hex), first, last - first)
+                got[index] = yield self.network.retrieve(bytes.fromhex(node_hex),
+                                                         bytes.fromhex(key_hex), first, last - first)
                 self._count_retrieves(1)
             except Exception as err:
                 self._report_bad(node_hex, key_hex, str(err))

@@ -363,7 +363,7 @@ class BundleSender:
         challenges = yield self.ctx.pool.run(tar_challenges, self.ctx.secret, tar)
         self._challenges.update(challenges)
         try:
-            yield self.ctx.network.call(node_id, "store", tar.key, tar.data, KIND_ARCHIVE)
+            yield self.ctx.network.store(node_id, tar.key, tar.data, KIND_ARCHIVE)
         except Exception as err:
             log.warning("a tar for node %s failed (%s); moving its shares", tar.node[:12], err)
             self.ctx.network.blame(node_id, err)

@@ -97,7 +97,7 @@ def put_root(network, secret, n, root, everywhere=False):
     else:
         targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
         needed = root_quorum(len(targets))
-    results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
+    results = yield defer.DeferredList([network.root_put(t, record) for t in targets],
                                        consumeErrors=True)
     accepted = sum(1 for ok, _ in results if ok)
     if not targets or accepted < needed:
@@ -130,7 +130,7 @@ def find_root(network, secret, n=None, least=None):
     root's holders (root_holders; a majority by default), else
     RootUnconfirmed."""
     ids = network.alive_ids()
-    results = yield defer.DeferredList([network.call(t, "root_get") for t in ids],
+    results = yield defer.DeferredList([network.root_get(t) for t in ids],
                                        consumeErrors=True)
     best = None
     holders = set(root_holders(network, n)) if n else set()

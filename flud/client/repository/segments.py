@@ -191,7 +191,7 @@ class SegmentUpload:
 
     def _launch(self, index, node_id):
         self.attempts[index] = self.attempts.get(index, 0) + 1
-        d = self.network.call(node_id, "store", self.prep.share_keys[index], self.prep.shares[index])
+        d = self.network.store(node_id, self.prep.share_keys[index], self.prep.shares[index])
         self.running.setdefault(index, {})[node_id] = d
         d.addCallbacks(self._stored, self._failed, callbackArgs=(index, node_id),
                        errbackArgs=(index, node_id))
@@ -307,7 +307,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     failures = []
 
     def ask(holder):
-        d = network.call(bytes.fromhex(holder.node), "retrieve", bytes.fromhex(holder.key),
+        d = network.retrieve(bytes.fromhex(holder.node), bytes.fromhex(holder.key),
                          *holder.retrieve_range(record.block_length))
         d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d

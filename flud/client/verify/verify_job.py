@@ -111,7 +111,7 @@ def verify(network, secret, share_set, round_number, sample=1.0, rng=None, full=
         nonce = (bytes.fromhex(challenge.nonce) if challenge.nonce is not None
                  else challenge_nonce(secret, key, index))
         try:
-            digest = yield network.call(bytes.fromhex(node_hex), "verify", key, nonce,
+            digest = yield network.verify(bytes.fromhex(node_hex), key, nonce,
                                         offset, length)
         except Exception as err:
             return failed(node_hex, key_hex, err)
@@ -137,7 +137,7 @@ def verify(network, secret, share_set, round_number, sample=1.0, rng=None, full=
         """No challenge recorded for this share: its bytes, checked against
         its address (the hash of what it holds)."""
         try:
-            data = yield network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex))
+            data = yield network.retrieve(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
         except Exception as err:
             return failed(node_hex, key_hex, err)
         judge(node_hex, key_hex, blake3.blake3(data).digest().hex() == key_hex)

@@ -11,6 +11,7 @@ from zope.interface import implementer
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import TO_END
 from flud.client.node_health import NodeHealth
+from flud.client.node_requests import NodeRequests
 from flud.client.interfaces import INetwork
 from flud.client.placement import rank
 from flud.storage.errors import StorageError
@@ -67,7 +68,7 @@ class FakeNode:
 
 
 @implementer(INetwork)
-class FakeNetwork:
+class FakeNetwork(NodeRequests):
     """An INetwork over FakeNodes (no TLS: count_sends counts nothing)."""
 
     def __init__(self, clock, nodes: int, client_id: bytes = b"c" * 32, delay: float = 0.01):

@@ -13,6 +13,7 @@ from flud.client.repository.head_chain import Saved
 from flud.client.repository.head import adopt
 from flud.client.repository.holder_map import RootRecord
 from flud.client.home import create_home
+from flud.client.node_requests import NodeRequests
 from flud.client.repository.root_store import RootNotStored, find_root, put_root_v2, root_place_key
 from flud.client.prune import forget as forgetting
 from flud.client.prune.retention import Policy
@@ -149,7 +150,7 @@ def test_a_tie_is_broken_the_same_way_whatever_order_the_nodes_answer(world, tmp
     assert first == second == max((one, other), key=RootRecord.digest)
 
 
-class _Only:
+class _Only(NodeRequests):
     """A network that places every root on one node."""
 
     def __init__(self, network, node_id):

@@ -5,6 +5,7 @@ import blake3
 import pytest
 from twisted.internet import defer
 
+from flud.client.node_requests import NodeRequests
 from flud.client.repository.extents import StreamHashes
 from flud.client.repository.segments import CHALLENGE_SPAN, challenges_for
 from flud.client.verify.share_set import ShareSet
@@ -14,7 +15,7 @@ SECRET = b"s" * 32
 NODE = "ab" * 32
 
 
-class OneShareNetwork:
+class OneShareNetwork(NodeRequests):
     """Answers VERIFY over the bytes it holds (changed ones included)."""
 
     def __init__(self, data: bytearray):
