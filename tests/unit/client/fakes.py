@@ -201,7 +201,7 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     holder map, tree), as the version-1 manifest Restore also takes."""
     from flud.client.context import JobContext
     from flud.client.progress import Progress
-    from flud.client.restore.tree_restore import flatten
+    from tools.flat_snapshot import flatten
     from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor

@@ -157,14 +157,7 @@ CLIENT_ALLOWED = {
     "flud.client.repository": {"flud.client"},
     **{job: {"flud.client.repository", "flud.client"} for job in JOBS},
 }
-# Typed records every room may read as it reads records.py: the version-2
-# tree records (BlobRef: the local index keeps them).
-CLIENT_VOCABULARY = {"flud.client.repository.tree_records"}
-
-
 def client_room_of(module: str) -> str:
-    if module in CLIENT_VOCABULARY:
-        return "flud.client"
     parts = module.split(".")
     return ".".join(parts[:3]) if len(parts) > 3 else "flud.client"
 
