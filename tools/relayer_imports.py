@@ -87,6 +87,9 @@ PATHS = {}   # old path -> new path
 for old, new in CLIENT.items():
     MOVES["flud.client." + old.replace("/", ".")] = "flud.client." + new.replace("/", ".")
     PATHS[f"flud/client/{old}.py"] = f"flud/client/{new}.py"
+# outside the client (after the moves landed)
+MOVES["flud.protocol.server"] = "flud.node.request_handler"
+MOVES["tests.unit.protocol.test_server"] = "tests.unit.node.test_request_handler"
 
 NEW_NAMES = sorted(MOVES.values(), key=len, reverse=True)
 keys = sorted(MOVES, key=len, reverse=True)
