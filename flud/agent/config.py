@@ -27,6 +27,11 @@ DEFAULT_TEXT = f"""\
 enabled = true
 paths = []              # directories to back up, e.g. ["/home/me/docs", "/home/me/photos"]
 exclude = []            # glob patterns left out, e.g. ["*.tmp", "*/.cache/*"]
+exclude_file = []       # files of gitignore-style patterns, e.g. ["/home/me/.config/flud-excludes"]
+exclude_caches = true   # a directory with a valid CACHEDIR.TAG keeps only the tag
+exclude_if_present = [] # a directory holding one of these names keeps only it, e.g. [".nobackup"]
+one_file_system = false # true: do not go into other file systems (mount points are kept empty)
+exclude_larger_than = ""  # leave out files larger than this, e.g. "2G"; "": no limit
 every = "6h"            # or: at = "02:30"
 
 [verify]
@@ -177,6 +182,7 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
     jobs = {}
     for name in ("backup", "verify", "check", "forget"):
         jobs[name] = reader.job(name, data.get(name, {}), defaults[name])
+    _check_backup(reader, jobs["backup"].options)
     limits = {**defaults["limits"], **data.get("limits", {})}
     agent = {**defaults["agent"], **data.get("agent", {})}
     upload = reader.convert("limits", "upload", limits["upload"], parse_rate)
@@ -188,6 +194,19 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
                            f"got {history!r}")
     timeout = reader.convert("agent", "job_timeout", agent["job_timeout"], parse_interval)
     return AgentConfig(path, jobs, upload, download, listen, history, timeout)
+
+
+def _check_backup(reader, options) -> None:
+    """The [backup] values a job would only refuse later: said now, with their line."""
+    from flud.client.backup.source_excludes import parse_size
+
+    if options["exclude_larger_than"]:
+        reader.convert("backup", "exclude_larger_than", options["exclude_larger_than"],
+                       parse_size)
+    for name in options["exclude_if_present"]:
+        if not name or "/" in name:
+            raise reader.error("backup", "exclude_if_present",
+                               f"expected file names without '/', got {name!r}")
 
 
 class _Reader:

@@ -20,8 +20,19 @@ class JobRow:
 
 def _backup(job) -> list:
     args = ["backup", *job.options["paths"]]
-    for pattern in job.options["exclude"]:
+    options = job.options
+    for pattern in options["exclude"]:
         args += ["--exclude", pattern]
+    for path in options["exclude_file"]:
+        args += ["--exclude-file", path]
+    for name in options["exclude_if_present"]:
+        args += ["--exclude-if-present", name]
+    if options["exclude_caches"]:
+        args.append("--exclude-caches")
+    if options["one_file_system"]:
+        args.append("--one-file-system")
+    if options["exclude_larger_than"]:
+        args += ["--exclude-larger-than", options["exclude_larger_than"]]
     return args
 
 

@@ -14,8 +14,10 @@ from flud.client.restore.tree_restore import wanted_by
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.client.repository.tree_walk import TreeReader
 
-_KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l"}
-_KIND_NAME = {"d": "dir", "f": "file", "l": "symlink"}
+_KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l",
+                "p": "p", "c": "c", "b": "b"}
+_KIND_NAME = {"d": "dir", "f": "file", "l": "symlink", "p": "fifo", "c": "chardev",
+              "b": "blockdev"}
 # `ls --json` holds its entries until it prints them as one object: at most this many.
 JSON_ENTRIES = 200_000
 

@@ -5,6 +5,7 @@ import getpass
 import os
 import sys
 
+from flud.cli.backup_flags import add_backup_flags
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
 from flud.cli.node import parse_address
@@ -38,9 +39,12 @@ def add_client_commands(sub) -> None:
     export.set_defaults(handler=cmd_key_export)
 
     backup = sub.add_parser("backup", help="back up directories")
-    backup.add_argument("paths", nargs="+")
+    backup.add_argument("paths", nargs="*", metavar="PATH",
+                        help="files and directories (with --stdin-from-command: the command)")
     backup.add_argument("--home", required=True)
-    backup.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    backup.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="leave out names or paths matching GLOB; repeatable")
+    add_backup_flags(backup)
     backup.add_argument("--memory-log", metavar="FILE")
     backup.add_argument("--memory-budget", type=_mib, metavar="MIB",
                         help="MiB of transfer buffers held at once (default 64)")
@@ -138,6 +142,8 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--home", required=True)
     restore.add_argument("--to", required=True, metavar="DEST")
     restore.add_argument("--snapshot", type=int)
+    restore.add_argument("--numeric-ids", action="store_true",
+                         help="as root: owners by the numbers recorded, not by their names")
     restore.add_argument("--memory-log", metavar="FILE")
     restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
                          help="MiB of transfer buffers held at once (default 64)")
@@ -403,8 +409,8 @@ def _network_job(args, job: str) -> int:
 
 
 def cmd_backup(args) -> int:
-    from flud.cli.jobs import run_client
-    return run_client(args, "backup")
+    from flud.cli.backup_modes import cmd_backup as backup
+    return backup(args)
 
 
 def cmd_restore(args) -> int:

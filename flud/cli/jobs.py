@@ -4,6 +4,7 @@ progress, runs the job and prints its summary."""
 import contextlib
 import json
 import logging
+import os
 import sys
 
 from twisted.internet import defer
@@ -27,14 +28,14 @@ def run_client(args, job: str) -> int:
     filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
-    args.summary = {}
+    args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        if job not in READ_ONLY_JOBS:
-            lock.acquire()
+        if job not in READ_ONLY_JOBS and not getattr(args, "lock_held", False):
+            lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run_reactor(lambda reactor: _job(reactor, home, args, job))
     except (UserError, HomeBusy, *_refusals()) as err:
@@ -202,25 +203,35 @@ def _typed(user_error, err):
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
+    from flud.cli.backup_flags import exclude_options
     from flud.client.backup.backup_job import Backup
     from flud.client.repository.segments import StoreFailed
     from flud.errors import FludError
 
+    stream = getattr(args, "stream_source", None)   # --stdin-from-command (backup_modes.py)
+    parts = {}
+    if stream is not None:
+        from flud.client.backup.command_stream import streaming_large_files
+        parts = {"large_files": streaming_large_files(stream)}
     job = Backup(reactor, home, network, pool, monitor, progress,
-                 parallel_files=args.parallel_files)
+                 parallel_files=args.parallel_files, **parts)
     try:
-        result = yield job.run(args.paths, args.exclude, tags=args.tag)
+        result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
     except StoreFailed as err:
         raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                                f"run the backup again."), err)
     except FludError as err:   # typed: exit 2 with its code under --json, no traceback
         raise _typed(UserError(f"the backup stopped: {err}"), err)
     s = result
-    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20])
+    if stream is not None:
+        _summary(args)["stdin"] = {"command": stream.argv, "bytes": stream.bytes,
+                                   "filename": os.path.basename(stream.path)}
+    _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
+                          too_large_paths=job.too_large)
     rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
     print(f"snapshot {s['snapshot']}: {s['files']} files "
           f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
-          f"{s['skipped']} skipped, {s['dedup']} deduplicated)")
+          f"{s['skipped']} skipped, {s['dedup']} deduplicated, {s['excluded']} excluded)")
     print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
           f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
           f"{human_bytes(rate)}/s")
@@ -231,6 +242,8 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
+    for path, why in job.too_large:
+        print(f"  excluded {path}: {why}")
     return EXIT_SKIPPED if s["skipped"] else EXIT_OK
 
 
@@ -346,7 +359,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
             job = Restore(reactor, home, network, pool, monitor, progress,
                           {"k": home.config["k"], "n": home.config["n"],
                            "bundles": found.repo.bundles})
-            s = yield TreeRestore(job, found.repo, found.record).run(args.to, args.paths)
+            tree = TreeRestore(job, found.repo, found.record,
+                               numeric_ids=getattr(args, "numeric_ids", False))
+            s = yield tree.run(args.to, args.paths)
     except RestoreError as err:
         raise UserError(str(err))
     finally:
@@ -356,7 +371,9 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
                           record_retrieves=record_retrieves[0],
                           bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
                           unmatched_paths=job.unmatched[:100],
-                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]])
+                          failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]],
+                          not_set=[{"path": p, "what": w}
+                                   for p, w in getattr(job, "not_set", [])[:100]])
     print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
@@ -364,6 +381,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
           f"({record_retrieves[0]} of them for the snapshot's records)")
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
+    not_set = _not_set(job, s)
     if s["refused"]:
         print(f"{s['refused']} refused: their path under {args.to} passes through a symlink "
               f"or something that is not a directory (never followed), or is not a plain "
@@ -385,7 +403,23 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     if s["failed"]:
         _listed(job.failed, "failed")
         return EXIT_ERROR
-    return EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed else EXIT_OK
+    return (EXIT_SKIPPED if s["refused"] or s["unmatched"] or unconfirmed or not_set
+            else EXIT_OK)
+
+
+def _not_set(job, s) -> int:
+    """What a version-3 snapshot's restore could not set of its entries'
+    metadata (restore/meta_restore.py): said, counted; its number."""
+    if s.get("hardlinks") or s.get("specials"):
+        print(f"{s.get('hardlinks', 0)} hard link(s) made, {s.get('specials', 0)} FIFO(s) "
+              f"and device node(s) made")
+    count = s.get("meta_not_set", 0)
+    if count:
+        print(f"{count} path(s) restored without some of their metadata "
+              f"(the destination refused it, or it needs root):")
+        for path, what in getattr(job, "not_set", [])[:20]:
+            print(f"  {path}: {what}")
+    return count
 
 
 def _listed(items, what, most=20) -> None:

@@ -191,6 +191,33 @@ class ClientIndex(run_rows.OpenRun):
             "SELECT f.path, f.size, f.mtime_ns, f.ctime_ns, f.inode, f.content_id FROM files f "
             "JOIN contents c ON c.content_id = f.content_id WHERE f.parent=?", (directory,))}
 
+    # ---- files with holes: the data ranges each was read with -------------
+    # A cache beside the schema (made where missing, ignored by a flud
+    # without it): the tree writer finds the ranges here, by the content
+    # they were read into, or else asks the file again (backup/tree_writer.py).
+
+    def _holes_table(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS file_holes (path TEXT PRIMARY KEY, "
+                        "size INTEGER, mtime_ns INTEGER, content_id TEXT, ranges TEXT)")
+
+    def record_holes(self, rows) -> None:
+        """rows: (path, whole size, mtime_ns, content id, ((offset, length), ...))."""
+        self._holes_table()
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO file_holes VALUES (?, ?, ?, ?, ?)",
+                                ((p, size, mtime, cid, json.dumps(ranges))
+                                 for p, size, mtime, cid, ranges in rows))
+
+    def holes_of(self, path: str):
+        """(size, mtime_ns, content id, ranges) a file was last read with, or None."""
+        self._holes_table()
+        row = self.db.execute("SELECT size, mtime_ns, content_id, ranges FROM file_holes "
+                              "WHERE path=?", (path,)).fetchone()
+        if row is None:
+            return None
+        return (*row[:3], tuple(tuple(r) for r in json.loads(row[3])))
+
     # ---- directories: what a backup's first walk saw, and their last records
 
     def begin_dirs(self) -> None:

@@ -12,6 +12,7 @@ from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost
+from flud.protocol.node_record import RecordRefused, check_record, newer
 from flud.protocol.ratelimit import Throttle
 from flud.protocol.stall import PeerStalled, StallWatch
 
@@ -111,6 +112,12 @@ class SendQueue:
         self.transfer.close()
 
 
+# Bootstrap nodes asked for records, at once: more than one, so that one
+# hostile bootstrap cannot hide the others' records; few, so that a home that
+# lists every node of a testnet does not shake hands with all of them.
+BOOTSTRAP_FANOUT = 3
+
+
 class NotEnoughNodes(FludError):
     """No bootstrap node answered."""
 
@@ -148,23 +155,53 @@ class Network(NodeRequests):
 
     @defer.inlineCallbacks
     def discover(self):
-        """Ask the first reachable bootstrap node for the member list."""
-        errors = []
-        for host, port in self.bootstrap:
-            try:
-                peer = yield self.net.peer(NodeAddress(None, host, port)).addTimeout(
-                    CONNECT_TIMEOUT, self.reactor)
-                peers = yield peer.peers()
-            except Exception as err:
-                errors.append(f"{host}:{port}: {err}")
-                continue
+        """Ask every bootstrap node (at once) for the records it holds and
+        keep the union: the highest valid sequence of each node's signed
+        record wins, and a record whose signature, expiry or address does
+        not check is dropped (node_record.check_record). Asking them all is
+        what keeps one hostile bootstrap from confining this client to the
+        ids it invented: it can add fakes, not hide the others' records."""
+        records, errors, refused, answered = {}, [], 0, []
+        for start in range(0, len(self.bootstrap), BOOTSTRAP_FANOUT):
+            window = self.bootstrap[start:start + BOOTSTRAP_FANOUT]
+            answers = yield defer.DeferredList(
+                [self._ask_bootstrap(host, port) for host, port in window], consumeErrors=True)
+            for (host, port), (ok, value) in zip(window, answers):
+                if ok:
+                    answered.append((host, port, value))
+                else:
+                    errors.append(f"{host}:{port}: {value.getErrorMessage()}")
+            if len(answered) >= BOOTSTRAP_FANOUT:
+                break
+        now = self.reactor.seconds()
+        for host, port, (peer, entries) in answered:
             self.nodes[peer.node_id] = NodeAddress(peer.node_id, host, port)
-            for info in peers:
-                if info.is_node and info.alive and info.port:
-                    self.nodes[info.node_id] = NodeAddress(info.node_id, info.host, info.port)
-            return len(self.nodes)
-        raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
-                             ". Is the testnet up (`flud testnet status --dir DIR`)?")
+            for entry in entries:
+                held = records.get(entry.node_id)
+                if held is not None and not newer(entry.record, held[0]):
+                    continue
+                try:
+                    check_record(entry.record, now)
+                except RecordRefused:
+                    refused += 1
+                    continue
+                records[entry.node_id] = (entry.record, entry.alive or
+                                          (held is not None and held[1]))
+        if not self.nodes:
+            raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
+                                 ". Is the testnet up (`flud testnet status --dir DIR`)?")
+        for node_id, (record, alive) in records.items():
+            address = record.first_tcp()
+            if alive and address and node_id not in self.nodes:
+                self.nodes[node_id] = NodeAddress(node_id, *address)
+        self.records_refused = refused
+        return len(self.nodes)
+
+    def _ask_bootstrap(self, host, port):
+        d = self.net.peer(NodeAddress(None, host, port)).addTimeout(
+            CONNECT_TIMEOUT, self.reactor)
+        d.addCallback(lambda peer: peer.peers().addCallback(lambda entries: (peer, entries)))
+        return d
 
     def alive_ids(self) -> list:
         return [nid for nid in self.nodes if nid not in self.failed]

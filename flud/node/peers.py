@@ -1,10 +1,16 @@
 """Membership: who the nodes are, how to reach them, which are alive.
 
-Push-pull gossip: every round a node sends its whole view to one random peer
-and merges the answer. A joiner needs one address; after that no node is
-special. A peer that fails DEAD_AFTER contacts in a row is marked dead; a dead
-peer is still tried now and then and comes back the moment it answers or
-connects to us.
+Push-pull gossip of signed node records (flud.protocol.node_record): every
+round a node sends the records it holds to one random peer and merges the
+answer. A record is taken only when its signature checks, it has not
+expired and its sequence is higher than the one held; so nobody can invent
+an entry for an id whose key they lack, a node that moves is found at its new
+address by its next record, and a node that is gone for good drops out of
+every view when its record expires. Liveness is this node's own judgement: a
+peer that fails DEAD_AFTER contacts in a row is marked dead; a dead peer is
+still tried now and then and comes back the moment it answers or connects.
+The view is bounded (MAX_PEERS): when it is full, expired records go first,
+then the peer dead the longest; a full view of live peers takes no more.
 """
 import logging
 from dataclasses import dataclass
@@ -13,6 +19,7 @@ from twisted.internet import defer
 
 from flud.protocol import messages
 from flud.protocol.codec import Op
+from flud.protocol.node_record import NodeRecord, RecordRefused, check_record, newer
 
 log = logging.getLogger("flud.peers")
 
@@ -27,24 +34,38 @@ DEAD_RETRY_ROUNDS = 8        # every Nth round targets a dead peer, if any
 @dataclass
 class Peer:
     node_id: bytes
-    host: str
-    port: int
+    record: NodeRecord
     alive: bool = True
     failures: int = 0
     last_seen: float = 0.0
+    dead_since: float = 0.0
 
-    def info(self) -> messages.PeerInfo:
-        return messages.PeerInfo(self.node_id, self.host, self.port, self.alive, True)
+    @property
+    def host(self) -> str:
+        address = self.record.first_tcp()
+        return address[0] if address else ""
+
+    @property
+    def port(self) -> int:
+        address = self.record.first_tcp()
+        return address[1] if address else 0
+
+    def entry(self) -> messages.PeerEntry:
+        return messages.PeerEntry(self.record, self.alive)
 
 
 class Membership:
-    def __init__(self, self_info: messages.PeerInfo, clock, rng, connect=None):
-        """`connect(peer) -> Deferred[Connection]` comes from the node's pool."""
-        self.self_info = self_info
+    def __init__(self, own_record, clock, rng, connect=None, node_id: bytes = b""):
+        """`own_record() -> NodeRecord`: this node's current signed record
+        (re-signed by its keeper before it expires); `connect(peer_id, host,
+        port) -> Deferred[Connection]` comes from the node's pool."""
+        self.own_record = own_record
+        self.node_id = node_id or own_record().node_id
         self.clock = clock
         self.rng = rng
         self.connect = connect
         self.peers = {}
+        self.refused = {}            # RecordRefused code -> count, for STATS
         self._stable_rounds = 0
         self._round = 0
         self._call = None
@@ -53,46 +74,98 @@ class Membership:
     # ---- the view ----------------------------------------------------------
 
     def snapshot(self) -> list:
-        infos = [self.self_info]
-        infos.extend(p.info() for p in self.peers.values())
-        return infos[:MAX_PEERS]
+        """What PEERS sends: this node's record, then live peers', then the
+        others', at most MAX_PEERS in all."""
+        now = self.clock.seconds()
+        held = sorted((p for p in self.peers.values() if p.record.expires > now),
+                      key=lambda p: not p.alive)
+        entries = [messages.PeerEntry(self.own_record(), True)]
+        entries.extend(p.entry() for p in held)
+        return entries[:MAX_PEERS]
 
     def alive(self) -> list:
         return [p for p in self.peers.values() if p.alive]
 
-    def merge(self, infos, source=None) -> int:
-        """Learn peers from a list; returns how many were new."""
-        new = 0
-        for info in infos:
-            if not info.is_node or info.node_id == self.self_info.node_id:
+    def merge(self, entries, source=None) -> int:
+        """Learn records from a PEERS list; returns how many peers were new.
+        `source`: the connection they came on (its peer's own record must
+        name an address that peer could have been seen at)."""
+        new = changed = 0
+        now = self.clock.seconds()
+        for entry in entries:
+            record = entry.record
+            node_id = record.node_id
+            if node_id == self.node_id:
                 continue
-            if not info.port or len(self.peers) >= MAX_PEERS:
+            peer = self.peers.get(node_id)
+            if peer is not None and not newer(record, peer.record):
+                continue            # held already: no signature to check again
+            try:
+                check_record(record, now)
+                if source is not None and node_id == getattr(source, "peer_id", None):
+                    self._check_observed(record, source)
+                if not record.tcp_addresses():
+                    raise RecordRefused("RECORD_NO_ADDRESS", "record has no direct address")
+            except RecordRefused as refusal:
+                self.refused[refusal.code] = self.refused.get(refusal.code, 0) + 1
+                log.info("record of %s refused: %s", node_id.hex()[:12], refusal)
                 continue
-            peer = self.peers.get(info.node_id)
-            if peer is None:
-                self.peers[info.node_id] = Peer(info.node_id, info.host, info.port,
-                                                alive=info.alive)
+            if peer is not None:
+                peer.record = record        # it moved, or re-signed
+                changed += 1
+            elif self._make_room(now):
+                self.peers[node_id] = Peer(node_id, record, alive=entry.alive,
+                                           dead_since=0.0 if entry.alive else now)
                 new += 1
-            elif (peer.host, peer.port) != (info.host, info.port) and not peer.alive:
-                peer.host, peer.port = info.host, info.port  # it moved
-        if new:
+            else:
+                self.refused["RECORD_VIEW_FULL"] = self.refused.get("RECORD_VIEW_FULL", 0) + 1
+        if new or changed:
             self._changed()
         return new
 
-    def connection_ready(self, conn) -> None:
-        """A peer proved who it is: a node that listens becomes known and alive."""
-        hello = conn.peer_hello
-        if hello.role != messages.ROLE_NODE or not hello.listen_port:
+    def _check_observed(self, record, source) -> None:
+        """A node handing over its own record must list the address we see
+        it at, or a relay: else it could aim every node at a third party."""
+        if any(a.scheme == "relay" for a in record.addresses):
             return
-        host = hello.listen_host or conn.transport.getPeer().host
-        peer = self.peers.get(conn.peer_id)
-        if peer is None:
-            if len(self.peers) >= MAX_PEERS:
-                return
-            self.peers[conn.peer_id] = Peer(conn.peer_id, host, hello.listen_port)
+        try:
+            seen = source.transport.getPeer().host
+        except AttributeError:
+            return
+        if seen not in {a.host for a in record.tcp_addresses()}:
+            raise RecordRefused("RECORD_ADDRESS_UNOBSERVED",
+                                f"record lists no address this node sees it at ({seen})")
+
+    def _make_room(self, now) -> bool:
+        if len(self.peers) < MAX_PEERS:
+            return True
+        self.expire(now)
+        if len(self.peers) < MAX_PEERS:
+            return True
+        dead = [p for p in self.peers.values() if not p.alive]
+        if not dead:
+            return False
+        gone = min(dead, key=lambda p: p.dead_since)
+        del self.peers[gone.node_id]
+        return True
+
+    def expire(self, now=None) -> int:
+        """Drop peers whose records expired; returns how many."""
+        now = self.clock.seconds() if now is None else now
+        stale = [nid for nid, p in self.peers.items() if p.record.expires + 300 < now]
+        for node_id in stale:
+            del self.peers[node_id]
+        if stale:
+            log.info("%d peer record(s) expired", len(stale))
             self._changed()
-        else:
-            peer.host, peer.port = host, hello.listen_port
+        return len(stale)
+
+    def connection_ready(self, conn) -> None:
+        """A known node proved who it is: it is alive."""
+        hello = conn.peer_hello
+        if hello.role != messages.ROLE_NODE:
+            return
+        if conn.peer_id in self.peers:
             self.mark_alive(conn.peer_id)
 
     def connection_lost(self, conn) -> None:
@@ -116,6 +189,7 @@ class Membership:
         peer.failures += 1
         if peer.alive and peer.failures >= DEAD_AFTER:
             peer.alive = False
+            peer.dead_since = self.clock.seconds()
             log.info("peer %s is not answering: marked dead", node_id.hex()[:12])
             self._changed()
 
@@ -174,6 +248,7 @@ class Membership:
 
     def _tick(self) -> None:
         self._stable_rounds += 1
+        self.expire()
         d = self.gossip_once()
         d.addErrback(lambda f: log.debug("gossip round failed: %s", f.value))
         d.addBoth(lambda _: self._schedule(self._interval()) if self._call is not None else None)

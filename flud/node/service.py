@@ -16,6 +16,7 @@ from flud.node.config import NodeConfig
 from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
+from flud.node.own_record import OwnRecord
 from flud.node.peers import Membership
 from flud.node.roots import RootStore
 from flud.protocol import messages
@@ -149,9 +150,10 @@ class NodeService(Service):
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
         self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
         self.local.listen_port = self._listening.getHost().port
-        self.membership = Membership(
-            messages.PeerInfo(self.node_id, self.host, self.local.listen_port),
-            self.reactor, self.rng, connect=self.pool.get)
+        self.own_record = OwnRecord(self.local.identity, self.home, self.host,
+                                    self.local.listen_port, self.capacity)
+        self.membership = Membership(self.own_record, self.reactor, self.rng,
+                                     connect=self.pool.get, node_id=self.node_id)
         self.handler.membership = self.membership
         self.handler.listeners = [self.pool, self.membership]
         if self.memory_log:
@@ -204,6 +206,7 @@ class NodeService(Service):
             "uptime": round(time.time() - self.started_at, 3),
             "peers_known": len(self.membership.peers),
             "peers_alive": len(self.membership.alive()),
+            "records_refused": dict(self.membership.refused),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, MAX_ERROR_MESSAGE, RemoteError, wire_of
+from flud.protocol.node_record import MAX_RECORD, NodeRecord, RecordRefused, decode_record
 
 PROTOCOL_VERSION = 1
 KEY_SIZE = 32
@@ -34,7 +35,6 @@ _KIND_NAMES = {KIND_SHARE: "share", KIND_ARCHIVE: "archive",
 NO_KEY = bytes(KEY_SIZE)
 
 PEER_ALIVE = 0x01
-PEER_NODE = 0x02
 
 
 def malformed(what: str) -> RemoteError:
@@ -147,24 +147,31 @@ class Empty:
 
 
 @dataclass(slots=True, frozen=True)
-class PeerInfo:
-    node_id: bytes
-    host: str
-    port: int
+class PeerEntry:
+    """One PEERS entry: a node's signed record (flud.protocol.node_record)
+    and the sender's own hint whether it answered lately. The hint is
+    hearsay: a receiver uses it only to try live-looking nodes first."""
+    record: NodeRecord
     alive: bool = True
-    is_node: bool = True
+
+    @property
+    def node_id(self) -> bytes:
+        return self.record.node_id
 
 
 @dataclass(slots=True)
 class PeerList:
+    """PEERS carries signed node records only (docs/protocol.md): each entry
+    is u8 flags, u16 length, the record. A record that does not parse makes
+    the body MALFORMED; signatures, expiry and sequence are the receiver's
+    to check (flud.protocol.node_record.check_record)."""
     peers: list = field(default_factory=list)
 
     def encode(self) -> bytes:
         parts = [_U16.pack(len(self.peers))]
-        for p in self.peers:
-            host = p.host.encode()
-            flags = (PEER_ALIVE if p.alive else 0) | (PEER_NODE if p.is_node else 0)
-            parts.append(p.node_id + struct.pack(">HBB", p.port, flags, len(host)) + host)
+        for entry in self.peers:
+            raw = entry.record.encode()
+            parts.append(bytes([PEER_ALIVE if entry.alive else 0]) + _U16.pack(len(raw)) + raw)
         return b"".join(parts)
 
     @classmethod
@@ -175,11 +182,15 @@ class PeerList:
             raise malformed(f"PEERS lists {count} peers, over {MAX_PEERS_LIST}")
         peers = []
         for _ in range(count):
-            node_id = _key(r)
-            port, flags, host_len = struct.unpack(">HBB", r.take(4))
-            host = _text(r.take(host_len), "PEERS host")
-            peers.append(PeerInfo(node_id, host, port, bool(flags & PEER_ALIVE),
-                                  bool(flags & PEER_NODE)))
+            flags = r.u8()
+            length = r.u16()
+            if length > MAX_RECORD:
+                raise malformed(f"PEERS record of {length} bytes, over {MAX_RECORD}")
+            try:
+                record = decode_record(r.take(length))
+            except RecordRefused as err:
+                raise malformed(f"PEERS record: {err}") from None
+            peers.append(PeerEntry(record, bool(flags & PEER_ALIVE)))
         r.done()
         return cls(peers)
 

@@ -110,8 +110,9 @@ def cmd_peers(addr, home):
     def job(peer, reactor):
         infos = yield peer.peers()
         return {"node_id": peer.node_id.hex(),
-                "peers": [{"node_id": i.node_id.hex(), "port": i.port, "alive": i.alive,
-                           "node": i.is_node} for i in infos]}
+                "peers": [{"node_id": i.node_id.hex(), "port": i.record.first_tcp()[1],
+                           "alive": i.alive, "sequence": i.record.sequence}
+                          for i in infos]}
 
     out(with_peer(addr, home, job))
 

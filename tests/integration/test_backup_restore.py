@@ -7,6 +7,8 @@ they end, so the order of the tests does not matter.
 import os
 import re
 import signal
+import socket
+import stat
 import time
 
 import pytest
@@ -224,18 +226,21 @@ def test_restore_never_overwrites_an_existing_file(backed, tmp_path):
     assert retrieves(proc) <= 4, output(proc)
 
 
-def test_fifo_is_skipped_with_a_warning_and_counted(net, tmp_path):
+def test_a_socket_is_skipped_with_a_warning_and_counted_and_a_fifo_kept(net, tmp_path):
     src = tmp_path / "tree"
     write_random(src / "a.txt", 1000, 1)
     os.mkfifo(src / "pipe")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(src / "sock"))
     home = tmp_path / "home"
     init_client(home, net)
     proc = flud("backup", src, "--home", home, timeout=60)   # a fifo must not block the read
     assert proc.returncode == 1, output(proc)
     assert "1 skipped" in proc.stdout, output(proc)
-    assert re.search(r"warning: skipped .*pipe: a fifo", proc.stderr), output(proc)
+    assert re.search(r"warning: skipped .*sock: a socket", proc.stderr), output(proc)
     restore(str(home), tmp_path / "dest")
-    assert os.listdir(tmp_path / "dest" / "tree") == ["a.txt"]
+    assert sorted(os.listdir(tmp_path / "dest" / "tree")) == ["a.txt", "pipe"]
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "dest" / "tree" / "pipe").st_mode)
 
 
 def test_a_budget_of_one_segment_still_backs_up_a_large_file(net, tmp_path):

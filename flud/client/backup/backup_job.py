@@ -17,6 +17,7 @@ TLS send queues have their allowance (Network.count_sends).
 The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
+import itertools
 import json
 import os
 import socket
@@ -27,29 +28,36 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.backup.content_log import ContentLog
+from flud.client.backup.holed_files import split_holes
 from flud.client.backup.large_files import LargeFiles
 from flud.client.backup.small_files import SmallFiles
 from flud.client.backup.tree_writer import TreeWriter, publish_tree
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import JobContext
+from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
 from flud.client.lease_renewal import renew_leases
 from flud.client.records import EmptyContent
-from flud.client.backup.source_scan import Entry, entry_of, list_children
+from flud.client.backup.source_scan import Entry, entry_of
+from flud.client.repository.tree_records import DIR_VERSION
 from flud.client.backup.source_walk import walk
 from flud.coding import SegmentCoder
 
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
+SHOWN_TOO_LARGE = 20         # files left out for their size, named in the summary
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
 
 
 def listing_fingerprint(entries) -> str:
     """What a directory's listing says of its entries (names, kinds, modes,
-    times, sizes, inodes, link targets): equal fingerprints, no change."""
-    rows = [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size, e.ctime_ns,
-             e.inode, e.target] for e in entries]
+    times, sizes, inodes, link targets; ctime moves with any change of owner,
+    xattrs or links): equal fingerprints, no change. The directory record's
+    version is in it, so a record of an older version is made again (with
+    the metadata it lacked), never kept."""
+    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size,
+                             e.ctime_ns, e.inode, e.target] for e in entries]
     return blake3.blake3(json.dumps(rows, ensure_ascii=False,
                                     separators=(",", ":")).encode("utf-8", "surrogateescape")
                          ).hexdigest()
@@ -72,8 +80,11 @@ class Backup:
         self.parallel_files = parallel_files or LARGE_FILES_AT_ONCE
         self.counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
         self.summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0,
-                        "reduced_redundancy": 0}
+                        "reduced_redundancy": 0, "excluded": 0}
         self.skipped = []
+        self.too_large = []      # (path, why): files left out by --exclude-larger-than
+        self._links = {}   # (dev, inode) -> the path of its first link, of files with several
+        self._holed = {}   # path -> entry of each file with holes this run reads
         self.contents = ContentLog()
         self._run_bundles = {}   # bundle id -> Bundle, every bundle this run stored
         self._run_shares = set()  # share keys this run stored (their challenges go in the map)
@@ -94,7 +105,9 @@ class Backup:
 
     @defer.inlineCallbacks
     def run(self, paths, excludes=(), tags=()):
-        """Back up `paths` (files or directories) as a new snapshot."""
+        """Back up `paths` (files or directories) as a new snapshot.
+        excludes: ExcludeRules, ExcludeOptions or globs (flud/client/backup/source_excludes.py)."""
+        excludes = ExcludeRules.of(excludes)   # a bad exclude file stops here, before any change
         ctx = self.ctx
         index = ctx.index
         started = ctx.clock()
@@ -125,22 +138,27 @@ class Backup:
         ctx.progress.start(count, size)
         limit = self.small.policy.small_file_limit
         content_of = {}
-        large = [_entry(row) for row in index.pending_rows(limit, 2 ** 62)]
+        large, holed = split_holes((_entry(row) for row in index.pending_rows(limit, 2 ** 62)),
+                                   limit, self._skip)
+        self._holed = {e.path: e for e in itertools.chain(large, holed) if e.ranges is not None}
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
         sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
         try:
             self.small.open(with_files=count > len(large))
             try:
-                self._empty_files(content_of)
+                self._empty_files(content_of, holed)
                 yield settle_all([
-                    self.small.send_all(self._small_files(limit, content_of), content_of),
+                    self.small.send_all(itertools.chain(
+                        self._small_files(limit, content_of),
+                        (e for e in holed if e.size)), content_of),
                     self.large.send_all(large, content_of, self._skip)])
                 yield self.small.finish()
                 self._save_contents()
                 self._landed(content_of)
                 writer = TreeWriter(index, BlobSealer(ctx.secret), self.small,
-                                    {path for path, _ in self.skipped}, self._save_contents)
+                                    {path for path, _ in self.skipped}, self._save_contents,
+                                    links=self._links, on_problem=self._skip)
                 tree = yield writer.build(roots, excludes)
                 yield self.small.finish()
                 self._save_contents()
@@ -190,13 +208,14 @@ class Backup:
             if top is None:
                 continue
             if top.kind == "file":
-                self._classify([top], index.states_known(os.path.dirname(root)))
+                self._classify(self._first_links([top]),
+                               index.states_known(os.path.dirname(root)))
                 continue
             if top.kind != "dir":
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
-            for listing in walk(root, excludes, self._skip, list_children):
-                files = [e for e in listing.entries if e.kind == "file"]
+            for listing in walk(root, (), self._skip, excludes.lister(root, self._excluded)):
+                files = self._first_links(e for e in listing.entries if e.kind == "file")
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
                 # unchanged and their contents known (prune forgets every
@@ -211,6 +230,19 @@ class Backup:
                 subtrees[listing.path] = subtree
                 index.add_seen_dir(listing.path, local, subtree)
 
+    def _first_links(self, files) -> list:
+        """The files to read: a file with several links in the tree is read
+        (and stored) once, at the first of them (walk order); the others
+        take its content when the tree is built (tree_writer.py)."""
+        kept = []
+        for entry in files:
+            if entry.nlink > 1:
+                first = self._links.setdefault((entry.dev, entry.inode), entry.path)
+                if first != entry.path:
+                    continue
+            kept.append(entry)
+        return kept
+
     def _classify(self, files, states) -> None:
         """The changed files go to the pending table."""
         changed = []
@@ -223,9 +255,11 @@ class Backup:
                 self.summary["changed" if state else "new"] += 1
         self.ctx.index.add_pending(changed)
 
-    def _empty_files(self, content_of) -> None:
-        for row in self.ctx.index.pending_rows(0, 1):
-            content_of[row[0]] = self.contents.remember("empty", EMPTY)
+    def _empty_files(self, content_of, holed=()) -> None:
+        """Empty files, and those with holes alone (no data to send)."""
+        for path in itertools.chain((row[0] for row in self.ctx.index.pending_rows(0, 1)),
+                                    (e.path for e in holed if not e.size)):
+            content_of[path] = self.contents.remember("empty", EMPTY)
             self.ctx.progress.file_done(0)
 
     def _small_files(self, limit, content_of):
@@ -250,6 +284,10 @@ class Backup:
                 break
         if landed:
             self.ctx.index.record_landed(landed)
+            holes = [(path, e.whole, e.mtime_ns, cid, e.ranges) for path, cid in landed
+                     if (e := self._holed.get(path)) is not None]
+            if holes:   # the ranges each was read with, by its content (tree_writer.py)
+                self.ctx.index.record_holes(holes)
 
     def _save_contents(self):
         bundles, challenges = self.small.records()
@@ -268,6 +306,12 @@ class Backup:
         # one row a share, streamed in: the manifest reads them back the same way
         index.add_challenges(challenges.items())
         self.contents.new = {}
+
+    def _excluded(self, path, why):
+        self.summary["excluded"] += 1
+        # a file left out for its size is the user's data, not a cache: said by name
+        if why.startswith(LARGER_THAN) and len(self.too_large) < SHOWN_TOO_LARGE:
+            self.too_large.append((path, why))
 
     def _skip(self, path, why):
         self.summary["skipped"] += 1

@@ -18,11 +18,11 @@ import os
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from flud.client.directio import SequentialReader
 from flud.client.repository.extents import (BLOCK_HASH, MAX_EXTENT_ATTEMPTS, ExtentFailed, ExtentUpload,
                                  StreamHashes, segments_per_extent, stream_id)
 from flud.client.gather import settle_all
-from flud.client.backup.file_reading import FileChanged, read_into, why_skipped
+from flud.client.backup.file_reading import (FileChanged, changed, file_reader, read_into,
+                                             why_skipped)
 from flud.client.backup.plans import ExtentPlans
 from flud.client.records import (Extent, ExtentSegment, LargeContent, ShareHolder,
                                  challenges_to_wire, extent_id)
@@ -184,7 +184,7 @@ class LargeFiles:
             yield transfer.reserve(self.segment_footprint, "segment")
             buffers = _SegmentBuffers(self.segment_window, self.segment_size)
             per_extent = segments_per_extent(self.segment_size)
-            with SequentialReader(entry.path) as f:
+            with file_reader(entry) as f:
                 plans = ExtentPlans(self.ctx.pool, entry, self.segment_size, per_extent)
                 try:
                     read = (entry, f, buffers, plans)
@@ -207,8 +207,7 @@ class LargeFiles:
                     yield plans.close()
                     raise
                 yield plans.close()
-            st = os.stat(entry.path)
-            if st.st_mtime_ns != entry.mtime_ns or st.st_size != entry.size:
+            if changed(entry, os.stat(entry.path)):
                 raise FileChanged(f"{entry.path} changed while it was backed up")
         except GeneratorExit:
             raise

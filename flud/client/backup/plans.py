@@ -19,8 +19,7 @@ import mmap
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from flud.client.backup.file_reading import FileChanged
-from flud.client.directio import SequentialReader
+from flud.client.backup.file_reading import FileChanged, file_reader
 from flud.compression import SEGMENT_PIECE, plan_pieces, sample_spans
 
 
@@ -34,7 +33,7 @@ class ExtentPlans:
         self.pool, self.entry = pool, entry
         self.segment_size, self.per_extent = segment_size, per_extent
         self.segments = -(-entry.size // segment_size)
-        self._reader = SequentialReader(entry.path)
+        self._reader = file_reader(entry)
         self._piece = mmap.mmap(-1, SEGMENT_PIECE)
         self._made = {}      # first segment -> plans, or the Failure of making them
         self._waiting = {}   # first segment -> [Deferred]

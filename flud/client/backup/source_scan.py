@@ -8,13 +8,22 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class Entry:
     path: str          # absolute path on this machine
-    kind: str          # "file", "dir", "symlink"
+    kind: str          # "file", "dir", "symlink", "fifo", "chardev", "blockdev"
     mode: int
     mtime_ns: int
     size: int = 0
     ctime_ns: int = 0
     inode: int = 0
     target: str = ""   # symlink target
+    uid: int = 0
+    gid: int = 0
+    nlink: int = 1
+    dev: int = 0       # the filesystem's (a hard link is (dev, inode))
+    rdev: int = 0      # a device's numbers
+    # A file with holes, as a backup reads it (sparse.py): its data ranges,
+    # and its whole length (size is then the ranges' bytes: what is read).
+    ranges: tuple = None
+    whole: int = 0
 
 
 @dataclass
@@ -29,6 +38,9 @@ class ScanResult:
 
 _SPECIAL = ((stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+# What is kept as metadata alone (made again with mknod on restore); a
+# socket is not: it means nothing without the process that listens on it.
+_NODES = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "chardev"), (stat.S_ISBLK, "blockdev"))
 
 
 def excluded(path: str, name: str, patterns) -> bool:
@@ -63,18 +75,26 @@ def entry_of(path: str, st, on_skip) -> Entry:
     """The entry of what lstat found at path, or None (said to on_skip) for
     what is not backed up: a special file, a link that cannot be read."""
     mode = st.st_mode
+    # ctime for every kind: a chmod, chown or xattr change moves it alone,
+    # and the listing's fingerprint (backup_job.py) must see it.
+    common = dict(ctime_ns=st.st_ctime_ns, inode=st.st_ino, uid=st.st_uid, gid=st.st_gid,
+                  nlink=st.st_nlink, dev=st.st_dev)
     if stat.S_ISDIR(mode):
-        return Entry(path, "dir", stat.S_IMODE(mode), st.st_mtime_ns)
+        return Entry(path, "dir", stat.S_IMODE(mode), st.st_mtime_ns, **common)
     if stat.S_ISREG(mode):
-        return Entry(path, "file", stat.S_IMODE(mode), st.st_mtime_ns, st.st_size,
-                     st.st_ctime_ns, st.st_ino)
+        return Entry(path, "file", stat.S_IMODE(mode), st.st_mtime_ns, st.st_size, **common)
     if stat.S_ISLNK(mode):
         try:
             target = os.readlink(path)
         except OSError as err:
             on_skip(path, f"cannot read link: {err.strerror}")
             return None
-        return Entry(path, "symlink", stat.S_IMODE(mode), st.st_mtime_ns, target=target)
+        return Entry(path, "symlink", stat.S_IMODE(mode), st.st_mtime_ns, target=target,
+                     **common)
+    for test, kind in _NODES:
+        if test(mode):
+            return Entry(path, kind, stat.S_IMODE(mode), st.st_mtime_ns, rdev=st.st_rdev,
+                         **common)
     on_skip(path, f"{special_kind(mode)}: not backed up")
     return None
 

@@ -11,16 +11,22 @@ stored already: an unchanged directory costs a hash, not a STORE.
 import os
 from typing import Callable
 
-from flud.client.repository.tree_records import DIRECTORY, DirEntry, directory_records
+from flud.client.repository.entry_meta import EMPTY_META
+from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
+                                                DirEntry, directory_records)
 
-_KINDS = {"file": "f", "symlink": "l", "dir": DIRECTORY}
+_KINDS = {"file": "f", "symlink": "l", "dir": DIRECTORY, "fifo": FIFO,
+          "chardev": CHAR_DEVICE, "blockdev": BLOCK_DEVICE}
 
 
 class TreeBuilder:
     """sealer: a BlobSealer. known(blob id hex) -> bool: stored already.
     store(blob id hex, sealed): a new blob to send (with the small files)."""
 
-    def __init__(self, sealer, known: Callable, store: Callable):
+    def __init__(self, sealer, known: Callable, store: Callable,
+                 meta_of: Callable = lambda entry: EMPTY_META):
+        """meta_of(entry) -> meta.Meta of a walk entry (once its ref is known)."""
+        self._meta_of = meta_of
         self._sealer = sealer
         self._known = known
         self._store = store
@@ -41,13 +47,16 @@ class TreeBuilder:
                     continue  # it could not be listed: said when it was walked
             elif entry.kind == "symlink":
                 ref = entry.target
+            elif entry.kind != "file":
+                ref = None    # a FIFO or a device: metadata alone
             else:
                 try:
                     ref = file_ref(entry)
                 except KeyError:
                     continue  # skipped while reading: said then
             entries.append(DirEntry(os.path.basename(entry.path), _KINDS[entry.kind],
-                                    entry.mode, entry.mtime_ns, entry.size, ref))
+                                    entry.mode, entry.mtime_ns, entry.size, ref,
+                                    self._meta_of(entry)))
         blob_id = self._seal(entries)
         self._finished[listing.path] = blob_id
         return blob_id
@@ -61,7 +70,8 @@ class TreeBuilder:
         """The blob id of the snapshot's root directory: tops are the
         (name, walk entry of a backed-up path, its ref) of each path."""
         entries = [DirEntry(name, _KINDS[entry.kind], entry.mode, entry.mtime_ns, entry.size,
-                            self._finished.pop(entry.path) if entry.kind == "dir" else ref)
+                            self._finished.pop(entry.path) if entry.kind == "dir" else ref,
+                            self._meta_of(entry))
                    for name, entry, ref in tops]
         return self._seal(entries)
 

@@ -23,14 +23,17 @@ import socket
 
 from twisted.internet import defer
 
+from flud.client.backup.meta_reading import MetaReader
 from flud.client.backup.tree_builder import TreeBuilder
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
+from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.repository.head import Head, store_blobs, write_head
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
 from flud.client.repository.snapshot_paths import root_names
 from flud.client.records import EMPTY, LARGE, SMALL
-from flud.client.backup.source_scan import entry_of, list_children
+from flud.client.backup.source_scan import entry_of
+from flud.client.sparse import data_ranges, packed_size
 from flud.client.repository.tree_records import LargeRecord, LargeRef, SmallRef, SnapshotRecord
 from flud.client.backup.source_walk import walk
 
@@ -47,9 +50,17 @@ class TreeWriter:
     run's SmallFiles (records go out with its bundles); skipped: paths the
     run could not read."""
 
-    def __init__(self, index, sealer: BlobSealer, small, skipped, save=lambda: None):
+    def __init__(self, index, sealer: BlobSealer, small, skipped, save=lambda: None,
+                 links=None, on_problem=_quiet):
         """save(): what landed goes to the index (called every SAVE_EVERY
-        records, so what this run stored is not all held in memory)."""
+        records, so what this run stored is not all held in memory).
+        links: {(dev, inode): path} of the first link of each file with
+        more than one (the first walk's); on_problem(path, why): what of an
+        entry could not be kept (an xattr, a file's holes)."""
+        self.links = links or {}
+        self._on_problem = on_problem
+        self._meta = MetaReader(on_problem)
+        self._roots = ()        # (root path, its name in the snapshot)
         self.index = index
         self.sealer = sealer
         self.small = small
@@ -57,7 +68,7 @@ class TreeWriter:
         self._save = save
         self._unsaved = set()   # blob ids handed over since the last save
         self._outgoing = []     # (blob id, sealed) waiting to be handed to the small files
-        self.builder = TreeBuilder(sealer, self._known, self._store)
+        self.builder = TreeBuilder(sealer, self._known, self._store, self._meta_of)
         self.files = self.bytes = 0
         self.dirs = 0           # directory records made
         self.reused = 0         # unchanged subtrees kept as they were
@@ -105,16 +116,44 @@ class TreeWriter:
         self.index.built_dir(listing.path, blob_id, own[0], own[1])
         self.dirs += 1
 
+    def _meta_of(self, entry):
+        link = None
+        if entry.kind == "file" and entry.nlink > 1:
+            first = self.links.get((entry.dev, entry.inode))
+            if first is not None:
+                link = self._snapshot_path(first)
+        return self._meta.meta(entry, link, entry.ranges)
+
+    def _snapshot_path(self, path: str):
+        for root, name in self._roots:
+            if path == root:
+                return name
+            if path.startswith(root + "/"):
+                return name + path[len(root):]
+        return None
+
+    def _state(self, states, entry):
+        """The index's state of a file as the first walk read it; a later
+        link of a file is its first link's (read and stored once)."""
+        first = self.links.get((entry.dev, entry.inode)) if entry.nlink > 1 else None
+        if first is not None and first != entry.path:
+            if first in self.skipped:
+                raise KeyError(entry.path)
+            return self.index.states_in(os.path.dirname(first))[first]
+        if entry.path in self.skipped:
+            raise KeyError(entry.path)
+        return states[entry.path]       # KeyError: not seen by the first walk
+
     def _file_ref(self, states, own):
         def file_ref(entry):
-            if entry.path in self.skipped:
-                raise KeyError(entry.path)
-            state = states[entry.path]       # KeyError: not seen by the first walk
+            state = self._state(states, entry)
             content = self.index.content(state.content_id)
             if content is None:
                 raise KeyError(entry.path)
             # The snapshot holds the file as it was read, not as it is now.
             entry.size, entry.mtime_ns = state.size, state.mtime_ns
+            if content.get("size", 0) != state.size:   # stored without its holes
+                entry.ranges = self._holes(entry, state, content.get("size", 0))
             own[0] += 1
             own[1] += state.size
             kind = content["t"]
@@ -132,10 +171,40 @@ class TreeWriter:
             return LargeRef(blob_id)
         return file_ref
 
+    def _holes(self, entry, state, stored: int) -> tuple:
+        """The data ranges of a file whose content holds only them: those it
+        was read with (the index keeps them by content), or else (a link
+        other than the first, an index from before them) found again from
+        the file. KeyError, and the file named, where the file is no longer
+        as it was read or its ranges no longer add up to what was stored: it
+        is left out of this snapshot."""
+        kept = self.index.holes_of(entry.path)
+        if (kept is not None and kept[:3] == (state.size, state.mtime_ns, state.content_id)
+                and packed_size(kept[3]) == stored):
+            return kept[3]
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as err:
+            self._on_problem(entry.path, f"not kept: {err.strerror}")
+            raise KeyError(entry.path) from None
+        try:
+            st = os.fstat(fd)
+            ranges = data_ranges(fd, state.size)
+        finally:
+            os.close(fd)
+        if ((st.st_size, st.st_mtime_ns) != (state.size, state.mtime_ns)
+                or packed_size(ranges) != stored):
+            self._on_problem(entry.path, "changed while it was backed up (its holes moved)")
+            raise KeyError(entry.path)
+        return ranges
+
     @defer.inlineCallbacks
     def build(self, roots, excludes):
-        """The blob id of the snapshot's root directory record."""
+        """The blob id of the snapshot's root directory record. excludes:
+        the ExcludeRules of the run's first walk (the same answers)."""
+        excludes = ExcludeRules.of(excludes)
         tops = []
+        self._roots = tuple(zip(roots, root_names(roots)))
         for root, name in zip(roots, root_names(roots)):
             try:
                 st = os.lstat(root)
@@ -146,7 +215,8 @@ class TreeWriter:
                 continue
             if top.kind == "dir":
                 if not self._reuse(root):
-                    for listing in walk(root, excludes, _quiet, list_children, self._reuse):
+                    for listing in walk(root, (), _quiet, excludes.lister(root),
+                                        self._reuse):
                         self._build(listing)
                         yield self._hand_over()
                 self.files += self._counts[root][0]
@@ -162,7 +232,7 @@ class TreeWriter:
                 self.bytes += own[1]
                 tops.append((name, top, ref))
             else:
-                tops.append((name, top, top.target))
+                tops.append((name, top, top.target if top.kind == "symlink" else None))
         tree = self.builder.root(tops)
         yield self._hand_over()
         return tree

@@ -18,11 +18,19 @@ from typing import NamedTuple, Optional
 
 from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord: read from here too)
     BadRecord, BlobRef, _is_int, _need, is_hex)
+from flud.client.repository.entry_meta import EMPTY_META, BadMeta, Meta
 from flud.errors import FludError
 
 FORMAT_VERSION = 2
+# Directory records are written at version 3 (each entry carries its
+# metadata: owner, xattrs, hard links, holes, device numbers; client/repository/entry_meta.py);
+# version 2 records (no metadata) keep reading. Every other record is 2.
+DIR_VERSION = 3
+_VERSIONS = {"dir": (2, 3)}
 MAX_DIR_ENTRIES = 4096   # entries per directory record; more go to continuation records
 DIRECTORY, FILE, SYMLINK = "d", "f", "l"
+FIFO, CHAR_DEVICE, BLOCK_DEVICE = "p", "c", "b"
+SPECIAL_KINDS = (FIFO, CHAR_DEVICE, BLOCK_DEVICE)
 SMALL_REF, LARGE_REF = "S", "L"
 COMPRESSION_METHODS = ("", "zstd")
 
@@ -86,13 +94,18 @@ def _file_ref_from_wire(ref):
 
 class DirEntry(NamedTuple):
     """One entry of a directory. ref: the blob id of its record (directory),
-    None (empty file), SmallRef or LargeRef (file), the target (symlink)."""
+    None (empty file, or one all holes), SmallRef or LargeRef (file), the
+    target (symlink), None (FIFO, device). meta: its metadata beyond mode
+    and time (a meta.Meta; empty for a version-2 record). A file with holes
+    has its whole length as size, and its content holds only its data
+    ranges (meta.ranges), one after the other."""
     name: str
     kind: str
     mode: int
     mtime_ns: int
     size: int
     ref: object
+    meta: Meta = EMPTY_META
 
     def to_wire(self) -> list:
         ref = self.ref
@@ -100,30 +113,47 @@ class DirEntry(NamedTuple):
             wire_ref = ref
         else:
             wire_ref = None if ref is None else ref.to_wire()
-        return [self.name, self.kind, self.mode, self.mtime_ns, self.size, wire_ref]
+        return [self.name, self.kind, self.mode, self.mtime_ns, self.size, wire_ref,
+                self.meta.to_wire()]
 
     @classmethod
-    def from_wire(cls, row) -> "DirEntry":
-        _need(type(row) is list and len(row) == 6, "a directory entry of the wrong shape")
-        name, kind, mode, mtime_ns, size, ref = row
+    def from_wire(cls, row, version: int = DIR_VERSION) -> "DirEntry":
+        _need(type(row) is list and len(row) == (6 if version == 2 else 7),
+              "a directory entry of the wrong shape")
+        name, kind, mode, mtime_ns, size, ref = row[:6]
         check_name(name)
+        meta = EMPTY_META
+        if version > 2:
+            try:
+                meta = Meta.from_wire(row[6])
+            except BadMeta as err:
+                raise BadRecord(f"entry {name!r:.80}: {err}") from None
         _need(_is_int(mode) and type(mtime_ns) is int and _is_int(size),
               f"entry {name!r:.80}: bad mode, time or size")
         if kind == DIRECTORY:
             _need(is_hex(ref), f"entry {name!r:.80}: a directory without its record's id")
         elif kind == FILE:
             ref = _file_ref_from_wire(ref)
-            _need((ref is None) == (size == 0), f"entry {name!r:.80}: size and content disagree")
+            _need(meta.ranges is None or meta.ranges_end() <= size,
+                  f"entry {name!r:.80}: data ranges beyond its size")
+            stored = size if meta.ranges is None else meta.packed_size()
+            _need((ref is None) == (stored == 0),
+                  f"entry {name!r:.80}: size and content disagree")
+        elif kind in SPECIAL_KINDS and version > 2:
+            _need(ref is None and size == 0, f"entry {name!r:.80}: a special file with content")
+            _need((kind == FIFO) == (meta.device is None),
+                  f"entry {name!r:.80}: a device without its numbers")
         elif kind == SYMLINK:
             _need(type(ref) is str and ref and "\0" not in ref,
                   f"entry {name!r:.80}: a bad symlink target")
         else:
             raise BadRecord(f"entry {name!r:.80}: unknown kind {kind!r:.20}")
-        return cls(name, kind, mode, mtime_ns, size, ref)
+        return cls(name, kind, mode, mtime_ns, size, ref, meta)
 
 
 def record_head(data: bytes, kind: str) -> dict:
-    """The JSON object of a version-2 record of `kind`, its version checked."""
+    """The JSON object of a record of `kind`, its version checked (one this
+    flud reads: 2, or for a directory 2 or 3)."""
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -131,11 +161,12 @@ def record_head(data: bytes, kind: str) -> dict:
     _need(type(value) is dict, f"a {kind} record that is not an object")
     version = value.get("v")
     _need(type(version) is int, f"a {kind} record without a version")
-    if version > FORMAT_VERSION:
+    known = _VERSIONS.get(kind, (FORMAT_VERSION,))
+    if version > known[-1]:
         raise NewerFormat(f"a {kind} record of format version {version}: this flud reads "
-                          f"up to version {FORMAT_VERSION}; upgrade flud")
-    _need(version == FORMAT_VERSION and value.get("t") == kind,
-          f"not a version-{FORMAT_VERSION} {kind} record")
+                          f"up to version {known[-1]}; upgrade flud")
+    _need(version in known and value.get("t") == kind,
+          f"not a version-{known[-1]} {kind} record")
     return value
 
 
@@ -146,7 +177,7 @@ class DirectoryRecord(NamedTuple):
     more: tuple = ()
 
     def encode(self) -> bytes:
-        value = {"v": FORMAT_VERSION, "t": "dir", "e": [e.to_wire() for e in self.entries]}
+        value = {"v": DIR_VERSION, "t": "dir", "e": [e.to_wire() for e in self.entries]}
         if self.more:
             value["more"] = list(self.more)
         return _encode(value).encode("ascii")
@@ -157,7 +188,8 @@ class DirectoryRecord(NamedTuple):
         rows, more = value.get("e"), value.get("more", [])
         _need(type(rows) is list and len(rows) <= MAX_DIR_ENTRIES and type(more) is list,
               "a directory record of the wrong shape")
-        entries = tuple(DirEntry.from_wire(row) for row in rows)
+        version = value["v"]
+        entries = tuple(DirEntry.from_wire(row, version) for row in rows)
         order = [name_order(e.name) for e in entries]
         _need(all(a < b for a, b in zip(order, order[1:])),
               "a directory record whose names are not sorted, or repeat")

@@ -113,7 +113,7 @@ class TreeReader:
                 report("+" if a is None else "-", path, a, b)
                 continue
             if a.kind == b.kind == DIRECTORY:
-                if (a.mode, a.mtime_ns) != (b.mode, b.mtime_ns):
+                if (a.mode, a.mtime_ns, a.meta) != (b.mode, b.mtime_ns, b.meta):
                     report("M", path, a, b)
                 yield self.diff(a.ref, b.ref, report, on_damaged, path)
                 continue

@@ -206,6 +206,13 @@ class SafeDest:
             os.fchmod(fd, mode)
             os.utime(fd, ns=(mtime_ns, mtime_ns))
 
+    def with_dir(self, rel: str, fn) -> None:
+        """fn(descriptor) of the directory DEST/rel (which must exist), under
+        the lock: its owner and xattrs are set through it."""
+        parts = split(rel)
+        with self._lock:
+            fn(self._dir(parts, rel, create=False))
+
     def sync(self, sync_fs) -> None:
         """sync_fs(descriptor) on DEST's own descriptor (a whole-filesystem
         sync needs one descriptor on it)."""

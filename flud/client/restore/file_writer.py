@@ -94,7 +94,13 @@ def new_temp(place, numbers, opener) -> tuple:
 
 
 def set_meta(fd, entry) -> None:
-    """Mode and times through the file's own descriptor (never a path)."""
+    """Mode and times through the file's own descriptor (never a path); an
+    entry that carries more (restore/meta_restore.py: owner, xattrs, holes) has its
+    applier set it all."""
+    applier = getattr(entry, "applier", None)
+    if applier is not None:
+        applier.file(fd, entry)
+        return
     os.fchmod(fd, entry.mode)
     os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
 

@@ -47,6 +47,7 @@ from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRe
 from flud.client.restore.block_restore import BlockRestore
 from flud.client.restore.block_buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
+from flud.client.restore.meta_restore import set_large_meta
 from flud.client.restore.file_writer import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
                                        RestoreError, into_place, new_temp, set_meta,
                                        sync_filesystem)
@@ -288,7 +289,7 @@ class Restore:
             try:
                 with out:
                     yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
-                    set_meta(out.fd, entry)
+                    yield set_large_meta(self.ctx.pool, set_meta, out.fd, entry)
                 self._finish(place, temp, entry)
             except BaseException:
                 place.unlink(temp)

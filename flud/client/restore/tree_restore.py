@@ -17,13 +17,16 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobDamaged
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry
+from flud.client.restore.meta_restore import TreeMeta
 from flud.client.restore.wanted_paths import Wanted
-from flud.client.repository.tree_records import DIRECTORY, LargeRef, SmallRef
+from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
+                                                LargeRef, SmallRef)
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
 BATCH_FILES = 2048   # files restored per batch: the runs of a batch share blocks
-_KINDS = {DIRECTORY: DIR, "f": FILE, "l": SYMLINK}
+_KINDS = {DIRECTORY: DIR, "f": FILE, "l": SYMLINK, FIFO: "fifo", CHAR_DEVICE: "chardev",
+          BLOCK_DEVICE: "blockdev"}
 EMPTY_ID = "empty"
 
 
@@ -48,14 +51,19 @@ class TreeContents:
             return Entry(path, DIR, entry.mode, entry.mtime_ns, 0, ""), None
         if kind == SYMLINK:
             return Entry(path, SYMLINK, entry.mode, entry.mtime_ns, 0, entry.ref), None
+        if kind != FILE:   # a FIFO or a device: metadata alone
+            return Entry(path, kind, entry.mode, entry.mtime_ns, 0, ""), None
         ref = entry.ref
+        # A file with holes: its content is its data ranges end to end
+        # (restore/meta_restore.py puts them in place).
+        size = entry.size if entry.meta.ranges is None else entry.meta.packed_size()
         if ref is None:
             content = (EMPTY_ID, {"t": "E", "size": 0})
         elif isinstance(ref, SmallRef):
-            content = (ref.key, self.small(ref, entry.size))
+            content = (ref.key, self.small(ref, size))
         else:
             content = (ref.content, (yield self.large(ref)))
-        return Entry(path, FILE, entry.mode, entry.mtime_ns, entry.size, content[0]), content
+        return Entry(path, FILE, entry.mode, entry.mtime_ns, size, content[0]), content
 
     def small(self, ref: SmallRef, size: int) -> dict:
         where = self.repo.small_range(ref)   # prune may have repacked it
@@ -73,7 +81,10 @@ class TreeRestore:
     """restore: a run.Restore (its open/restore_batch/finish/close); repo: an
     open Repository; record: the SnapshotRecord to restore."""
 
-    def __init__(self, restore, repo, record):
+    def __init__(self, restore, repo, record, numeric_ids: bool = False):
+        """numeric_ids: owners restored by the numbers recorded, never by
+        their names (root only: restore/meta_restore.py)."""
+        self.meta = TreeMeta(restore, numeric_ids)
         self.restore = restore
         self.repo = repo
         self.record = record
@@ -94,6 +105,7 @@ class TreeRestore:
         try:
             yield reader.walk(self.record.tree, self._visit, self._damaged, wanted=wanted)
             yield self._flush()
+            self.meta.finish()
             yield self.restore.finish()
         finally:
             self.restore.close()
@@ -121,12 +133,14 @@ class TreeRestore:
 
     @defer.inlineCallbacks
     def _visit(self, path, dir_entry):
+        if self.meta.takes(path, dir_entry):
+            return    # a FIFO, a device, a later hard link: no content to fetch
         try:
             entry, content = yield self.contents.entry(path, dir_entry)
         except (BlobDamaged, FludError) as err:
             self._damaged(Damaged(path, str(err)))
             return
-        self._entries.append(entry)
+        self._entries.append(self.meta.carry(entry, dir_entry))
         if content is not None:
             self._records[content[0]] = content[1]
             self._files += 1
@@ -139,3 +153,4 @@ class TreeRestore:
         self._entries, self._records, self._files = [], {}, 0
         if entries:
             yield self.restore.restore_batch(entries, records)
+        self.meta.after_batch()

@@ -54,6 +54,10 @@ def test_broken_toml_is_named_with_its_line():
     ('[agent]\nlisten = "0.0.0.0:8786"\n', 2, ["[agent] listen", "loopback"]),
     ('[agent]\nhistory = 0\n', 2, ["[agent] history"]),
     ('[nightly]\nx = 1\n', 1, ["unknown section [nightly]"]),
+    ('[backup]\nexclude_larger_than = "huge"\n', 2, ["[backup] exclude_larger_than", "size"]),
+    ('[backup]\nexclude_caches = "yes"\n', 2, ["[backup] exclude_caches", "true or false"]),
+    ('[backup]\n\nexclude_if_present = ["a/b"]\n', 3, ["[backup] exclude_if_present"]),
+    ('[backup]\nexclude_file = "/e"\n', 2, ["[backup] exclude_file", "a list"]),
 ])
 def test_a_wrong_value_is_named_by_line_and_key(text, line, words):
     with pytest.raises(ConfigError) as err:

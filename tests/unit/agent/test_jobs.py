@@ -8,9 +8,26 @@ def test_backup_and_verify_command_lines_come_from_the_config():
                    '[limits]\nupload = "2M"\ndownload = 100\n')
     argv = command_line("backup", config, "/h", python="py")
     assert argv == ["py", "-m", "flud", "backup", "/d/a", "/d/b c", "--exclude", "*.tmp",
+                    "--exclude-caches",   # on by default in agent.toml
                     "--home", "/h", "--json", "--limit-upload", "2048", "--limit-download", "100"]
     assert command_line("verify", config, "/h", python="py")[3:] == [
         "verify", "--home", "/h", "--json", "--limit-upload", "2048", "--limit-download", "100"]
+
+
+def test_every_exclude_option_reaches_the_backup_command_line():
+    config = parse('[backup]\npaths = ["/d"]\nexclude_file = ["/e/one", "/e/two"]\n'
+                   'exclude_caches = false\nexclude_if_present = [".nobackup"]\n'
+                   'one_file_system = true\nexclude_larger_than = "2G"\n')
+    assert command_line("backup", config, "/h", python="py")[3:-3] == [
+        "backup", "/d", "--exclude-file", "/e/one", "--exclude-file", "/e/two",
+        "--exclude-if-present", ".nobackup", "--one-file-system",
+        "--exclude-larger-than", "2G"]
+    # and the command line they make is one `flud backup` takes
+    from flud.cli.main import build_parser
+    args = build_parser().parse_args(command_line("backup", config, "/h", python="py")[3:])
+    assert (args.exclude_file, args.exclude_if_present, args.one_file_system,
+            args.exclude_larger_than, args.exclude_caches) == (
+        ["/e/one", "/e/two"], [".nobackup"], True, 2 * 1024 ** 3, False)
 
 
 def test_check_and_forget_command_lines():

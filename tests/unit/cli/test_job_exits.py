@@ -59,3 +59,4 @@ def test_without_json_the_message_goes_to_stderr(home, monkeypatch, capsys):
 def test_a_reader_that_went_away_is_still_main_s_to_handle(home, monkeypatch):
     with pytest.raises(BrokenPipeError):
         _run(monkeypatch, home, BrokenPipeError(), as_json=False)
+

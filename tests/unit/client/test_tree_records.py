@@ -96,7 +96,7 @@ def test_too_many_entries_in_one_record_are_refused():
 
 def test_a_newer_format_is_refused_with_a_message_that_says_to_upgrade():
     with pytest.raises(NewerFormat, match="upgrade flud") as caught:
-        DirectoryRecord.decode(json.dumps({"v": 3, "t": "dir", "e": []}).encode())
+        DirectoryRecord.decode(json.dumps({"v": 4, "t": "dir", "e": []}).encode())
     assert caught.value.code == "NEWER_FORMAT"
 
 

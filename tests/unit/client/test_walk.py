@@ -1,6 +1,7 @@
 """The directory walk of version-2 backups: each directory after everything
 below it, with its own entries, and no more than the current path held."""
 import os
+import socket
 
 from flud.client.backup.source_scan import scan
 from flud.client.backup.source_walk import list_children, walk
@@ -12,7 +13,9 @@ def make_tree(root):
     for f, data in (("top.txt", b"1"), ("a/x", b"22"), ("a/b/c/deep", b"333"), ("e/y", b"")):
         (root / f).write_bytes(data)
     os.symlink("top.txt", root / "link")
-    os.mkfifo(root / "a/pipe")
+    os.mkfifo(root / "a/pipe")   # kept as metadata (a FIFO), not skipped
+    with socket.socket(socket.AF_UNIX) as sock:   # a socket is skipped and said
+        sock.bind(str(root / "a/sock"))
 
 
 def test_every_directory_comes_after_all_directories_below_it(tmp_path):
@@ -33,7 +36,9 @@ def test_each_directory_lists_its_own_entries_as_the_whole_scan_sees_them(tmp_pa
     assert {p: [e.path for e in d.entries] for p, d in listed.items() if d.entries} == \
         {p: [e.path for e in es] for p, es in by_parent.items()}
     assert [e.size for e in listed[str(tmp_path / "a/b/c")].entries] == [3]
-    assert skipped == [str(tmp_path / "a/pipe")]
+    assert skipped == [str(tmp_path / "a/sock")]
+    assert [e.kind for e in listed[str(tmp_path / "a")].entries if e.path.endswith("pipe")] \
+        == ["fifo"]
 
 
 def test_excludes_and_unreadable_directories_are_left_out_and_said(tmp_path):

@@ -18,6 +18,8 @@ from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
 from flud.protocol.messages import (KIND_ARCHIVE, KIND_SHARE, KIND_STREAMED_SHARE, MAX_NONCE,
                                     MAX_PEERS_LIST, MAX_ROOT_RECORD, NO_KEY, TO_END)
+from flud.keys import Identity
+from flud.protocol.node_record import Address, sign_record
 from tests.unit.protocol.helpers import key_of
 
 DOC = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
@@ -137,6 +139,15 @@ def test_limits_match_the_doc():
 
 # ---- every message round-trips --------------------------------------------------
 
+_IDENTITY = Identity.generate()
+
+
+def _entry(i=1, host="10.0.0.1", port=4000, alive=True, sequence=None):
+    record = sign_record(_IDENTITY, i if sequence is None else sequence, 2_000_000_000,
+                         [Address.tcp(host, port)])
+    return messages.PeerEntry(record, alive)
+
+
 def _hello():
     return messages.Hello(1, messages.ROLE_CLIENT, 0, b"\x30" * 91, b"\x30" * 71, "")
 
@@ -148,11 +159,8 @@ ROUND_TRIPS = [
                    b"s" * messages.MAX_SIGNATURE, "h" * 255),
     messages.Empty(),
     messages.PeerList([]),
-    messages.PeerList([messages.PeerInfo(b"\x01" * 32, "10.0.0.1", 4000),
-                       messages.PeerInfo(b"\x02" * 32, "", 0, alive=False, is_node=False),
-                       messages.PeerInfo(b"\x03" * 32, "hôte", 1, alive=True, is_node=False),
-                       messages.PeerInfo(b"\x04" * 32, "x", 2, alive=False, is_node=True)]),
-    messages.PeerList([messages.PeerInfo(bytes([i % 256]) * 32, "h", i) for i in range(MAX_PEERS_LIST)]),
+    messages.PeerList([_entry(1), _entry(2, "::1", 1, alive=False), _entry(3, "node.example", 2)]),
+    messages.PeerList([_entry(i, "h", i + 1) for i in range(MAX_PEERS_LIST)]),
     messages.Stats({"shares": 3, "nested": {"a": [1, 2]}, "text": "é"}),
     messages.StoreRequest(KEY, KIND_SHARE, 3, b"abc"),
     messages.StoreRequest(KEY, KIND_ARCHIVE, 10 ** 9, b""),
@@ -186,7 +194,7 @@ def test_message_round_trips(message):
 def test_every_op_round_trips_through_its_request_and_response_types(op):
     samples = {
         messages.Empty: messages.Empty(),
-        messages.PeerList: messages.PeerList([messages.PeerInfo(b"\x09" * 32, "a", 1)]),
+        messages.PeerList: messages.PeerList([_entry(9, "a", 1)]),
         messages.Stats: messages.Stats({"x": 1}),
         messages.StoreRequest: messages.StoreRequest(KEY, KIND_SHARE, 3, b"abc"),
         messages.RetrieveRequest: messages.RetrieveRequest(KEY, 1, 2),
@@ -214,7 +222,7 @@ def test_error_body_is_bounded_and_code_is_kept():
 # (message, decoder) pairs whose every strict prefix must be MALFORMED.
 FIXED_LAYOUTS = [
     (messages.Hello(1, messages.ROLE_NODE, 1, b"k" * 91, b"s" * 70, "host"), messages.Hello.decode),
-    (messages.PeerList([messages.PeerInfo(b"\x01" * 32, "host", 1)] * 2), messages.PeerList.decode),
+    (messages.PeerList([_entry(1, "host", 1)] * 2), messages.PeerList.decode),
     (messages.StoreRequest(KEY, KIND_SHARE, 3, b""), messages.StoreRequest.decode),
     (messages.StoreRequest(NO_KEY, KIND_STREAMED_SHARE, 3, b""), messages.StoreRequest.decode),
     (messages.RetrieveRequest(KEY, 1, 2), messages.RetrieveRequest.decode),
@@ -238,7 +246,7 @@ def test_truncated_bodies_are_malformed(message, decode):
 @pytest.mark.parametrize("message,decode", [
     (messages.Hello(1, messages.ROLE_NODE, 1, b"k", b"s", "h"), messages.Hello.decode),
     (messages.Empty(), messages.Empty.decode),
-    (messages.PeerList([messages.PeerInfo(b"\x01" * 32, "h", 1)]), messages.PeerList.decode),
+    (messages.PeerList([_entry(1, "h", 1)]), messages.PeerList.decode),
     (messages.RetrieveRequest(KEY), messages.RetrieveRequest.decode),
     (messages.VerifyRequest(KEY, b"n"), messages.VerifyRequest.decode),
     (messages.Digest(b"d" * 32), messages.Digest.decode),
@@ -260,7 +268,8 @@ def test_nonce_bounds():
 
 
 def test_too_many_peers_is_malformed_even_before_reading_them():
-    entry = b"\x01" * 32 + struct.pack(">HBB", 1, 3, 0)
+    raw = _entry().record.encode()
+    entry = b"\x01" + struct.pack(">H", len(raw)) + raw
     ok = struct.pack(">H", MAX_PEERS_LIST) + entry * MAX_PEERS_LIST
     assert len(messages.PeerList.decode(ok).peers) == MAX_PEERS_LIST
     over = struct.pack(">H", MAX_PEERS_LIST + 1) + entry * (MAX_PEERS_LIST + 1)
@@ -329,8 +338,11 @@ def test_retrieve_response_over_its_total_is_malformed():
     malformed(excinfo)
 
 
-def test_peer_host_not_utf8_is_malformed():
-    body = struct.pack(">H", 1) + b"\x01" * 32 + struct.pack(">HBB", 1, 1, 2) + b"\xff\xfe"
+def test_peer_record_that_does_not_parse_is_malformed():
+    raw = bytearray(_entry().record.encode())
+    address_at = 1 + 64 + 8 + 8 + 1 + 8 + 1 + 1
+    raw[address_at] = 0xFF              # not ASCII
+    body = struct.pack(">HBH", 1, 1, len(raw)) + bytes(raw)
     with pytest.raises(RemoteError) as excinfo:
         messages.PeerList.decode(body)
     malformed(excinfo)

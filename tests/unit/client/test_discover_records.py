@@ -1,0 +1,93 @@
+"""A client learns the nodes from signed records, asked of several
+bootstrap nodes: one hostile bootstrap can add ids it made up (they are
+cheap) but cannot hide the honest nodes, nor put in a record it cannot sign."""
+from types import SimpleNamespace
+
+from twisted.internet import defer
+
+from flud.client.home import create_home
+from flud.client.network import BOOTSTRAP_FANOUT, Network
+from flud.keys import Identity
+from flud.protocol import messages
+from flud.protocol.node_record import Address, decode_record, sign_record
+from tests.unit.client.fakes import FakeReactor
+
+NOW = 1_800_000_000
+HONEST = [Identity.generate() for _ in range(6)]
+FAKES = [Identity.generate() for _ in range(3)]
+
+
+def entry(identity, port, sequence=1, alive=True):
+    rec = sign_record(identity, sequence, NOW + 3600, [Address.tcp("127.0.0.1", port)])
+    return messages.PeerEntry(rec, alive)
+
+
+class FakeBootstrap:
+    def __init__(self, identity, entries, up=True):
+        self.node_id = identity.node_id
+        self.entries = entries
+        self.up = up
+
+    def peers(self, known=()):
+        return defer.succeed(list(self.entries))
+
+
+def network_over(tmp_path, bootstraps):
+    reactor = FakeReactor()
+    reactor.advance(NOW)
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
+    by_port = {port: node for port, node in bootstraps}
+    network = Network(reactor, home.path, [("127.0.0.1", port) for port, _ in bootstraps])
+
+    def peer(address):
+        node = by_port[address.port]
+        if not node.up:
+            return defer.fail(ConnectionRefusedError("down"))
+        return defer.succeed(node)
+    network.net = SimpleNamespace(peer=peer, close=lambda: None,
+                                  client_id=b"c" * 32, pool=network.net.pool)
+    return network
+
+
+def discovered(network):
+    result = []
+    network.discover().addBoth(result.append)
+    assert result and not isinstance(result[0], Exception), result
+    return set(network.nodes)
+
+
+def test_a_hostile_bootstrap_cannot_hide_the_honest_nodes(tmp_path):
+    honest_view = [entry(i, 5000 + n) for n, i in enumerate(HONEST)]
+    forged = entry(HONEST[5], 6666, sequence=99)        # re-signed by the wrong key:
+    forged = messages.PeerEntry(decode_record(
+        forged.record.encode()[:-2] + bytes([forged.record.encode()[-2] ^ 1])
+        + forged.record.encode()[-1:]), True)
+    hostile = FakeBootstrap(FAKES[0], [entry(f, 7000 + n) for n, f in enumerate(FAKES)] + [forged])
+    honest = FakeBootstrap(HONEST[0], honest_view)
+    network = network_over(tmp_path, [(4000, hostile), (4001, honest)])
+    nodes = discovered(network)
+    assert {i.node_id for i in HONEST} <= nodes
+    assert network.nodes[HONEST[5].node_id].port == 5005     # the forged move is dropped
+    assert network.records_refused == 1
+
+
+def test_the_highest_sequence_wins_across_bootstraps(tmp_path):
+    old = FakeBootstrap(HONEST[0], [entry(HONEST[1], 5001, sequence=1)])
+    new = FakeBootstrap(HONEST[2], [entry(HONEST[1], 5999, sequence=2)])
+    network = network_over(tmp_path, [(4000, old), (4001, new)])
+    discovered(network)
+    assert network.nodes[HONEST[1].node_id].port == 5999
+
+
+def test_bootstraps_are_asked_a_few_at_a_time_until_enough_answer(tmp_path):
+    asked = []
+    nodes = []
+    for n in range(10):
+        node = FakeBootstrap(HONEST[n % 6], [entry(HONEST[n % 6], 5000 + n)], up=n >= 2)
+        nodes.append((4000 + n, node))
+    network = network_over(tmp_path, nodes)
+    real_peer = network.net.peer
+    network.net.peer = lambda address: asked.append(address.port) or real_peer(address)
+    discovered(network)
+    # two down in the first window: a second window, and no more once enough answered
+    assert asked == [4000 + n for n in range(2 * BOOTSTRAP_FANOUT)]
