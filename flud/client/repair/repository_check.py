@@ -1,6 +1,6 @@
 """`flud check [--repair]` on a version-2 repository: the holder map's
-bundles and extents are the objects (repair/plan.py), the check job
-challenges, classifies and re-creates (repair/job.py), and what it moved
+bundles and extents are the objects (repair/repair_plan.py), the check job
+challenges, classifies and re-creates (repair/check_job.py), and what it moved
 becomes a map page in a new head, so a restore (also one from the key
 alone) reads the new holders. The check state (rotation, what was seen of
 each share, moves not yet in the map) is kept in the client index between

@@ -287,7 +287,7 @@ def fetch_segment(network, pool, coder, secret, record: SegmentFetch, report=Non
     """The segment's stored bytes, decrypted, from its holders
     (records.SegmentFetch: whole shares, or an extent's blocks at their
     offsets in its streams): its plaintext, unless it was compressed
-    (record.method; restore/blocks.py decompresses those)."""
+    (record.method; restore/block_restore.py decompresses those)."""
     pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
