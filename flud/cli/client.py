@@ -9,6 +9,7 @@ from flud.cli.backup_flags import add_backup_flags
 from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
 from flud.cli.node import parse_address
+from flud.cli.restoring import add_dump_command, add_restore_flags
 from flud.errors import FludError
 
 
@@ -148,7 +149,9 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
                          help="MiB of transfer buffers held at once (default 64)")
     _job_flags(restore)
+    add_restore_flags(restore)
     restore.set_defaults(handler=cmd_restore)
+    add_dump_command(sub, _mib, _rate)
 
     verify = sub.add_parser("verify", help="challenge the nodes holding your shares")
     verify.add_argument("--home", required=True)

@@ -19,7 +19,7 @@ log = logging.getLogger("flud.client")
 
 
 # Jobs that change nothing on the nodes or in the index run beside any other.
-READ_ONLY_JOBS = {"ls", "find", "diff"}
+READ_ONLY_JOBS = {"ls", "find", "diff", "dump"}
 
 
 def run_client(args, job: str) -> int:
@@ -134,7 +134,7 @@ def _job(reactor, home, args, job):
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
-        runner = {"backup": _backup, "restore": _restore, "verify": _verify,
+        runner = {"backup": _backup, "restore": _restore, "verify": _verify, "dump": _dump,
                   "ls": _browse, "find": _browse, "diff": _browse,
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
                   "adopt": _adopt}[job]
@@ -170,6 +170,7 @@ _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reade
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),
+    "dump": ("flud.client.restore.dump_job", *_READ),
     "verify": ("flud.client.verify.verify_job", *_READ),
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
@@ -350,20 +351,35 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
 
     def count(n):
         record_retrieves[0] += n
+    from flud.client.pathmatch import PatternError
+    from flud.client.restore.selection import Selection
     found = yield _find(ctx, args.snapshot, count_retrieves=count)
+    steer = {"overwrite": getattr(args, "overwrite", "never")}
+    include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
+    if getattr(args, "dry_run", False):
+        try:
+            return (yield _restore_dry_run(ctx, found, args, steer, include, exclude))
+        finally:
+            found.close()
     try:
         if found.manifest is not None:
-            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest)
-            s = yield job.run(args.to, args.paths)
+            if getattr(args, "delete", False):
+                raise RestoreError("--delete needs a snapshot made by flud 2 or later; this "
+                                   "one is a version-1 manifest")
+            job = Restore(reactor, home, network, pool, monitor, progress, found.manifest,
+                          **steer)
+            selection = Selection(include, exclude, found.manifest.get("roots", ()))
+            s = yield job.run(args.to, args.paths, selection)
         else:
             job = Restore(reactor, home, network, pool, monitor, progress,
                           {"k": home.config["k"], "n": home.config["n"],
-                           "bundles": found.repo.bundles})
-            tree = TreeRestore(job, found.repo, found.record,
-                               numeric_ids=getattr(args, "numeric_ids", False))
-            s = yield tree.run(args.to, args.paths)
-    except RestoreError as err:
-        raise UserError(str(err))
+                           "bundles": found.repo.bundles}, **steer)
+            s = yield TreeRestore(job, found.repo, found.record, include, exclude,
+                                  getattr(args, "delete", False),
+                                  numeric_ids=getattr(args, "numeric_ids", False)
+                                  ).run(args.to, args.paths)
+    except (RestoreError, PatternError) as err:
+        raise _typed(UserError(str(err)), err)
     finally:
         found.close()
     elapsed = reactor.seconds() - start
@@ -371,6 +387,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
                           record_retrieves=record_retrieves[0],
                           bad_shares=len(job.bad_shares), unreachable=dict(job.unreachable),
                           unmatched_paths=job.unmatched[:100],
+                          deleted_paths=[p for p, _ in job.deleted_paths[:100]],
                           failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]],
                           not_set=[{"path": p, "what": w}
                                    for p, w in getattr(job, "not_set", [])[:100]])
@@ -379,6 +396,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
           f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
           f"{s['retrieves'] + record_retrieves[0]} RETRIEVEs "
           f"({record_retrieves[0]} of them for the snapshot's records)")
+    _steered(s, job, args)
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
     not_set = _not_set(job, s)
@@ -420,6 +438,94 @@ def _not_set(job, s) -> int:
         for path, what in getattr(job, "not_set", [])[:20]:
             print(f"  {path}: {what}")
     return count
+
+
+@defer.inlineCallbacks
+def _dump(reactor, home, network, pool, monitor, progress, args):
+    """flud dump: the bytes go to stdout, everything said to stderr."""
+    from flud.client.restore.dump_job import DumpError, dump_snapshot
+    from flud.client.repository.segments import FetchFailed
+
+    out = sys.stdout.buffer
+    if out.isatty():
+        raise UserError("flud dump writes a file's bytes (or a tar stream): redirect stdout "
+                        "to a file or a pipe (`flud dump ... > out.tar`)")
+    ctx = _context(reactor, home, network, pool, monitor, progress)
+    start = reactor.seconds()
+    found = yield _find(ctx, args.snapshot)
+    try:
+        dump = yield dump_snapshot(ctx, found, args.path, out)
+    except DumpError as err:
+        raise _typed(UserError(str(err)), err)
+    except FetchFailed as err:
+        raise _typed(UserError(f"the dump stopped: {err}; what was written is cut short"),
+                     err)
+    finally:
+        found.close()
+    s = dump.summary
+    elapsed = reactor.seconds() - start
+    _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
+                          damaged=[{"path": d.path, "why": d.why} for d in dump.damaged])
+    what = "a tar stream" if dump.as_tar else "a file"
+    print(f"dumped {args.path} of snapshot {found.snapshot_id} as {what}: {s['files']} "
+          f"files, {s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} "
+          f"in {elapsed:.2f} s", file=sys.stderr)
+    print(_memory_line(monitor), file=sys.stderr)
+    for damaged in dump.damaged[:20]:
+        print(f"  not dumped {damaged.path}: {damaged.why}", file=sys.stderr)
+    return EXIT_ERROR if dump.damaged else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _restore_dry_run(ctx, found, args, steer, include, exclude):
+    from flud.client.pathmatch import PatternError
+    from flud.client.restore.dry_run import DryRun
+    from flud.client.restore.restore_job import RestoreError
+    from flud.client.restore.tree_restore import TreeRestore
+
+    if found.manifest is not None:
+        raise UserError("--dry-run needs a snapshot made by flud 2 or later; this one is a "
+                        "version-1 manifest")
+    job = DryRun(ctx, **steer)
+    try:
+        s = yield TreeRestore(job, found.repo, found.record, include, exclude,
+                              getattr(args, "delete", False)).run(args.to, args.paths)
+    except (RestoreError, PatternError) as err:
+        raise _typed(UserError(str(err)), err)
+    _summary(args).update(s, snapshot=found.snapshot_id, dry_run=True,
+                          unmatched_paths=job.unmatched[:100],
+                          deleted_paths=[p for p, _ in job.deleted_paths[:100]])
+    print(f"dry run of snapshot {found.snapshot_id} into {args.to} (--overwrite "
+          f"{args.overwrite}): nothing fetched or written")
+    print(f"  would write {s['files']} files ({human_bytes(s['bytes'])}): {s['new']} new, "
+          f"{s['replaced']} replacing what is there, {s['beside']} beside what is there "
+          f"(NAME.flud-restored), {s['resumed']} from a killed run's temp")
+    print(f"  {s['unchanged']} files already in place as the snapshot has them; "
+          f"{s['dirs']} dirs, {s['symlinks']} symlinks")
+    print(f"  would fetch about {human_bytes(s['fetch_bytes'])} of file data")
+    if getattr(args, "delete", False):
+        print(f"  would delete {s['deleted']} path(s) not in the snapshot")
+        _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths],
+                 "would delete")
+    for path in job.unmatched[:20]:
+        print(f"  nothing in the snapshot matches {path}")
+    if s["refused"]:
+        _listed(job.refused, "refused")
+    return EXIT_SKIPPED if s["refused"] or s["unmatched"] or job.failed else EXIT_OK
+
+
+def _steered(s, job, args) -> None:
+    """What --overwrite and --delete did, and what the files cost to fetch."""
+    print(f"fetched {human_bytes(s['fetched_bytes'])} of file data"
+          + (f"; {human_bytes(s['reused_bytes'])} already under {args.to} was used "
+             f"({s['resumed']} file(s) resumed)" if s["reused_bytes"] else ""))
+    if s["unchanged"]:
+        print(f"{s['unchanged']} path(s) already in place as the snapshot has them: kept")
+    if s["replaced"]:
+        print(f"{s['replaced']} path(s) replaced (--overwrite {args.overwrite})")
+    if s["deleted"]:
+        print(f"{s['deleted']} path(s) under {args.to} deleted: not in the snapshot (--delete)")
+        _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths], "deleted")
 
 
 def _listed(items, what, most=20) -> None:

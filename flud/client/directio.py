@@ -22,6 +22,7 @@ import ctypes
 import errno
 import mmap
 import os
+import stat
 import threading
 
 ALIGN = 4096  # the largest logical block size in use; every offset and length is a multiple
@@ -30,6 +31,7 @@ KEEP_SPARE = 4  # staging buffers kept for reuse (reused pages are already mappe
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_REUSE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def round_up(n: int) -> int:
@@ -200,13 +202,21 @@ class PositionalWriter(_ClosedOnExit):
     included) is followed or written (FileExistsError). A restore opens its
     files so (client/restore/destdir.py)."""
 
-    def __init__(self, path: str, mode: int = 0o600, dir_fd: int | None = None) -> None:
+    def __init__(self, path: str, mode: int = 0o600, dir_fd: int | None = None,
+                 reuse: bool = False) -> None:
+        """reuse (with dir_fd): a file already there under that name is
+        written into as it is (a resumed restore's temp), never through a
+        symlink, and only if it is a regular file."""
         if dir_fd is None:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        elif reuse:
+            self.fd = os.open(path, _REUSE_FLAGS, mode, dir_fd=dir_fd)
         else:
             self.fd = os.open(path, _NEW_FLAGS, mode, dir_fd=dir_fd)
         self._direct = None
         try:
+            if reuse and not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                raise FileExistsError(errno.EEXIST, "not a regular file", path)
             if dir_fd is None:
                 self._direct = open_direct(path, os.O_WRONLY | os.O_CLOEXEC)
             else:

@@ -46,6 +46,9 @@ class INetwork(Interface):
     def root_get(node_id):
         """Deferred[bytes]: the sealed root record the node holds for us."""
 
+    def stats(node_id):
+        """Deferred[dict]: the node's STATS."""
+
     def open_store(node_id, size):
         """Deferred[a streamed STORE of `size` bytes open on that node]:
         feed(bytes), finish(key), cancel()."""

@@ -1,5 +1,5 @@
 """The requests a client job makes of one node, typed: store, retrieve,
-verify, delete, root_put, root_get. Each is one call() of the node's method
+verify, delete, root_put, root_get, stats. Each is one call() of the node's method
 of that name (protocol/client.py's Peer); Network and every fake of the
 tests inherit them, so a fake answers (or fails) a request in one place,
 its call(), and no job names a remote method as a string."""
@@ -35,3 +35,7 @@ class NodeRequests:
     def root_get(self, node_id: bytes):
         """Deferred[bytes]: the sealed root record the node holds for us."""
         return self.call(node_id, "root_get")
+
+    def stats(self, node_id: bytes):
+        """Deferred[dict]: the node's STATS (any answer renews our lease)."""
+        return self.call(node_id, "stats")

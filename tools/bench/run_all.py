@@ -31,7 +31,7 @@ BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_
            ("faults", "bench_faults"), ("hostile", "bench_hostile"), ("tree", "bench_tree"),
            ("repair", "bench_repair"), ("check", "bench_check"),
            ("retention", "bench_retention"), ("prune", "bench_prune"),
-           ("excludes", "bench_excludes")]
+           ("excludes", "bench_excludes"), ("restore", "bench_restore")]
 
 
 def main() -> int:

@@ -258,6 +258,13 @@ class LargeFiles:
                 sent = yield self._extent(read, sent.first, sent.count, attempt)
 
     def _next_attempt(self, entry, attempt, err):
+        if err.newly_failed:
+            # The attempt took nodes out of service that placement could not
+            # have known were gone: not counted against the extent. Each such
+            # retry takes at least one more node out, so they come to an end.
+            log.warning("an extent of %s failed on %s (%d node(s) newly failed); sending it "
+                        "again", entry.path, err, err.newly_failed)
+            return attempt
         if attempt >= MAX_EXTENT_ATTEMPTS:
             raise StoreFailed(f"an extent of {entry.path} failed {attempt} times, last on "
                               f"{err}. Check the nodes (`flud testnet status`) and run the "

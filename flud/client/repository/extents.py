@@ -42,9 +42,14 @@ BLOCK_HASH = 16  # bytes of each block's BLAKE3 kept in the manifest
 
 class ExtentFailed(FludError):
     """A node failed, refused or stalled one of an extent's streams: the
-    extent is sent again (to nodes that have not failed)."""
+    extent is sent again (to nodes that have not failed). newly_failed: how
+    many nodes this attempt took out of service that were in it before."""
 
     code = "EXTENT_FAILED"
+
+    def __init__(self, message: str, newly_failed: int = 0):
+        super().__init__(message)
+        self.newly_failed = newly_failed
 
 
 def segments_per_extent(segment_size: int) -> int:
@@ -99,6 +104,7 @@ class ExtentUpload:
         # Once cancelled, what its streams fail with is our doing: the wire
         # fails a cancelled stream's waiting feeds, and those nodes did no wrong.
         self.cancelled = False
+        self.newly_failed = 0   # nodes this upload took out of service
 
     @defer.inlineCallbacks
     def open(self):
@@ -115,7 +121,8 @@ class ExtentUpload:
         if refused:
             self.cancel()
             node, value = refused[0]
-            raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}")
+            raise ExtentFailed(f"node {node.hex()[:12]}: {value.getErrorMessage()}",
+                               self.newly_failed)
 
     def feed(self, shares, indexes) -> defer.Deferred:
         """Fires once stream i has taken shares[i], for every i in indexes."""
@@ -142,7 +149,7 @@ class ExtentUpload:
             if not result.called:
                 if timer.active():
                     timer.cancel()
-                result.errback(ExtentFailed(f"node {node.hex()[:12]}: {why}"))
+                result.errback(ExtentFailed(f"node {node.hex()[:12]}: {why}", self.newly_failed))
                 self.cancel()
 
         def one_done(outcome, i):
@@ -157,6 +164,8 @@ class ExtentUpload:
 
         def stalled():
             slow = min(left)
+            if self.nodes[slow] not in self.network.failed:
+                self.newly_failed += 1
             self.network.mark_failed(self.nodes[slow], f"{stalled_means} in {STALL_TIMEOUT:.0f} s")
             fail(f"{stalled_means} in {STALL_TIMEOUT:.0f} s", self.nodes[slow])
 
@@ -170,4 +179,6 @@ class ExtentUpload:
 
     def _blame(self, node, failure) -> None:
         if not self.cancelled:
-            self.network.blame(node, failure)
+            was_failed = node in self.network.failed
+            if self.network.blame(node, failure) and not was_failed:
+                self.newly_failed += 1

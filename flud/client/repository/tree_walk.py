@@ -58,14 +58,20 @@ class TreeReader:
 
     @defer.inlineCallbacks
     def walk(self, blob_id: str, visit: Callable, on_damaged: Callable, prefix: str = "",
-             wanted: Callable = lambda path: True):
+             wanted: Callable = lambda path: True, descend: Callable = None,
+             listed: Callable = None):
         """Depth first from the directory whose record is blob_id: visit(path, entry) for each
         entry (it may return a Deferred, waited for), a directory's entry
-        before what it holds. wanted(path) prunes subtrees nobody asked for."""
-        yield self._walk(blob_id, prefix, visit, on_damaged, wanted, ancestors=set())
+        before what it holds. wanted(path) prunes subtrees nobody asked for;
+        descend(path, entry), if given, says whether a directory visited is
+        walked into; listed(path, entries), if given, hears each directory's
+        entries before they are visited (it may return a Deferred)."""
+        yield self._walk(blob_id, prefix, visit, on_damaged, wanted, ancestors=set(),
+                         descend=descend, listed=listed)
 
     @defer.inlineCallbacks
-    def _walk(self, blob_id, prefix, visit, on_damaged, wanted, ancestors):
+    def _walk(self, blob_id, prefix, visit, on_damaged, wanted, ancestors, descend=None,
+              listed=None):
         if blob_id in ancestors:
             on_damaged(Damaged(prefix or ".", "a directory that contains itself (a cycle)"))
             return
@@ -79,13 +85,16 @@ class TreeReader:
             return
         ancestors.add(blob_id)
         try:
+            if listed is not None:
+                yield listed(prefix, entries)
             for entry in entries:
                 path = _join(prefix, entry.name)
                 if not wanted(path):
                     continue
                 yield visit(path, entry)
-                if entry.kind == DIRECTORY:
-                    yield self._walk(entry.ref, path, visit, on_damaged, wanted, ancestors)
+                if entry.kind == DIRECTORY and (descend is None or descend(path, entry)):
+                    yield self._walk(entry.ref, path, visit, on_damaged, wanted, ancestors,
+                                     descend, listed)
         finally:
             ancestors.discard(blob_id)
 

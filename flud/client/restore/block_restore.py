@@ -122,7 +122,9 @@ class BlockRestore:
         self._repair_turn = defer.DeferredSemaphore(1)
 
     @defer.inlineCallbacks
-    def run(self):
+    def run(self, skip=frozenset()):
+        """skip: positions of segments the file already holds (a resumed
+        restore, restore/in_place.py): not fetched, not written."""
         k = self.coder.k
         for record in self.content.segment_fetches():
             check_method(record.method)  # UnknownCompression before anything is fetched
@@ -136,9 +138,11 @@ class BlockRestore:
         pending = set()  # segments not yet all with the writer (or failed)
         try:
             offset = 0
-            for record in self.content.segment_fetches():
+            for position, record in enumerate(self.content.segment_fetches()):
                 segment = _Segment(record, offset, k)
                 offset += record.length
+                if position in skip:
+                    continue
                 pending.add(segment.done)
                 segment.done.addBoth(lambda result, d=segment.done: pending.discard(d))
                 self._count_retrieves(k)

@@ -37,6 +37,7 @@ from flud.errors import FludError
 DIR_CACHE = 32
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -141,6 +142,31 @@ class Place:
             return
         os.unlink(src, dir_fd=self.dir_fd)
 
+    def open_file(self, name: str = None):
+        """(descriptor, stat) of the regular file here, opened read only and
+        never through a symlink; None if the name is missing, unreadable, or
+        anything else (a symlink, a directory, a FIFO: opening one never
+        blocks)."""
+        try:
+            fd = os.open(name or self.name, _READ_FLAGS, dir_fd=self.dir_fd)
+        except OSError as err:
+            if err.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EACCES,
+                             errno.EPERM):   # unreadable: as if not there (replaced)
+                return None
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            return None
+        return fd, info
+
+    def link_target(self, name: str = None):
+        """What the symlink here points to; None if it is not a symlink."""
+        try:
+            return os.readlink(name or self.name, dir_fd=self.dir_fd)
+        except (FileNotFoundError, OSError):
+            return None
+
     def unlink(self, name: str) -> None:
         try:
             os.unlink(name, dir_fd=self.dir_fd)
@@ -169,9 +195,13 @@ class SafeDest:
     """DEST, opened once; paths below it resolved name by name, never
     through a symlink. Safe to use from several threads (one lock)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, read_only: bool = False):
+        """read_only (a restore's --dry-run): nothing is ever made, DEST
+        included; FileNotFoundError if DEST is missing."""
         self.path = os.path.abspath(path)
-        os.makedirs(self.path, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            os.makedirs(self.path, exist_ok=True)
         self._root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._dirs = OrderedDict()  # "a/b" -> descriptor, least recently used first
         self._lock = threading.Lock()  # held around every use of the cache
@@ -197,6 +227,28 @@ class SafeDest:
         with self._lock:
             fd = os.dup(self._dir(parts[:-1], rel, create=True))
         return Place(fd, parts[-1], rel)
+
+    def existing_place(self, rel: str):
+        """place(rel) where its parent is there already; None where it is not
+        (nothing is made)."""
+        parts = split(rel)
+        with self._lock:
+            try:
+                fd = os.dup(self._dir(parts[:-1], rel, create=False))
+            except FileNotFoundError:
+                return None
+        return Place(fd, parts[-1], rel)
+
+    def open_dir(self, rel: str):
+        """A descriptor of the directory DEST/rel (DEST itself for ""), the
+        caller's to close; None if it is missing. Never made, never reached
+        through a symlink (UnsafePath)."""
+        parts = split(rel) if rel else []
+        with self._lock:
+            try:
+                return os.dup(self._dir(parts, rel or ".", create=False))
+            except FileNotFoundError:
+                return None
 
     def set_dir_meta(self, rel: str, mode: int, mtime_ns: int) -> None:
         """A directory's mode and times, set through its own descriptor."""
@@ -244,6 +296,7 @@ class SafeDest:
         if fd is not None:
             self._dirs.move_to_end(key)
             return fd
+        create = create and not self.read_only
         parent = self._dir(parts[:-1], rel, create)
         fd = self._open_dir(parent, parts[-1], key, rel, create)
         self._dirs[key] = fd

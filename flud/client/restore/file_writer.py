@@ -17,13 +17,18 @@ machine's disk (0.02 ms a file); an fdatasync per file cost 0.2 ms a file.
 
 What a crash in the middle leaves: the files of batches renamed before it
 are complete and durable; the files of the batch being written (and of a
-batch being renamed, not yet renamed) are `.N.flud-part` files beside their
-places, whole or partial. A rerun never reuses nor removes them (it picks
-temp names no file has): remove them by hand. A rerun into the same DEST
-finds the files renamed before the crash and restores each of them beside
-itself as NAME.flud-restored (counted as `beside` in its summary, exit code
-0 if nothing else went wrong); a file whose NAME.flud-restored exists too
-fails (exit code 1).
+batch being renamed, not yet renamed) are temp files beside their places,
+whole or partial, under fixed names (`.rHASH.flud-part`, made from the
+file's name and content: overwrite.resume_temp). A rerun writes each of
+them anew, or under `--overwrite if-changed` renames the ones that hold
+their whole content into place without fetching them (a large file's temp:
+keeps the segments that landed whole), so nothing is left behind either
+way. A rerun with the default `--overwrite never` finds the files renamed
+before the crash and restores each of them beside itself as
+NAME.flud-restored (counted as `beside` in its summary, exit code 0 if
+nothing else went wrong); a file whose NAME.flud-restored exists too fails
+(exit code 1). (A writer made without a restore's Overwrite picks numbered
+temp names `.N.flud-part` no file has.)
 
 Opening a file takes ~0.4 ms of the disk's time under load, and on the
 reactor thread it held up every RETRIEVE: so the writes, the syncs and the
@@ -127,6 +132,21 @@ def sync_filesystem(fd: int) -> None:
         raise OSError(err, f"syncfs: {os.strerror(err)}")
 
 
+class Landed:
+    """An item's data for a file already written whole to `temp` (a killed
+    restore's, checked: restore/in_place.py): renamed with its batch, not
+    written again."""
+    __slots__ = ("temp", "size")
+
+    def __init__(self, temp: str, size: int):
+        self.temp, self.size = temp, size
+
+
+def _beside_or_new(place, temp: str) -> bool:
+    """The default way into place (a restore's --overwrite never)."""
+    return into_place(place, lambda name: place.rename_new(temp, name))[1]
+
+
 class _Pending:
     """A file written to its temp name, waiting for its batch's sync."""
     __slots__ = ("entry", "temp", "beside", "size")
@@ -145,8 +165,12 @@ class FileWriter:
     durable (sync_filesystem; tests count calls)."""
 
     def __init__(self, reactor, dest, sink, sync=sync_filesystem, threads=WRITE_THREADS,
-                 batch_files=BATCH_FILES, batch_bytes=BATCH_BYTES):
+                 batch_files=BATCH_FILES, batch_bytes=BATCH_BYTES, overwrite=None):
+        """overwrite: a restore/overwrite.Overwrite (None: never's way, today's:
+        numbered temp names, beside what is there)."""
         self._reactor = reactor
+        self._overwrite = overwrite
+        self._put = overwrite.put if overwrite is not None else _beside_or_new
         self._dest = dest
         self._sink = sink
         self._sync = sync
@@ -220,11 +244,14 @@ class FileWriter:
         refused, outcomes = [], []
         for entry, data, opener in items:
             try:
-                plain = opener(data) if opener is not None else data
-                if plain is None:
-                    refused.append((entry, bytes(data)))
-                    continue
-                pending = self._write_temp(entry, plain)
+                if isinstance(data, Landed):
+                    pending = _Pending(entry, data.temp, data.size)
+                else:
+                    plain = opener(data) if opener is not None else data
+                    if plain is None:
+                        refused.append((entry, bytes(data)))
+                        continue
+                    pending = self._write_temp(entry, plain)
             except UnsafePath as err:
                 outcomes.append(("refused", entry, err.why))
                 continue
@@ -238,7 +265,13 @@ class FileWriter:
 
     def _write_temp(self, entry, plain) -> _Pending:
         with self._dest.place(entry.rel) as place:
-            temp, fd = new_temp(place, self.numbers, lambda name: place.open_new(name, 0o600))
+            if self._overwrite is not None:   # a restore's: fixed names (overwrite.py)
+                temp = self._overwrite.temp_name(place.name, entry.last)
+                place.unlink(temp)   # a killed run's, not used (or not whole): anew
+                fd = place.open_new(temp, 0o600)
+            else:
+                temp, fd = new_temp(place, self.numbers,
+                                    lambda name: place.open_new(name, 0o600))
             try:
                 try:
                     view = memoryview(plain)
@@ -283,8 +316,7 @@ class FileWriter:
         for pending in batch:
             try:
                 with self._dest.place(pending.entry.rel) as place:
-                    _, pending.beside = into_place(
-                        place, lambda name: place.rename_new(pending.temp, name))
+                    pending.beside = self._put(place, pending.temp)
                 outcomes.append(("done", pending.entry, pending))
             except UnsafePath as err:  # its directory changed meanwhile: left as it is
                 outcomes.append(("refused", pending.entry, err.why))

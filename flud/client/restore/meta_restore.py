@@ -343,3 +343,14 @@ class TreeMeta:
 
 def _named(path):
     return Entry(path, "", 0, 0, 0, "")
+
+
+class LookOnlyMeta(TreeMeta):
+    """TreeMeta for `restore --dry-run`: links and special files are still
+    told apart from contents to fetch, but nothing is made or set."""
+
+    def after_batch(self) -> None:
+        self._nodes, self._symlinks = [], []
+
+    def finish(self) -> None:
+        self._links, self._dirs = [], []

@@ -35,6 +35,7 @@ and skipped; the rest is restored.
 import functools
 import itertools
 import logging
+import os
 
 from twisted.internet import defer
 
@@ -49,8 +50,12 @@ from flud.client.restore.block_buffers import BlockBuffers
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.meta_restore import set_large_meta
 from flud.client.restore.file_writer import (BESIDE_SUFFIX, TEMP_SUFFIX, FileWriter,  # noqa: F401
-                                       RestoreError, into_place, new_temp, set_meta,
+                                       Landed, RestoreError, set_meta,
                                        sync_filesystem)
+from flud.client.restore.in_place import (KEEP, LANDED, large_in_place, look_files,
+                                         newer_in_place)
+from flud.client.restore.metered_network import MeteredNetwork
+from flud.client.restore.overwrite import IF_NEWER, NEVER, Overwrite, resume_temp
 from flud.client.restore.wanted_paths import Wanted
 from flud.client.restore.small_runs import SmallRuns
 from flud.client.restore.small_fetch import SmallFetch
@@ -67,20 +72,24 @@ LARGE_IN_FLIGHT = 3         # large files restored at once, each in its window
 # the k primary blocks of two 2 MiB segments at the defaults (the plaintext
 # is decrypted into them).
 FILE_FOOTPRINT = 4 * 1024 * 1024
+LOOK_CHUNK = 64             # small files looked at in place per pool call
 
 
 class Restore:
     def __init__(self, reactor, home, network, pool, monitor, progress, manifest,
                  block_writer=BlockWriter, block_buffers=BlockBuffers, by_blocks=True,
-                 sync=sync_filesystem):
+                 sync=sync_filesystem, overwrite=NEVER):
         """block_writer, block_buffers, by_blocks: how large files are
         written (BlockWriter: on threads of its own; InlineBlockWriter: on the
         calling thread, small files too), what holds their blocks, and whether
         full segments go block by block (False: every segment whole); see
         blocks.py. sync(fd): makes DEST's filesystem durable, once per batch
-        of small files (files.py)."""
+        of small files (files.py). overwrite: what to do with a name already
+        taken under DEST (restore/overwrite.py)."""
         k, n = manifest["k"], manifest["n"]
-        self.ctx = JobContext(reactor, home, network, pool, monitor, progress,
+        self.overwrite = Overwrite(overwrite)
+        self.metered = MeteredNetwork(network)   # what the files cost: fetched_bytes
+        self.ctx = JobContext(reactor, home, self.metered, pool, monitor, progress,
                               SegmentCoder(k, n))
         self.network = network
         self.progress = progress
@@ -93,7 +102,8 @@ class Restore:
                                        self.report_bad, self._count_retrieves)
         self.summary = {"files": 0, "bytes": 0, "dirs": 0, "symlinks": 0, "beside": 0,
                         "failed": 0, "refused": 0, "unmatched": 0, "bad_shares": 0,
-                        "retrieves": 0}
+                        "retrieves": 0, "unchanged": 0, "resumed": 0, "replaced": 0,
+                        "reused_bytes": 0, "fetched_bytes": 0, "deleted": 0}
         self.bad_shares = []
         self.unreachable = {}  # node hex -> shares of it fetched elsewhere
         self._reported = set()
@@ -102,6 +112,8 @@ class Restore:
         self._refused = set()
         self.unmatched = []  # the PATHs asked for that matched nothing
         self._unmade = set()  # directories whose mkdir failed: what is under them fails too
+        self._maybe_dirs = []   # (rel, mode, mtime_ns) made only if something under them is
+        self.deleted_paths = []   # --delete: [(path, is_dir)]
         self.dest = None  # a SafeDest while run() runs
         self._files = None  # its FileWriter
         self._file_threads = block_writer.file_threads
@@ -179,13 +191,20 @@ class Restore:
             self.progress.warn(f"nothing in the snapshot matches {path}")
 
     @defer.inlineCallbacks
-    def run(self, dest, paths=()):
+    def run(self, dest, paths=(), selection=None):
+        """A version-1 manifest's entries under dest; selection: a
+        restore/select.Selection (--include, --exclude)."""
         wanted = Wanted(paths, snapshot_paths(self.manifest.get("roots", ()), paths))
         entries = []
         for entry in entries_from_wire(self.manifest["entries"]):
             wanted.saw(entry.rel)
-            if wanted(entry.rel):
-                entries.append(entry)
+            if not wanted(entry.rel):
+                continue
+            if selection and not selection.wants(entry.rel, entry.kind == DIR):
+                if entry.kind == DIR and selection.descends(entry.rel):
+                    self.maybe_dir(entry.rel, entry.mode, entry.mtime_ns)
+                continue
+            entries.append(entry)
         self.asked_for(wanted)
         files = [e for e in entries if e.is_file]
         self.open(dest, len(files), sum(e.size for e in files))
@@ -218,7 +237,7 @@ class Restore:
         """Restore these entries (a directory's before its files); contents:
         content id -> content record as written, for their files."""
         self._files = FileWriter(self.ctx.reactor, self.dest, self, sync=self._sync,
-                                 threads=self._file_threads)
+                                 threads=self._file_threads, overwrite=self.overwrite)
         self._files.numbers = self._numbers
         self._contents = contents
         files = [e for e in entries if e.is_file]
@@ -233,6 +252,8 @@ class Restore:
         # Refused (or failed) before anything is fetched for them (a file
         # is checked again where it is written).
         files = [e for e in files if self._made(e.rel, self.dest.check, e.rel)]
+        if self.overwrite.looks_first:   # what is in place already is not fetched
+            files = yield self._looked(files, contents)
         small = [(e, content_from_wire(contents[e.last])) for e in files
                  if content_kind(contents[e.last]) == SMALL]
         transfer = self.ctx.monitor.transfer("small", "small files")
@@ -256,14 +277,40 @@ class Restore:
                 except RestoreError as err:
                     self._failed(entry.rel, err)
 
+    def maybe_dir(self, rel, mode, mtime_ns) -> None:
+        """A directory the selection does not name: if something under it
+        is restored (and so made it), it gets its mode and times too."""
+        self._maybe_dirs.append((rel, mode, mtime_ns))
+
+    def deleted(self, outcome) -> None:
+        """--delete's outcome in one directory (restore/delete_extra.py)."""
+        deleted, failed = outcome
+        for path, is_dir in deleted:
+            self.summary["deleted"] += 1
+            self.deleted_paths.append((path, is_dir))
+        for path, why in failed:
+            self._failed(path, why)
+
     def finish(self):
         """Directories get their modes and times, deepest first (writing
         into them moved their mtime)."""
-        for rel, mode, mtime_ns in sorted(self._dirs, reverse=True):
+        made = []
+        for rel, mode, mtime_ns in self._maybe_dirs:
+            fd = None
+            try:
+                fd = self.dest.open_dir(rel)
+            except UnsafePath:
+                pass
+            if fd is not None:
+                os.close(fd)
+                made.append((rel, mode, mtime_ns))
+        for rel, mode, mtime_ns in sorted(self._dirs + made, reverse=True):
             try:
                 self._safe(rel, self.dest.set_dir_meta, rel, mode, mtime_ns)
             except OSError as err:  # gone meanwhile, say: the rest still gets its times
                 self._failed(rel, err)
+        self.summary["replaced"] = self.overwrite.replaced
+        self.summary["fetched_bytes"] = self.metered.fetched_bytes
         self.progress.finish()
         return defer.succeed(None)
 
@@ -279,24 +326,93 @@ class Restore:
     @defer.inlineCallbacks
     def _large(self, entry):
         """Block by block into a temp file (flud/client/restore/block_restore.py), a window
-        of FILE_FOOTPRINT ahead; fsynced, then renamed into place."""
+        of FILE_FOOTPRINT ahead; fsynced, then renamed into place. Under
+        if-changed, the segments already in place or in the temp a killed
+        run left are not fetched again (_in_place)."""
         content = content_from_wire(self._contents[entry.last])
         transfer = self.ctx.monitor.transfer("download", entry.rel)
         place = self.dest.place(entry.rel)
         try:
-            temp, out = new_temp(place, self._numbers, lambda name: PositionalWriter(
-                name, dir_fd=place.dir_fd))
+            if self.overwrite.mode == IF_NEWER and (
+                    yield self.ctx.pool.run(newer_in_place, place, entry)):
+                self._kept(entry)
+                return
+            skip = frozenset()
+            # A fixed temp name: a killed run's is written over (never) or
+            # used for what it holds (if-changed: _in_place).
+            temp = resume_temp(place.name, entry.last)
+            out = PositionalWriter(temp, dir_fd=place.dir_fd, reuse=True)
+            if self.overwrite.resumable:
+                try:
+                    skip = yield self._in_place(place, temp, out, entry, content, transfer)
+                except BaseException:
+                    out.close()
+                    raise
+                if skip is KEEP:
+                    out.close()
+                    place.unlink(temp)
+                    self._kept(entry)
+                    return
             try:
                 with out:
-                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run()
+                    yield self._large_file(content, out, transfer, FILE_FOOTPRINT).run(skip)
                     yield set_large_meta(self.ctx.pool, set_meta, out.fd, entry)
                 self._finish(place, temp, entry)
             except BaseException:
-                place.unlink(temp)
+                if not self.overwrite.resumable:   # a resumable one is kept for the rerun
+                    place.unlink(temp)
                 raise
         finally:
             place.close()
             transfer.close()
+
+    @defer.inlineCallbacks
+    def _in_place(self, place, temp, out, entry, content, transfer):
+        """if-changed, a large file: KEEP, or the positions of the segments
+        its temp now holds (restore/in_place.py, large_in_place)."""
+        found = yield large_in_place(self.ctx, place, temp, out, entry, content, transfer)
+        if found is KEEP:
+            return KEEP
+        skip, reused = found
+        if reused:
+            self.summary["resumed"] += 1
+            self.summary["reused_bytes"] += reused
+            self.progress.bytes_done(reused)
+        return skip
+
+    @defer.inlineCallbacks
+    def _looked(self, files, contents):
+        """if-changed, if-newer: the small and empty files in place looked at
+        (restore/in_place.py, on the pool, LOOK_CHUNK at a time): those kept
+        or found whole in a killed run's temp are not fetched. The files
+        left to fetch."""
+        newer_only = self.overwrite.mode == IF_NEWER
+        left, landed = [], []
+        for start in range(0, len(files), LOOK_CHUNK):
+            chunk = files[start:start + LOOK_CHUNK]
+            small = [e for e in chunk if content_kind(contents[e.last]) != LARGE]
+            left.extend(e for e in chunk if content_kind(contents[e.last]) == LARGE)
+            looks = yield self.ctx.pool.run(look_files, self.dest, small, contents,
+                                            self.ctx.secret, newer_only)
+            for entry, found in zip(small, looks):
+                if isinstance(found, UnsafePath):
+                    self.refuse(entry.rel, found.why)
+                elif found.action == KEEP:
+                    self._kept(entry)
+                elif found.action == LANDED:
+                    self.summary["resumed"] += 1
+                    self.summary["reused_bytes"] += entry.size
+                    landed.append((entry, Landed(found.temp, entry.size), None))
+                else:
+                    left.append(entry)
+        if landed:
+            self._files.write(landed)
+        return left
+
+    def _kept(self, entry):
+        """A file left as it is in place (it matched, or is newer)."""
+        self.summary["unchanged"] += 1
+        self.progress.file_done(entry.size)
 
     # --- what the small files' writer says (files.FileWriter), on the reactor
 
@@ -317,9 +433,10 @@ class Restore:
         self.progress.warn(f"could not restore {rel}: {err}")
 
     def _finish(self, place, temp, entry):
-        """Into place under its own name, or beside what is there: never
-        over it, even what appeared while it was written (files.into_place)."""
-        _, beside = into_place(place, lambda name: place.rename_new(temp, name))
+        """Into place under its own name, or as --overwrite says: by default
+        beside what is there, never over it, even what appeared while it was
+        written (files.into_place)."""
+        beside = self.overwrite.put(place, temp)
         self.summary["beside"] += beside
         self._count_file(entry)
 
@@ -330,9 +447,10 @@ class Restore:
 
     def _symlink(self, rel, target, mtime_ns):
         with self.dest.place(rel) as place:
-            # symlinkat never replaces a name: the first free of the two
-            name, beside = into_place(place, lambda name: place.symlink(target, name))
+            # never: symlinkat never replaces a name, the first free of the two
+            name, beside, kept = self.overwrite.put_symlink(
+                place, target, resume_temp(place.name, "symlink:" + target))
             place.set_link_times(name, mtime_ns)
         self.summary["beside"] += beside
-        self.summary["symlinks"] += 1
+        self.summary["symlinks" if not kept else "unchanged"] += 1
 

@@ -17,8 +17,11 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobDamaged
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import DIR, FILE, SYMLINK, Entry
-from flud.client.restore.meta_restore import TreeMeta
+from flud.client.restore.delete_extra import check_delete_target, delete_extra
+from flud.client.restore.file_writer import RestoreError
+from flud.client.restore.meta_restore import LookOnlyMeta, TreeMeta
 from flud.client.restore.wanted_paths import Wanted
+from flud.client.restore.selection import Selection
 from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
                                                 LargeRef, SmallRef)
 from flud.client.repository.tree_walk import Damaged, TreeReader
@@ -79,15 +82,24 @@ class TreeContents:
 
 class TreeRestore:
     """restore: a run.Restore (its open/restore_batch/finish/close); repo: an
-    open Repository; record: the SnapshotRecord to restore."""
+    open Repository; record: the SnapshotRecord to restore. include,
+    exclude: patterns (restore/selection.py); delete: remove what the restored
+    directories hold that the snapshot does not (restore/delete_extra.py)."""
 
-    def __init__(self, restore, repo, record, numeric_ids: bool = False):
+    def __init__(self, restore, repo, record, include=(), exclude=(), delete=False,
+                 numeric_ids: bool = False):
         """numeric_ids: owners restored by the numbers recorded, never by
         their names (root only: restore/meta_restore.py)."""
-        self.meta = TreeMeta(restore, numeric_ids)
+        look_only = getattr(restore, "dry_run", False)
+        self.meta = (LookOnlyMeta if look_only else TreeMeta)(restore, numeric_ids)
         self.restore = restore
         self.repo = repo
         self.record = record
+        self.selection = Selection(include, exclude, record.paths)
+        self.delete = delete
+        if delete and not restore.overwrite.replaces:
+            raise RestoreError("--delete makes DEST's directories match the snapshot: use it "
+                               "with --overwrite if-changed (or always, if-newer), not never")
         self.contents = TreeContents(repo)
         self.damaged = []     # (path, why) of records that could not be read
         self._entries, self._records, self._files = [], {}, 0
@@ -96,14 +108,20 @@ class TreeRestore:
     def run(self, dest, paths=()):
         reader = TreeReader(self.repo.fetch_sealed, self.repo.sealer)
         wanted = Wanted(paths, snapshot_paths(self.record.paths, paths))
-        if wanted:
+        self._wanted = wanted
+        if self.delete:
+            check_delete_target(dest, self.restore.ctx.home.path)
+        if wanted or self.selection:
             totals = yield self._count(reader, wanted)
-            self.restore.asked_for(wanted)   # each PATH that matched nothing is reported
+            if wanted:
+                self.restore.asked_for(wanted)   # each PATH that matched nothing is reported
         else:
             totals = (self.record.stats.get("files", 0), self.record.stats.get("bytes", 0))
         self.restore.open(dest, totals[0], totals[1])
         try:
-            yield reader.walk(self.record.tree, self._visit, self._damaged, wanted=wanted)
+            yield reader.walk(self.record.tree, self._visit, self._damaged, wanted=wanted,
+                              descend=self._descend,
+                              listed=self._listed if self.delete else None)
             yield self._flush()
             self.meta.finish()
             yield self.restore.finish()
@@ -117,14 +135,32 @@ class TreeRestore:
 
         def visit(path, entry):
             wanted.saw(path)
+            if not self.selection.wants(path, entry.kind == DIRECTORY):
+                return
             if entry.kind == "f":
                 counts[0] += 1
                 counts[1] += entry.size
             else:
                 counts[2] += 1
         yield reader.walk(self.record.tree, visit,
-                          lambda damaged: wanted.unreadable(damaged.path), wanted=wanted)
+                          lambda damaged: wanted.unreadable(damaged.path), wanted=wanted,
+                          descend=self._descend)
         return counts
+
+    def _descend(self, path, dir_entry) -> bool:
+        return self.selection.descends(path)
+
+    def _listed(self, prefix, entries):
+        """--delete: what DEST/prefix holds beyond the snapshot's entries goes,
+        in a directory at or under a PATH asked for (never DEST's top)."""
+        if (not prefix or self.restore.dest is None or not self._wanted.within(prefix)
+                or not self.selection.descends(prefix)):
+            return None   # (no dest: a dry run into a DEST not there yet)
+        kinds = {e.name: e.kind == DIRECTORY for e in entries}
+        d = self.restore.ctx.pool.run(delete_extra, self.restore.dest, prefix, kinds,
+                                      self.selection.wants if self.selection else _everything,
+                                      getattr(self.restore, "dry", False))
+        return d.addCallback(self.restore.deleted)
 
     def _damaged(self, damaged):
         self.damaged.append((damaged.path, damaged.why))
@@ -133,6 +169,10 @@ class TreeRestore:
 
     @defer.inlineCallbacks
     def _visit(self, path, dir_entry):
+        if self.selection and not self.selection.wants(path, dir_entry.kind == DIRECTORY):
+            if dir_entry.kind == DIRECTORY:   # made only if something under it is
+                self.restore.maybe_dir(path, dir_entry.mode, dir_entry.mtime_ns)
+            return
         if self.meta.takes(path, dir_entry):
             return    # a FIFO, a device, a later hard link: no content to fetch
         try:
@@ -154,3 +194,7 @@ class TreeRestore:
         if entries:
             yield self.restore.restore_batch(entries, records)
         self.meta.after_batch()
+
+
+def _everything(path, is_dir) -> bool:
+    return True

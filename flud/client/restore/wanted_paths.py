@@ -33,6 +33,11 @@ class Wanted:
         return any(path == w or path.startswith(w + "/") or w.startswith(path + "/")
                    for w in self._named)
 
+    def within(self, path: str) -> bool:
+        """path is a PATH asked for or under one (no PATH: everything is)."""
+        return not self._named or any(path == w or path.startswith(w + "/")
+                                      for w in self._named)
+
     def saw(self, path: str) -> None:
         """An entry at path is in the snapshot: the PATHs it falls under matched."""
         for i, w in enumerate(self._named):

@@ -29,3 +29,18 @@ def test_the_check_fails_for_a_network_short_of_a_method():
 
     with pytest.raises(Invalid):
         verifyClass(INetwork, NoCancel)
+
+
+def test_the_restores_metered_network_provides_the_interface_and_counts_retrieves():
+    from flud.client.restore.metered_network import MeteredNetwork
+    from tests.unit.client.fakes import run_until
+    clock = FakeReactor()
+    fake = FakeNetwork(clock, nodes=3)
+    metered = MeteredNetwork(fake)
+    assert verifyObject(INetwork, metered)
+    node = next(iter(fake.nodes))
+    import blake3
+    key = blake3.blake3(b"x" * 1000).digest()   # a share is stored under its hash
+    run_until(clock, metered.call(node, "store", key, b"x" * 1000))
+    assert run_until(clock, metered.call(node, "retrieve", key, 10, 100)) == b"x" * 100
+    assert (metered.fetched_bytes, metered.fetches) == (100, 1)
