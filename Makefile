@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
 COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud tools
 
-.PHONY: venv demo test test-fast bench stress simulate clean
+.PHONY: venv demo test test-fast bench stress simulate clean man completions
 
 $(STAMP): pyproject.toml setup.py flud/_gf256.c
 	$(PYTHON) -m venv $(VENV)
@@ -59,3 +59,13 @@ simulate: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The man page and the shell completions, made from the parser (flud/cli/completion.py).
+man: $(STAMP)
+	@mkdir -p man
+	$(PY) -m flud completion man > man/flud.1
+
+completions: $(STAMP)
+	@mkdir -p completions
+	$(PY) -m flud completion bash > completions/flud.bash
+	$(PY) -m flud completion zsh > completions/_flud

@@ -71,6 +71,23 @@ class Identity:
             ) from None
         return cls(key)
 
+    @classmethod
+    def from_private_scalar(cls, d: bytes) -> Identity:
+        """The identity whose private key is the 32-byte scalar d (a paper
+        key holds only d: the public point is computed from it)."""
+        if len(d) != 32:
+            raise BadKeyFile(f"a P-256 private key is 32 bytes, not {len(d)}")
+        sec1 = bytes.fromhex("30250201010420") + d      # ECPrivateKey, no public key
+        body = (bytes.fromhex("020100") + _P256_PKCS8_PREFIX[6:27]
+                + b"\x04" + bytes([len(sec1)]) + sec1)
+        try:
+            return cls(libcrypto.P256Key.from_der(b"\x30" + bytes([len(body)]) + body))
+        except (ValueError, TypeError) as exc:
+            raise BadKeyFile(f"not a P-256 private key ({exc})") from None
+
+    def private_d(self) -> bytes:
+        return self._key.private_d()
+
     def private_pem(self) -> bytes:
         """PKCS#8 PEM: also what ssl's load_cert_chain accepts as keyfile."""
         return _p256_private_pem(self._key.private_d(), *self._key.public_xy())

@@ -61,6 +61,9 @@ CLIENT = {
     "repair/streams": "repair/stream_repair",
     # step 2 and 3 (after the moves landed)
     "backup/challenges": "repository/share_challenges",
+    "fileread": "restore/file_ranges",
+    "mountview": "restore/mount_view",
+    "stats": "repository/tree_stats",
 }
 # Modules split by name after the moves: `from OLD import a, b` goes to each
 # name's new module (after the path table above has run).

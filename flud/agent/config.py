@@ -12,6 +12,10 @@ import os
 import re
 import tomllib
 
+from flud import units
+from flud.agent.bandwidth import parse_windows
+from flud.agent.hooks import parse_hooks
+from flud.agent.notify import EVENTS, JOBS, NotifyConfig
 from flud.errors import FludError
 
 CONFIG_NAME = "agent.toml"
@@ -20,8 +24,9 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 DEFAULT_TEXT = f"""\
 # flud agent configuration (TOML). `flud agent --home HOME` reads it at start.
-# Times: an interval ("30m", "6h", "1d", "1w") with `every`, or a time of day
-# ("02:30", local time) with `at`. Rates: KiB/s as a number, or "500K", "10M".
+# Times: an interval ("30min", "6h", "1d", "1w") with `every`, or a time of day
+# ("02:30", local time) with `at`; a bare "m" is refused (write "min" or "mo").
+# Rates: "1MiB/s", "500K", or a number of KiB/s. Sizes: "64M", "1GiB" (1024s).
 
 [backup]
 enabled = true
@@ -57,6 +62,32 @@ keep_monthly = 12
 upload = 0              # KiB/s for every job's uploads; 0: no limit
 download = 0            # KiB/s for every job's downloads; 0: no limit
 
+[notify]
+urls = []               # apprise URLs, e.g. ["ntfy://ntfy.sh/my-topic", "mailto://me:pw@example.org"]
+ping_url = ""           # healthchecks-style: URL/start, URL (success), URL/fail for each backup
+events = ["failure", "overdue"]   # what goes to urls: start, success, failure, overdue
+overdue_after = "3d"    # no successful backup for this long: a notice,
+overdue_repeat = "1d"   # repeated this often while it lasts
+log_lines = 20          # lines of the job's log sent with a failure
+
+[hooks]                 # shell commands (/bin/sh -c); see docs/living.md
+before_backup = ""      # e.g. "pg_dump mydb > /home/me/db.sql"; if it fails, no backup
+after_backup = ""       # after a backup that succeeded ($FLUD_SNAPSHOT: its id)
+on_error = ""           # after any job that failed ($FLUD_JOB, $FLUD_ERROR)
+timeout = "10min"       # a hook still running after this is stopped, and failed
+essential = true        # a failed hook fails the job (false: logged, the job goes on)
+
+[power]
+pause_on_battery = false  # start no job while the machine runs on battery
+
+# Bandwidth by time of day: inside a window its limits replace [limits].
+# [[bandwidth]]
+# from = "08:00"
+# to = "18:00"            # "22:00" to "06:00" runs over midnight
+# days = ["mon", "tue", "wed", "thu", "fri"]   # optional: every day
+# upload = "1MiB/s"       # a rate left out keeps [limits]' value
+# download = "4MiB/s"
+
 [agent]
 listen = "{DEFAULT_LISTEN}"   # the status page; loopback addresses only
 history = 100           # runs of each job kept in agent-history.jsonl
@@ -87,41 +118,37 @@ class AgentConfig:
     listen: tuple           # (host, port)
     history: int
     job_timeout: float = 86400.0   # seconds
+    notify: NotifyConfig = NotifyConfig()
+    hooks: dict = dataclasses.field(default_factory=dict)   # name -> Hook
+    bandwidth: tuple = ()           # flud/agent/bandwidth.py's Windows
+    pause_on_battery: bool = False
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RATE_UNITS = {"": 1024, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+def parse_interval(text) -> float:
+    """'90s', '30min', '6h', '1d', '1w' -> seconds (flud/units.py's grammar)."""
+    try:
+        seconds = units.parse_seconds(text)
+    except units.UnitError as err:
+        raise ValueError(f"expected an interval such as \"30min\", \"6h\" or \"1d\": "
+                         f"{err}") from None
+    if seconds <= 0:
+        raise ValueError(f"expected an interval such as \"30min\", \"6h\" or \"1d\", "
+                         f"got {text!r}")
+    return seconds
 
 
-def parse_interval(text: str) -> float:
-    """'90s', '30m', '6h', '1d', '1w' -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text).lower())
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"expected an interval such as \"30m\", \"6h\" or \"1d\", got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def parse_time_of_day(text: str) -> tuple:
+def parse_time_of_day(text) -> tuple:
     """'02:30' -> (2, 30)."""
-    match = re.fullmatch(r"\s*(\d{1,2}):(\d{2})\s*", str(text))
-    if not match or int(match.group(1)) > 23 or int(match.group(2)) > 59:
+    hour, minute = units.parse_time_of_day(text)
+    if hour > 23:
         raise ValueError(f"expected a time of day such as \"02:30\", got {text!r}")
-    return int(match.group(1)), int(match.group(2))
+    return hour, minute
 
 
 def parse_rate(text) -> int:
-    """A rate in bytes/s from KiB/s (a number) or '500K', '10M', '1G'
-    (per second, powers of 1024); 0 means no limit."""
-    if isinstance(text, bool):
-        raise ValueError(f"expected a rate such as 512 (KiB/s) or \"10M\", got {text!r}")
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise ValueError(f"a rate cannot be negative, got {text!r}")
-        return int(text * 1024)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:i?b)?(?:/s)?\s*", str(text).lower())
-    if not match:
-        raise ValueError(f"expected a rate such as 512 (KiB/s) or \"10M\", got {text!r}")
-    return int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    """A rate in bytes/s: a number of KiB/s, or '500K', '10M', '1MiB/s'
+    (powers of 1024); 0 means no limit."""
+    return units.parse_rate(text)
 
 
 def parse_listen(text: str) -> tuple:
@@ -174,9 +201,11 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
     defaults = tomllib.loads(DEFAULT_TEXT)
     reader = _Reader(path, text)
     for section, values in data.items():
+        if section == "bandwidth":
+            continue
         if section not in defaults:
             raise reader.error(section, None, f"unknown section [{section}]; known: "
-                               f"{', '.join(sorted(defaults))}")
+                               f"{', '.join(sorted([*defaults, '[bandwidth]']))}")
         if not isinstance(values, dict):
             raise reader.error(section, None, f"{section} must be a [section]")
     jobs = {}
@@ -193,7 +222,49 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
         raise reader.error("agent", "history", f"expected a whole number of at least 1, "
                            f"got {history!r}")
     timeout = reader.convert("agent", "job_timeout", agent["job_timeout"], parse_interval)
-    return AgentConfig(path, jobs, upload, download, listen, history, timeout)
+    notify = _notify(reader, data.get("notify", {}), defaults["notify"])
+    hooks = parse_hooks(data.get("hooks", {}), lambda key, what: reader.error("hooks", key, what),
+                        units.parse_seconds)
+    power = {**defaults["power"], **data.get("power", {})}
+    if type(power["pause_on_battery"]) is not bool or set(power) != {"pause_on_battery"}:
+        raise reader.error("power", None, "expected pause_on_battery = true or false")
+    bandwidth = parse_windows(
+        data.get("bandwidth", []),
+        lambda index, key, what: ConfigError(
+            f"{path}: [[bandwidth]] number {index}{f' {key}' if key else ''}: {what}"),
+        units.parse_time_of_day, parse_rate)
+    return AgentConfig(path, jobs, upload, download, listen, history, timeout, notify, hooks,
+                       bandwidth, power["pause_on_battery"])
+
+
+def _notify(reader, values: dict, defaults: dict) -> NotifyConfig:
+    merged = {**defaults, "jobs": list(JOBS), "timeout": "10s", "retries": 3, **values}
+    for key, value in values.items():
+        if key not in merged:
+            raise reader.error("notify", key, f"unknown key; known: {', '.join(sorted(merged))}")
+    for key in ("urls", "events", "jobs"):
+        value = merged[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise reader.error("notify", key, f"expected a list of strings, got {value!r}")
+    for key, known in (("events", EVENTS), ("jobs", JOBS)):
+        wrong = [v for v in merged[key] if v not in known]
+        if wrong:
+            raise reader.error("notify", key, f"unknown {key[:-1]} {wrong[0]!r}; known: "
+                                              f"{', '.join(known)}")
+    ping = merged["ping_url"]
+    if not isinstance(ping, str) or (ping and not ping.startswith(("http://", "https://"))):
+        raise reader.error("notify", "ping_url", f"expected an http:// or https:// URL, "
+                                                 f"got {ping!r}")
+    for key in ("log_lines", "retries"):
+        if type(merged[key]) is not int or not 0 <= merged[key] <= 1000:
+            raise reader.error("notify", key, f"expected a whole number from 0 to 1000, "
+                                              f"got {merged[key]!r}")
+    seconds = {key: reader.convert("notify", key, merged[key], parse_interval)
+               for key in ("overdue_after", "overdue_repeat", "timeout")}
+    return NotifyConfig(tuple(merged["urls"]), ping, frozenset(merged["events"]),
+                        frozenset(merged["jobs"]), seconds["overdue_after"],
+                        seconds["overdue_repeat"], merged["log_lines"], seconds["timeout"],
+                        merged["retries"])
 
 
 def _check_backup(reader, options) -> None:

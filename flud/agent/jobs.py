@@ -6,8 +6,11 @@ available=False: the agent lists it and never runs it. Enabling one once
 its command exists is flipping that flag.
 """
 import dataclasses
+import datetime
 import sys
 from typing import Callable
+
+from flud.agent.bandwidth import limits_at, schedule_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,14 +66,30 @@ JOBS = (
 ROWS = {row.name: row for row in JOBS}
 
 
-def command_line(name: str, config, home: str, python: str = sys.executable) -> list:
-    """argv of the child process that runs job `name` with --json."""
-    job = config.jobs[name]
-    argv = [python, "-m", "flud", *ROWS[name].arguments(job), "--home", home, "--json"]
-    if config.upload:
-        argv += ["--limit-upload", f"{config.upload / 1024:g}"]
-    if config.download:
-        argv += ["--limit-download", f"{config.download / 1024:g}"]
+def command_line(name: str, config, home: str, python: str = sys.executable,
+                 moment: float = None, tz=None) -> list:
+    """argv of the child process that runs job `name` with --json, with the
+    rate limits of `moment` (unix time; [[bandwidth]] windows by local time)."""
+    return arguments_line(ROWS[name].arguments(config.jobs[name]), config, home, python,
+                          moment, tz)
+
+
+def arguments_line(arguments: list, config, home: str, python: str = sys.executable,
+                   moment: float = None, tz=None) -> list:
+    """argv of a child process that runs `flud ARGUMENTS` on home with
+    --json and the agent's rate limits (a restore asked for on the page)."""
+    argv = [python, "-m", "flud", *arguments, "--home", home, "--json"]
+    upload, download = config.upload, config.download
+    if moment is not None and config.bandwidth:
+        upload, download = limits_at(config.bandwidth, upload, download,
+                                     datetime.datetime.fromtimestamp(moment, tz))
+    if upload:
+        argv += ["--limit-upload", f"{upload / 1024:g}"]
+    if download:
+        argv += ["--limit-download", f"{download / 1024:g}"]
+    if config.bandwidth:   # the job follows the windows while it runs
+        argv += ["--limit-schedule",
+                 schedule_json(config.bandwidth, config.upload, config.download)]
     return argv
 
 

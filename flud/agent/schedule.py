@@ -45,20 +45,43 @@ class Scheduler:
         self.running = None   # the name of the job running now
         self.postponed = {}   # name -> time before which it is not tried again
         self._before = None   # the running job's previous start (for postpone)
+        self.requested = []   # jobs asked for now (the page's buttons), in order
+        self.paused_until = None  # no scheduled run starts before this (asked ones do)
 
     def next_runs(self, now: float) -> dict:
         """name -> when it is next due."""
         out = {}
         for name, (every, at) in self.jobs.items():
             due = next_run(every, at, self.last_start[name], now, self.tz)
-            out[name] = max(due, self.postponed.get(name, due))
+            due = max(due, self.postponed.get(name, due))
+            if self.paused_until is not None and self.paused_until > now:
+                due = max(due, self.paused_until)
+            out[name] = due
         return out
+
+    def request(self, name: str) -> None:
+        """Run `name` as soon as nothing runs, paused or not (once, however
+        often it is asked for before it starts)."""
+        if name not in self.requested:
+            self.requested.append(name)
+
+    def pause(self, until) -> None:
+        """No scheduled run starts before `until` (None: resume now)."""
+        self.paused_until = until
 
     def take(self, now: float):
         """The job to start now (marked running and started), or None while
         one runs or none is due. The one due longest ago goes first."""
         if self.running is not None:
             return None
+        if self.requested:
+            name = self.requested.pop(0)
+            self.running = name
+            self._before = self.last_start.get(name)
+            if name in self.jobs:
+                self.last_start[name] = now
+            self.postponed.pop(name, None)
+            return name
         order = {name: i for i, name in enumerate(self.jobs)}  # ties: the table's order
         due = [(when, order[name], name) for name, when in self.next_runs(now).items()
                if when <= now]
@@ -78,13 +101,15 @@ class Scheduler:
     def postpone(self, name: str, until: float) -> None:
         """The job could not run (the home was busy): try it again at `until`
         without counting this as its run."""
-        if self.running == name:
+        if self.running == name and name in self.jobs:
             self.last_start[name] = self._before
         self.finished(name)
         self.postponed[name] = until
 
     def seconds_to_next(self, now: float) -> float:
         """How long until something may be due (for the agent's timer)."""
+        if self.requested:
+            return 0.0
         if not self.jobs:
             return 3600.0
         return max(0.0, min(self.next_runs(now).values()) - now)

@@ -8,6 +8,8 @@ the sum of what backups sent) and health per check. Until when the nodes
 keep this home's data is the newest job summary's `leases`.
 """
 
+from flud.agent.safety import Rules, SafetyState, safety_verdict
+
 LOG_RUNS = 20
 SERIES_POINTS = 200
 
@@ -21,6 +23,15 @@ def schedule_text(every, at) -> str:
     return f"every {every:g}s"
 
 
+def _size(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def run_line(record) -> str:
     """One line of the log for a run."""
     summary = record.get("summary") or {}
@@ -30,7 +41,7 @@ def run_line(record) -> str:
     job = record["job"]
     if job == "backup" and "snapshot" in summary:
         return (f"snapshot {summary['snapshot']}: {summary.get('files', 0)} files, "
-                f"{summary.get('bytes_sent', 0)} bytes sent")
+                f"{_size(summary.get('bytes_sent', 0))} sent")
     if job == "verify" and "totals" in summary:
         t = summary["totals"]
         return (f"{t.get('confirmed', 0)} confirmed, {t.get('missing', 0)} missing, "
@@ -114,7 +125,44 @@ def leases_of(records):
     return None
 
 
-def build_status(now, home, jobs, states, next_runs, records, snapshots, running) -> dict:
+def safety_state(now, jobs, records, health, verify, leases, paused_until=None):
+    """The SafetyState (flud/agent/safety.py) of this history."""
+    backups = [r for r in records if r["job"] == "backup"]
+    ok = [r for r in backups if r.get("exit") in (0, 1) and not r.get("error")
+          and not (r.get("summary") or {}).get("error")]
+    failure = None
+    if backups and backups[-1] not in ok:
+        failure = {"at": backups[-1].get("end"),
+                   "message": run_line(backups[-1]).removeprefix("failed: ")}
+    checks = [r for r in records if r["job"] == "check" and health_of(r.get("summary"))]
+    every, at = jobs.get("backup", (None, None))
+    totals = (verify or {}).get("totals") or {}
+    return SafetyState(
+        now=now, backup_every=every if at is None else 86400.0,
+        last_success=(ok[-1].get("end") or ok[-1].get("start")) if ok else None,
+        last_failure=failure,
+        objects=None if health is None else health["objects"],
+        checked_at=checks[-1].get("end") if checks else None,
+        verify_bad=int(totals.get("missing", 0)) + int(totals.get("corrupt", 0)),
+        kept_until=(leases or {}).get("kept_until"), paused_until=paused_until)
+
+
+def verdict_of(now, jobs, records, paused_until=None, rules=None):
+    """The safety Verdict of a history alone (for whatever warns a person:
+    the same rules as the page's headline). jobs: name -> (every, at)."""
+    checks = [r for r in records if r["job"] == "check"]
+    health = health_of(checks[-1].get("summary")) if checks else None
+    verify = None
+    for record in reversed(records):
+        if record["job"] == "verify" and (record.get("summary") or {}).get("totals"):
+            verify = {"totals": record["summary"]["totals"]}
+            break
+    return safety_verdict(safety_state(now, jobs, records, health, verify, leases_of(records),
+                                       paused_until), rules or Rules())
+
+
+def build_status(now, home, jobs, states, next_runs, records, snapshots, running,
+                 paused_until=None, rules=None) -> dict:
     """jobs: name -> (every, at); states: name -> None or why it does not run;
     next_runs: name -> time; records: history, oldest first; snapshots: from
     `flud ls --json`; running: {job, start, pid} or None."""
@@ -144,9 +192,13 @@ def build_status(now, home, jobs, states, next_runs, records, snapshots, running
                   "nodes": [{"node": n, **c} for n, c in sorted((s.get("nodes") or {}).items())]}
     log = [{"job": r["job"], "start": r.get("start"), "end": r.get("end"),
             "exit": r.get("exit"), "line": run_line(r)} for r in records[-LOG_RUNS:]][::-1]
+    leases = leases_of(records)
+    verdict = safety_verdict(safety_state(now, jobs, records, health, verify, leases,
+                                          paused_until), rules or Rules())
     return {"home": home, "now": now, "running": running, "jobs": rows,
+            "verdict": verdict.as_dict(), "paused_until": paused_until,
             "snapshots": list(snapshots or []), "health": health,
             "repaired": sum((health_of(r.get("summary")) or {}).get("repaired", 0)
                             for r in checks),
             "verify": verify, "series": series(records), "log": log,
-            "leases": leases_of(records)}
+            "leases": leases}

@@ -18,6 +18,10 @@ def add_agent_command(sub) -> None:
                        help="every job's upload limit: KiB/s, or 500K, 10M (default: agent.toml)")
     agent.add_argument("--limit-download", type=_rate, default=None, metavar="RATE",
                        help="every job's download limit (default: agent.toml)")
+    agent.add_argument("--test-notifications", action="store_true",
+                       help="send a test notice to every [notify] destination (the ping "
+                            "URL's /log, which changes no check's state), say how each "
+                            "went, and exit")
     agent.set_defaults(handler=cmd_agent)
 
 
@@ -48,9 +52,18 @@ def cmd_agent(args) -> int:
         if args.limit_download is not None:
             changes["download"] = args.limit_download
         config = dataclasses.replace(config, **changes)
+        from flud.agent.notifier import unknown_urls
+        wrong = unknown_urls(config.notify.urls)
+        if wrong:
+            raise ConfigError(f"{config.path}: [notify] urls: apprise does not understand "
+                              f"entry {wrong[0]} (see https://github.com/caronc/apprise/wiki "
+                              f"for the URL of each service)")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    if args.test_notifications:
+        from flud.cli.notify_test import test_notifications
+        return test_notifications(config)
     lock = HomeLock(path, AGENT_LOCK)
     try:
         lock.acquire(busy_message=f"an agent is already running on {path}")
@@ -62,6 +75,24 @@ def cmd_agent(args) -> int:
         return run_reactor(lambda reactor: _serve(reactor, path, config), signals=True)
     finally:
         lock.release()
+
+
+def _extras(config) -> list:
+    """What agent.toml adds around the jobs, one line each (none if nothing)."""
+    lines = []
+    notify = config.notify
+    if notify.any:
+        where = ([f"ping {notify.ping_url}"] if notify.ping_url else []) + \
+            ([f"{len(notify.urls)} apprise URL(s) ({', '.join(sorted(notify.events))})"]
+             if notify.urls else [])
+        lines.append("notifications: " + "; ".join(where))
+    if config.hooks:
+        lines.append("hooks: " + ", ".join(sorted(config.hooks)))
+    if config.bandwidth:
+        lines.append(f"bandwidth: {len(config.bandwidth)} window(s) by time of day")
+    if config.pause_on_battery:
+        lines.append("no job starts on battery")
+    return lines
 
 
 def _serve(reactor, home, config):
@@ -78,7 +109,7 @@ def _serve(reactor, home, config):
     agent = Agent(reactor, home, config, History(home, config.history))
     host, port = config.listen
     try:
-        listening = reactor.listenTCP(port, Site(StatusPage(agent.status)), interface=host)
+        listening = reactor.listenTCP(port, Site(StatusPage(agent.status, agent)), interface=host)
     except CannotListenError as err:
         print(f"error: the status page cannot listen on {host}:{port} ({err.socketError}); "
               f"choose another with --listen or [agent] listen", file=sys.stderr)
@@ -88,6 +119,8 @@ def _serve(reactor, home, config):
     print(f"flud agent on {home}: status page http://{shown}:{bound.port}/", flush=True)
     for name, why in agent.states.items():
         print(f"  {name}: {'scheduled' if why is None else why}", flush=True)
+    for line in _extras(config):
+        print(f"  {line}", flush=True)
     done = defer.Deferred()
 
     def stop(signum, _frame):

@@ -1,7 +1,6 @@
 """`flud backup`'s flags beyond the plain run: what to leave out (the
 exclude options), `--dry-run` (what would be sent, nothing sent), and
 `--stdin-from-command` (a command's output backed up as one file)."""
-import json
 import os
 import sys
 
@@ -36,9 +35,11 @@ def check_backup_args(args):
 
 def _fail(args, message: str, code: str) -> int:
     print(f"error: {message}", file=sys.stderr)
-    if getattr(args, "json", False):
-        print(json.dumps({"command": "backup", "exit": EXIT_ERROR,
-                          "error": {"code": code, "message": message}}))
+    if getattr(args, "json", False):   # JSON lines (docs/json.md): the error, the summary
+        from flud.cli.jsonlines import line, summary_line
+        print(line("error", "backup", level="error", code=code, message=message))
+        print(summary_line("backup", {"exit": EXIT_ERROR,
+                                      "error": {"code": code, "message": message}}))
     return EXIT_ERROR
 
 
@@ -69,17 +70,17 @@ def dry_run(args) -> int:
     home = open_home(args.home)
     if home is None:
         return _fail(args, "no client home there", "CLIENT_HOME")
+    from flud.cli.jsonlines import line, summary_line
+
     out = sys.stdout
     skipped, excluded = [], []
-    first = [True]
 
     def on_file(entry, status):
         if status == "unchanged":
             return
-        if as_json:   # (ASCII: a name that is not UTF-8 still makes valid JSON)
-            out.write(("" if first[0] else ",\n") + json.dumps(
-                {"path": entry.path, "status": status, "size": entry.size}))
-            first[0] = False
+        if as_json:   # a "file" line each (ASCII: a name not UTF-8 still makes valid JSON)
+            out.write(line("file", "backup", path=entry.path, status=status,
+                           size=entry.size) + "\n")
         else:
             mark = "+" if status == NEW else "M"
             out.write(f"{mark} {human_bytes(entry.size):>10}  {_shown(entry.path)}\n")
@@ -95,8 +96,6 @@ def dry_run(args) -> int:
         if not as_json:
             out.write(f"x {'':>10}  {_shown(path)}  ({why})\n")
 
-    if as_json:
-        out.write('{"command": "backup", "dry_run": true, "files": [\n')
     error, interrupted = None, False
     try:
         exists = os.path.exists(os.path.join(home.path, INDEX_NAME))
@@ -118,15 +117,17 @@ def dry_run(args) -> int:
         message = f"the dry run stopped: {error}"
         print(f"error: {message}", file=sys.stderr)
         if as_json:
-            out.write("\n], " + json.dumps({"exit": EXIT_ERROR, "error": {
-                "code": error.code, "message": message}})[1:] + "\n")
+            out.write(line("error", "backup", level="error", code=error.code,
+                           message=message) + "\n")
+            out.write(summary_line("backup", {"exit": EXIT_ERROR, "dry_run": True, "error": {
+                "code": error.code, "message": message}}) + "\n")
         return EXIT_ERROR
     code = EXIT_SKIPPED if totals.skipped else EXIT_OK
     summary = {**vars(totals), "files_total": totals.files, "bytes_total": totals.bytes,
                "skipped_paths": skipped, "excluded_paths": excluded,
                "interrupted_run": interrupted, "exit": code}
     if as_json:
-        out.write("\n], " + json.dumps(summary)[1:] + "\n")
+        out.write(summary_line("backup", {**summary, "dry_run": True}) + "\n")
     else:
         print(f"dry run: {totals.files} files ({human_bytes(totals.bytes)}): "
               f"{totals.new} new ({human_bytes(totals.new_bytes)}), "

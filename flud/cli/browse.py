@@ -12,7 +12,8 @@ from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.restore.tree_restore import wanted_by
 from flud.client.repository.snapshot_lookup import open_repository
-from flud.client.repository.tree_walk import TreeReader
+from flud.client.repository.tree_walk import Damaged, TreeReader
+from flud.errors import FludError
 
 _KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l",
                 "p": "p", "c": "c", "b": "b"}
@@ -99,6 +100,8 @@ def ls(ctx, args):
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
             return EXIT_SKIPPED if problems else EXIT_OK
         _, record = _pick(records, args.snapshot)
+        if getattr(args, "dir", None) is not None:
+            return (yield _one_directory(repo, record, args))
         paths = snapshot_paths(record.paths, [args.path]) if args.path else []
         reader = TreeReader(repo.fetch_sealed, repo.sealer)
         summary["snapshot"] = record.snapshot_id
@@ -118,6 +121,37 @@ def ls(ctx, args):
     finally:
         repo.close()
     return EXIT_SKIPPED if problems else EXIT_OK
+
+
+@defer.inlineCallbacks
+def _one_directory(repo, record, args):
+    """`ls --dir PATH`: the entries of one directory, its record (and its
+    continuations) and those of the directories above it fetched, nothing
+    below."""
+    from flud.client.repository.tree_walk import NotADirectory
+
+    reader = TreeReader(repo.fetch_sealed, repo.sealer)
+    path = args.dir.strip("/")
+    summary = vars(args).setdefault("summary", {})
+    summary.update(snapshot=record.snapshot_id, path=path)
+    try:
+        blob_id = yield reader.directory(record.tree, path)
+        entries = yield reader.entries(blob_id)
+    except NotADirectory as err:
+        raise UserError(str(err))
+    except FludError as err:
+        raise UserError(f"directory {path or '/'} cannot be read: {err}")
+    listed = summary["entries"] = []
+    for entry in entries:
+        target = entry.ref if entry.kind == "l" else ""
+        full = f"{path}/{entry.name}" if path else entry.name
+        print(entry_line(full, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
+        if len(listed) < JSON_ENTRIES:
+            listed.append({"name": entry.name, "path": full,
+                           "kind": _KIND_NAME.get(entry.kind, entry.kind), "mode": entry.mode,
+                           "mtime_ns": entry.mtime_ns, "size": entry.size,
+                           **({"target": target} if target else {})})
+    return EXIT_OK
 
 
 @defer.inlineCallbacks
@@ -174,3 +208,48 @@ def diff(ctx, args):
         repo.close()
     print(f"{counts['+']} added, {counts['-']} removed, {counts['M']} changed")
     return EXIT_SKIPPED if problems else EXIT_OK
+
+
+@defer.inlineCallbacks
+def stats(ctx, args):
+    """`flud stats`: restore size, unique and stored bytes, compression and
+    dedup, bytes on each node (client/repository/tree_stats.py: the trees streamed)."""
+    from flud.client.repository.tree_stats import RepositoryStats
+
+    repo = yield _repository(ctx)
+    problems = []
+    try:
+        records = yield _records(repo, problems)
+        if args.snapshot is not None:
+            records = [_pick(records, args.snapshot)]
+        counted = RepositoryStats(repo, TreeReader(repo.fetch_sealed, repo.sealer),
+                                  lambda path, why: _damaged_reporter(problems)(
+                                      Damaged(path, why)))
+        for _, record in records:
+            yield counted.add_snapshot(record)
+        figures = counted.summary(with_nodes=args.snapshot is None)
+    finally:
+        repo.close()
+    summary = vars(args).setdefault("summary", {})
+    summary.update(figures, snapshots=[r.snapshot_id for _, r in records],
+                   damaged=[{"path": p, "why": w} for p, w in problems[:100]])
+    f = figures
+    print(f"{f['snapshots_count']} snapshot(s)")
+    print(f"  restore size: {human_bytes(f['total_size'])} in {f['total_file_count']} files "
+          f"({f['total_dir_count']} dirs, {f['total_symlink_count']} symlinks)")
+    print(f"  unique:       {human_bytes(f['unique_size'])} in {f['unique_file_count']} "
+          f"distinct contents (dedup ratio {_ratio(f['dedup_ratio'])})")
+    print(f"  stored:       {human_bytes(f['stored_size'])} compressed and encrypted "
+          f"(compression ratio {_ratio(f['compression_ratio'])}, "
+          f"{f['compression_space_saving'] or 0:.1f}% saved)")
+    if "nodes" in f:
+        print(f"  on the nodes: {human_bytes(f['total_node_bytes'])} in shares "
+              f"({_ratio(f['expansion_ratio'])} of what is stored: erasure coding and the "
+              f"snapshots' records)")
+        for n in f["nodes"]:
+            print(f"    {n['node'][:12]}  {n['shares']:>7} shares  {human_bytes(n['bytes']):>10}")
+    return EXIT_SKIPPED if problems else EXIT_OK
+
+
+def _ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"

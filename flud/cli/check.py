@@ -15,7 +15,7 @@ from flud.client.repair.object_health import CLASSES, HEALTHY, SAFETY_MARGIN
 from flud.client.repair.check_job import REPAIRED
 from flud.client.repair.rotation import BadDataSubset, parse_subset
 from flud.client.repair.repository_check import Check
-from flud.client.prune.retention import RetentionError, parse_duration
+from flud import units
 from flud.errors import FludError
 
 
@@ -23,9 +23,8 @@ from flud.errors import FludError
 def check(ctx, args):
     try:
         subset = parse_subset(args.read_data_subset) if args.read_data_subset else None
-        grace = (parse_duration(args.unreachable_grace).seconds()
-                 if args.unreachable_grace != "0" else 0.0)
-    except (BadDataSubset, RetentionError) as err:
+        grace = units.parse_seconds(args.unreachable_grace)
+    except (BadDataSubset, units.UnitError) as err:
         raise UserError(str(err))
     m = getattr(args, "repair_below", None)
     k, n = ctx.coder.k, ctx.coder.n

@@ -1,8 +1,6 @@
 """Client subcommands: init, key, backup, ls, restore, verify. Each imports
 the client's modules when it runs: building the parser (which every `flud`
 process does, a node too) loads none of them."""
-import getpass
-import os
 import sys
 
 from flud.cli.backup_flags import add_backup_flags
@@ -10,13 +8,6 @@ from flud.cli.exits import EXIT_ERROR, EXIT_OK
 from flud.cli.home import open_home
 from flud.cli.node import parse_address
 from flud.cli.restoring import add_dump_command, add_restore_flags
-from flud.errors import FludError
-
-
-class NoPassphrase(FludError):
-    """No FLUD_PASSPHRASE and no terminal to ask on."""
-
-    code = "NO_PASSPHRASE"
 
 
 def add_client_commands(sub) -> None:
@@ -25,19 +16,18 @@ def add_client_commands(sub) -> None:
     where = init.add_mutually_exclusive_group(required=True)
     where.add_argument("--testnet", metavar="DIR", help="a local testnet directory")
     where.add_argument("--join", metavar="HOST:PORT", help="any node of the network")
-    init.add_argument("--import-key", metavar="FILE", help="a key exported with `flud key export`")
+    init.add_argument("--import-key", metavar="FILE",
+                      help="a key exported with `flud key export` (a file, or the typed "
+                           "lines of a paper key)")
     init.add_argument("--k", type=int, help="shares needed to restore (default 4)")
     init.add_argument("--n", type=int, help="shares stored per segment (default 8)")
     init.add_argument("--segment-size", type=int, help="bytes per segment (default 2 MiB)")
     init.set_defaults(handler=cmd_init)
 
-    key = sub.add_parser("key", help="export the key for safekeeping").add_subparsers(
-        dest="action", required=True)
-    export = key.add_parser("export", help="write the key, protected by a passphrase")
-    export.add_argument("--home", required=True)
-    export.add_argument("file")
-    export.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    export.set_defaults(handler=cmd_key_export)
+    from flud.cli.passphrase import add_passphrase_options
+    add_passphrase_options(init, remember=False)
+    from flud.cli.keys import add_key_commands
+    add_key_commands(sub)
 
     backup = sub.add_parser("backup", help="back up directories")
     backup.add_argument("paths", nargs="*", metavar="PATH",
@@ -47,12 +37,16 @@ def add_client_commands(sub) -> None:
                         help="leave out names or paths matching GLOB; repeatable")
     add_backup_flags(backup)
     backup.add_argument("--memory-log", metavar="FILE")
-    backup.add_argument("--memory-budget", type=_mib, metavar="MIB",
-                        help="MiB of transfer buffers held at once (default 64)")
+    backup.add_argument("--memory-budget", type=_mib, metavar="SIZE",
+                        help="transfer buffers held at once: 64M, 1GiB; a number alone is "
+                             "MiB (default 64)")
     backup.add_argument("--parallel-files", type=_positive, default=None, metavar="N",
                         help="large files uploaded at once (default 3)")
     backup.add_argument("--tag", action="append", default=[], metavar="TAG",
                         help="a tag for the snapshot (repeatable)")
+    backup.add_argument("--hooks", action="store_true",
+                        help="run agent.toml's [hooks] (before_backup, after_backup, "
+                             "on_error) around this backup, as the agent does")
     _job_flags(backup)
     backup.set_defaults(handler=cmd_backup)
 
@@ -60,6 +54,9 @@ def add_client_commands(sub) -> None:
     ls.add_argument("path", nargs="?")
     ls.add_argument("--home", required=True)
     ls.add_argument("--snapshot", type=int)
+    ls.add_argument("--dir", metavar="PATH",
+                    help="list only the entries of this directory of the snapshot (as `ls` "
+                         "prints paths; / for the top), not the tree below it")
     ls.add_argument("--remote", action="store_true",
                     help="list the snapshots the nodes hold, not the local index's")
     _job_flags(ls)
@@ -72,6 +69,14 @@ def add_client_commands(sub) -> None:
     _job_flags(find)
     find.set_defaults(handler=lambda args: _network_job(args, "find"))
 
+    stats = sub.add_parser("stats", help="sizes: restore size, unique and stored bytes, "
+                                         "compression and dedup, bytes on each node")
+    stats.add_argument("--home", required=True)
+    stats.add_argument("--snapshot", type=int, help="only this snapshot (default: all; the "
+                                                     "bytes per node need all)")
+    _job_flags(stats)
+    stats.set_defaults(handler=lambda args: _network_job(args, "stats"))
+
     check = sub.add_parser("check", help="challenge a rotating part of your shares; repair")
     check.add_argument("--home", required=True)
     check.add_argument("--read-data-subset", metavar="n/N|FRACTION",
@@ -80,6 +85,7 @@ def add_client_commands(sub) -> None:
     check.add_argument("--repair", action="store_true",
                        help="re-create the shares of objects below the repair threshold")
     check.add_argument("--unreachable-grace", default="3d", metavar="DURATION",
+                       type=_duration_text,
                        help="how long a node may be unreachable before its shares count "
                             "as lost (default 3d; 0: at once)")
     check.add_argument("--repair-below", type=int, default=None, metavar="M",
@@ -102,8 +108,10 @@ def add_client_commands(sub) -> None:
         forget.add_argument(f"--keep-{period}", type=int, default=0, metavar="N",
                             help=f"keep the newest snapshot of each of the last N {unit} "
                                  f"that have one (-1: all)")
-    forget.add_argument("--keep-within", metavar="DURATION",
-                        help="keep every snapshot within DURATION (7d, 2w, 1y2m) of the newest")
+    forget.add_argument("--keep-within", metavar="DURATION", type=_duration_text,
+                        help="keep every snapshot within DURATION (7d, 2w, 1y2mo) of the "
+                             "newest ('m' is refused: write 'mo' for months, 'min' for "
+                             "minutes)")
     forget.add_argument("--keep-tag", action="append", default=[], metavar="T",
                         help="keep snapshots tagged T (a,b: both); repeatable")
     forget.add_argument("--dry-run", action="store_true", help="say what would be removed")
@@ -146,8 +154,9 @@ def add_client_commands(sub) -> None:
     restore.add_argument("--numeric-ids", action="store_true",
                          help="as root: owners by the numbers recorded, not by their names")
     restore.add_argument("--memory-log", metavar="FILE")
-    restore.add_argument("--memory-budget", type=_mib, metavar="MIB",
-                         help="MiB of transfer buffers held at once (default 64)")
+    restore.add_argument("--memory-budget", type=_mib, metavar="SIZE",
+                         help="transfer buffers held at once: 64M, 1GiB; a number alone is "
+                              "MiB (default 64)")
     _job_flags(restore)
     add_restore_flags(restore)
     restore.set_defaults(handler=cmd_restore)
@@ -182,7 +191,7 @@ def _add_adopt(sub) -> None:
 
 
 def _prune_options(parser) -> None:
-    parser.add_argument("--grace", default="24h", metavar="DURATION",
+    parser.add_argument("--grace", default="24h", metavar="DURATION", type=_duration_text,
                         help="delete only what was found unreferenced this long ago, in two "
                              "runs in a row (default 24h; 0: at once)")
     parser.add_argument("--max-unused", type=int, default=50, metavar="PERCENT",
@@ -195,18 +204,34 @@ def _job_flags(parser) -> None:
                         help="print the summary as one JSON object on stdout "
                              "(progress and messages go to stderr)")
     parser.add_argument("--limit-upload", type=_rate, default=0, metavar="RATE",
-                        help="upload at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+                        help="upload at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
+                             "(default: no limit)")
     parser.add_argument("--limit-download", type=_rate, default=0, metavar="RATE",
-                        help="download at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+                        help="download at most RATE: 1MiB/s, 500K; a number alone is KiB/s "
+                             "(default: no limit)")
+    parser.add_argument("--limit-schedule", type=_schedule, default=None, metavar="JSON",
+                        help="rate limits by time of day, followed while the job runs (the "
+                             "agent passes its [[bandwidth]] windows)")
 
 
 def _rate(text: str) -> int:
+    from flud.cli.arguments import rate_arg
+    return rate_arg(text)
+
+
+def _schedule(text: str) -> str:
     import argparse
-    from flud.agent.config import parse_rate
+    from flud.agent.bandwidth import schedule_from_json
     try:
-        return parse_rate(text)
+        schedule_from_json(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err))
+    return text
+
+
+def _duration_text(text: str) -> str:
+    from flud.cli.arguments import duration_text
+    return duration_text(text)
 
 
 def _positive(text: str) -> int:
@@ -221,34 +246,24 @@ def _positive(text: str) -> int:
 
 
 def _mib(text: str) -> int:
-    return _positive(text) * 1024 * 1024
-
-
-def _passphrase(prompt: str) -> str:
-    env = os.environ.get("FLUD_PASSPHRASE")
-    if env is not None:
-        return env
-    if not sys.stdin.isatty():
-        # An error like any other (exit 2), not SystemExit's bare exit 1.
-        raise NoPassphrase("no passphrase: set FLUD_PASSPHRASE, or run this in a terminal "
-                           "to be asked for one")
-    return getpass.getpass(prompt)
+    """A size in flud's grammar; a number alone is MiB (as it always was)."""
+    from flud.cli.arguments import size_arg
+    value = size_arg("m")(text)
+    if value < 1024 * 1024:
+        import argparse
+        raise argparse.ArgumentTypeError(f"expected at least 1MiB, got {text!r}")
+    return value
 
 
 def cmd_init(args) -> int:
     from flud.client.home import HomeError, create_home
     from flud.errors import FludError
-    from flud.keys import import_secret_bundle
+    from flud.cli.keys import read_key_file
 
     identity = secret = None
     if args.import_key:
         try:
-            with open(args.import_key, "rb") as f:
-                blob = f.read()
-            identity, secret = import_secret_bundle(blob, _passphrase("passphrase: "))
-        except FileNotFoundError:
-            print(f"error: no key file at {args.import_key}", file=sys.stderr)
-            return EXIT_ERROR
+            identity, secret = read_key_file(args.import_key, args)
         except FludError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_ERROR
@@ -295,40 +310,6 @@ def _init_lease_note(imported: bool) -> None:
               "(`flud ls` says until when)")
 
 
-def cmd_key_export(args) -> int:
-    from flud.client.home import ClientHome, HomeError
-    from flud.keys import export_secret_bundle, write_private_file
-
-    try:
-        home = ClientHome(args.home)
-    except HomeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    exists = (f"error: {args.file} already exists; choose another file, or add --force "
-              f"to replace it")
-    if os.path.lexists(args.file) and not args.force:  # before asking for the passphrase
-        print(exists, file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        passphrase = _passphrase("passphrase to protect the key: ")
-    except NoPassphrase as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    if len(passphrase) < 8:
-        print("error: use a passphrase of at least 8 characters", file=sys.stderr)
-        return EXIT_ERROR
-    bundle = export_secret_bundle(home.identity, home.secret, passphrase)
-    try:
-        write_private_file(args.file, bundle, replace=args.force)
-    except FileExistsError:  # made since the check above
-        print(exists, file=sys.stderr)
-        return EXIT_ERROR
-    print(f"key written to {args.file} (mode 0600); restore with "
-          f"`flud init --home NEW --import-key {args.file} --join HOST:PORT`")
-    _print_lease_line(home)
-    return EXIT_OK
-
-
 def _print_lease_line(home) -> None:
     """Until when the nodes keep this home's data (client/lease_renewal.py)."""
     from flud.client.lease_renewal import kept_until_line
@@ -351,6 +332,9 @@ def _list(home, args) -> int:
     from flud.cli.browse import list_local
 
     snapshots = home.index.snapshots()
+    if getattr(args, "dir", None) is not None:   # one directory: from the nodes' trees
+        home.close()
+        return _network_job(args, "ls")
     if getattr(args, "json", False) and not args.remote:
         return _list_json(home, args, snapshots)
     if args.snapshot is None and not args.path and not args.remote:
@@ -381,10 +365,10 @@ def _list(home, args) -> int:
 
 def _list_json(home, args, snapshots) -> int:
     """`flud ls --json`: the snapshots, or one snapshot's entries, as one object."""
-    import json
+    from flud.cli.jsonlines import summary_line
     if args.snapshot is None and not args.path:
         from flud.client.lease_renewal import kept_until
-        print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshots": [
+        print(summary_line("ls", {"exit": EXIT_OK, "snapshots": [
             {"id": s["id"], "created": s["created"], "files": s.get("files", 0),
              "bytes": s.get("bytes", 0), "host": s.get("host", ""),
              "paths": s.get("roots", []), "tags": s.get("tags", [])} for s in snapshots],
@@ -402,7 +386,7 @@ def _list_json(home, args, snapshots) -> int:
                 **({"target": last} if kind == "symlink" else {})}
                for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
                if not prefix or rel == prefix or rel.startswith(prefix + "/")]
-    print(json.dumps({"command": "ls", "exit": EXIT_OK, "snapshot": sid, "entries": entries}))
+    print(summary_line("ls", {"exit": EXIT_OK, "snapshot": sid, "entries": entries}))
     return EXIT_OK
 
 
@@ -413,6 +397,9 @@ def _network_job(args, job: str) -> int:
 
 def cmd_backup(args) -> int:
     from flud.cli.backup_modes import cmd_backup as backup
+    if getattr(args, "hooks", False):
+        from flud.cli.hooks import backup_with_hooks
+        return backup_with_hooks(args, lambda: backup(args))
     return backup(args)
 
 

@@ -19,7 +19,7 @@ log = logging.getLogger("flud.client")
 
 
 # Jobs that change nothing on the nodes or in the index run beside any other.
-READ_ONLY_JOBS = {"ls", "find", "diff", "dump"}
+READ_ONLY_JOBS = {"ls", "find", "diff", "dump", "stats"}
 
 
 def run_client(args, job: str) -> int:
@@ -29,6 +29,7 @@ def run_client(args, job: str) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     as_json = getattr(args, "json", False)
     args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
+    args.json_out = sys.stdout   # the JSON lines' (the job's own prints go to stderr)
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
@@ -91,11 +92,16 @@ def _summary(args) -> dict:
 
 
 def _json_result(as_json, job, code, summary, error_code=None, message=None) -> int:
+    """With --json: the error line (if the job ended in one) and the
+    summary line, last (docs/json.md)."""
     if as_json:
+        from flud.cli.jsonlines import line, summary_line
+
         record = {"command": job, "exit": code, **summary}
         if error_code:
             record["error"] = {"code": error_code, "message": message}
-        print(json.dumps(record, default=str))
+            print(line("error", job, level="error", code=error_code, message=message))
+        print(summary_line(job, record))
     return code
 
 
@@ -114,6 +120,8 @@ def _job(reactor, home, args, job):
     network = Network(reactor, home.path, home.bootstrap(),
                       upload_limit=getattr(args, "limit_upload", 0),
                       download_limit=getattr(args, "limit_download", 0))
+    from flud.cli.bandwidth import follow_schedule
+    schedule = follow_schedule(reactor, network, getattr(args, "limit_schedule", None))
     load_job_code(job)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
@@ -124,6 +132,11 @@ def _job(reactor, home, args, job):
         monitor.open_log(args.memory_log)
     monitor.start_sampling(reactor)
     progress = Progress(job)
+    lines = None
+    if getattr(args, "json", False) and getattr(args, "json_out", None) is not None:
+        from flud.cli.jsonlines import JsonLines
+        lines = JsonLines(reactor, args.json_out, job, progress)
+        lines.start()
     try:
         try:
             count = yield network.discover()
@@ -135,14 +148,17 @@ def _job(reactor, home, args, job):
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify, "dump": _dump,
-                  "ls": _browse, "find": _browse, "diff": _browse,
+                  "ls": _browse, "find": _browse, "diff": _browse, "stats": _browse,
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
                   "adopt": _adopt}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
     finally:
+        if lines is not None:
+            lines.stop()
         monitor.sample()
         monitor.stop_sampling()
         monitor.close_log()
+        schedule.stop()
         network.close()
         pool.stop()
     return code
@@ -175,6 +191,7 @@ JOB_MODULES = {
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
     "diff": ("flud.cli.browse", *_READ),
+    "stats": ("flud.cli.browse", "flud.client.repository.tree_stats", *_READ),
     "forget": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "prune": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),

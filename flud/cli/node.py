@@ -3,29 +3,18 @@ process run on it."""
 from flud.node import process
 from flud.node.config import DAY, DEFAULT_CAPACITY, MIN_LEASE, MIN_TRASH, NodeConfig
 
-GIB = 1024 ** 3
-
-
 def _size(text: str) -> int:
-    """'500M', '10G', '64MiB' -> bytes. (argparse names this function in its
-    error message: "invalid _size value".)"""
-    units = {"k": 1024, "m": 1024 ** 2, "g": GIB, "t": 1024 * GIB}
-    text = text.strip().lower().rstrip("b").rstrip("i")
-    factor = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
-    return int(float(number) * factor)
+    """A size in flud's grammar (flud/units.py): '500M', '10G', '64MiB', or
+    bytes."""
+    from flud.cli.arguments import size_arg
+    return size_arg("b")(text)
 
 
 def _duration(text: str) -> float:
-    """'90d', '12h', '30m', '5s' or plain seconds -> seconds. (argparse names
-    this function in its error message: "invalid _duration value".)"""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-    text = text.strip().lower()
-    factor = units.get(text[-1:], 1)
-    number = float(text[:-1] if text[-1:] in units else text)
-    if number < 0:
-        raise ValueError(f"{text!r} is negative")
-    return number * factor
+    """A duration in flud's grammar: '90d', '12h', '30min', '5s', or plain
+    seconds."""
+    from flud.cli.arguments import seconds_arg
+    return seconds_arg("s")(text)
 
 
 def _at_least(minimum: float, why: str):

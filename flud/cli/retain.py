@@ -4,6 +4,7 @@ import datetime
 
 from twisted.internet import defer
 
+from flud import units
 from flud.cli.exits import EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.progress import human_bytes
 from flud.client.prune import forget as forgetting
@@ -52,8 +53,8 @@ def forget(ctx, args):
 @defer.inlineCallbacks
 def prune(ctx, args):
     try:
-        grace = parse_duration(args.grace).seconds() if args.grace != "0" else 0
-    except RetentionError as err:
+        grace = units.parse_seconds(args.grace)
+    except units.UnitError as err:
         raise UserError(f"--grace: {err}")
     job = Prune(ctx, grace=grace, max_unused=args.max_unused, dry_run=args.dry_run)
     try:

@@ -280,6 +280,18 @@ class Network(NodeRequests):
         self.net.local.send_queue = queue
         return queue
 
+    def set_limits(self, upload: int, download: int) -> None:
+        """New rate limits for every connection from now on (0: none). A
+        throttle that is dropped is not stopped: it wakes those it holds."""
+        for name, rate in (("upload_limit", upload), ("download_limit", download)):
+            current = getattr(self.net.local, name, None)
+            if not rate:
+                setattr(self.net.local, name, None)
+            elif current is None:
+                setattr(self.net.local, name, Throttle(self.reactor, rate))
+            elif current.rate != rate:
+                current.set_rate(rate)
+
     def mark_failed(self, node_id: bytes, why=None) -> None:
         self.health.mark_failed(node_id, why)
 

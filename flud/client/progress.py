@@ -23,6 +23,7 @@ class Progress:
         self.files = self.total_files = 0
         self.bytes = self.total_bytes = 0
         self.warnings = 0
+        self.on_warn = None   # called with each warning's text (the --json error lines)
         self.started = self._last = clock()
 
     def start(self, total_files: int, total_bytes: int) -> None:
@@ -59,6 +60,8 @@ class Progress:
 
     def warn(self, text: str) -> None:
         self.warnings += 1
+        if self.on_warn is not None:
+            self.on_warn(text)
         if self.tty:
             self.stream.write("\n")
         self.stream.write(f"warning: {text}\n")

@@ -61,6 +61,20 @@ class Throttle:
     def rate(self) -> float:
         return self.bucket.rate
 
+    def set_rate(self, rate: float) -> None:
+        """A new limit from now on (a bandwidth window began): the debt
+        already run up is paid at the new rate."""
+        if rate <= 0:
+            raise ValueError(f"a rate must be positive, got {rate!r}")
+        now = self.clock.seconds()
+        self.bucket._fill(now)
+        self.bucket.rate = float(rate)
+        self.bucket.burst = float(max(rate, MIN_BURST))
+        self.bucket.level = min(self.bucket.level, self.bucket.burst)
+        if self._timer is not None and self._timer.active():   # re-armed at the new rate
+            self._timer.cancel()
+            self._timer = self.clock.callLater(self.bucket.wait(now), self._release)
+
     def charge(self, nbytes: int, wake) -> bool:
         """Count nbytes; True if the caller must hold back until wake()."""
         delay = self.bucket.charge(nbytes, self.clock.seconds())

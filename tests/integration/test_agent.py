@@ -32,10 +32,12 @@ def home(net, tmp_path):
 
 
 def json_of(proc) -> dict:
-    """The one JSON object a --json command prints on stdout."""
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1, output(proc)
-    return json.loads(lines[0])
+    """The summary of a --json command: its last line (docs/json.md); every
+    line before it a status or error line."""
+    lines = [json.loads(line) for line in proc.stdout.strip().splitlines()]
+    assert lines and lines[-1]["type"] == "summary", output(proc)
+    assert all(line["type"] in ("status", "error") for line in lines[:-1]), output(proc)
+    return lines[-1]
 
 
 def test_the_agent_backs_up_on_schedule_and_refuses_a_twin(home, tmp_path):

@@ -35,7 +35,10 @@ def backup(setup, *extra, expect=0):
     proc = flud("backup", setup["src"], "--home", setup["home"], *setup["flags"], *extra,
                 "--json")
     assert proc.returncode == expect, output(proc)
-    return json.loads(proc.stdout)
+    # JSON lines (docs/json.md): the summary last; a dry run's "file" lines as its files
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    files = [line for line in lines if line["type"] == "file"]
+    return {**lines[-1], **({"files": files} if "--dry-run" in extra else {})}
 
 
 def snapshot_files(setup, snapshot=None) -> dict:
@@ -130,7 +133,7 @@ def test_stdin_from_command(setup, tmp_path):
     proc = flud("backup", "--home", setup["home"], "--stdin-from-command", "--stdin-filename",
                 "db.sql", "--json", "--", "python3", "-c", script)
     assert proc.returncode == 0, output(proc)
-    summary = json.loads(proc.stdout)
+    summary = json.loads(proc.stdout.splitlines()[-1])   # the summary line
     expected = "".join(f"row {i}\n" for i in range(60000)).encode()
     assert summary["stdin"] == {"command": ["python3", "-c", script], "filename": "db.sql",
                                 "bytes": len(expected)}

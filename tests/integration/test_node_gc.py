@@ -305,7 +305,7 @@ def test_a_job_that_fails_still_renews_and_says_until_when(tmp_path):
         before = time.time()
         proc = flud("backup", src, "--home", home, "--json")  # 3 nodes, n=8: refused
         assert proc.returncode == 2 and "only 3 nodes are known" in proc.stderr, output(proc)
-        leases = json.loads(proc.stdout)["leases"]
+        leases = json.loads(proc.stdout.splitlines()[-1])["leases"]
         assert leases["lease_seconds"] == 200 * DAY  # the shortest the nodes reported
         assert before <= leases["renewed"] <= time.time()
         assert leases["kept_until"] == leases["renewed"] + 200 * DAY

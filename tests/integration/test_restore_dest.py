@@ -116,7 +116,7 @@ def test_each_path_that_matches_nothing_is_named_and_the_exit_is_not_0(net, tmp_
                 "--json")
 
     assert proc.returncode == 1, output(proc)
-    record = json.loads(proc.stdout)
+    record = json.loads(proc.stdout.splitlines()[-1])   # the summary line
     assert record["exit"] == 1 and record["unmatched_paths"] == ["tree/nope", gone], record
     assert record["files"] == 1 and record["failed"] == 0, record
     with open(src / "keep.txt", "rb") as f:
@@ -125,7 +125,7 @@ def test_each_path_that_matches_nothing_is_named_and_the_exit_is_not_0(net, tmp_
 
     proc = flud("restore", "--home", home, "--to", tmp_path / "dest2", "tree/nope", "--json")
     assert proc.returncode == 2, output(proc)
-    record = json.loads(proc.stdout)
+    record = json.loads(proc.stdout.splitlines()[-1])   # the summary line
     assert "nothing in the snapshot matches tree/nope" in record["error"]["message"], record
 
 
@@ -156,7 +156,7 @@ def test_a_directory_that_cannot_be_made_fails_its_subtree_and_the_rest_is_resto
 
     assert proc.returncode == 2, output(proc)
     assert "Traceback" not in proc.stderr, output(proc)
-    record = json.loads(proc.stdout)
+    record = json.loads(proc.stdout.splitlines()[-1])   # the summary line
     failed = {f["path"] for f in record["failed_paths"]}
     assert {"tree/d/deeper", "tree/d/deeper/tiny.txt", "tree/d/big.bin",
             "tree/d/small.txt"} <= failed, record

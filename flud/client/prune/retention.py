@@ -23,14 +23,15 @@ error, so nothing is forgotten by that command.
 
 Nothing here reads a clock, the disk or the time zone: the time zone for
 "local time" and the present moment (for the dry-run table's ages) are
-given by the caller. Durations ("7d", "2w", "1y2m3d", "36h") are parsed by
+given by the caller. Durations ("7d", "2w", "1y2mo3d", "36h") are parsed by
 parse_duration, which says exactly what is wrong with one it refuses.
 """
 import datetime
-import re
 from typing import NamedTuple, Optional, Tuple
 
+from flud import units
 from flud.errors import FludError
+from flud.units import Duration
 
 # Periods of the bucket rules, newest first in their output order.
 PERIOD_RULES = ("hourly", "daily", "weekly", "monthly", "yearly")
@@ -45,7 +46,7 @@ class RetentionError(FludError):
     code = "RETENTION"
 
 
-class BadDuration(RetentionError):
+class BadDuration(RetentionError, units.BadDuration):
     code = "BAD_DURATION"
 
 
@@ -63,83 +64,14 @@ class UnknownSnapshot(RetentionError):
     code = "NO_SUCH_SNAPSHOT"
 
 
-class Duration(NamedTuple):
-    """A calendar duration: years and months count on the calendar (a month
-    back from 31 March is 28 or 29 February), weeks and days in local days,
-    hours in hours."""
-    years: int = 0
-    months: int = 0
-    weeks: int = 0
-    days: int = 0
-    hours: int = 0
-
-    @property
-    def is_zero(self) -> bool:
-        return not any(self)
-
-    def before(self, moment: datetime.datetime) -> datetime.datetime:
-        """The moment this long before `moment` (an aware datetime)."""
-        month_index = moment.year * 12 + (moment.month - 1) - self.years * 12 - self.months
-        year, month = divmod(month_index, 12)
-        month += 1
-        day = min(moment.day, _days_in_month(year, month))
-        wall = moment.replace(year=year, month=month, day=day, tzinfo=None)
-        wall -= datetime.timedelta(days=self.weeks * 7 + self.days)
-        # the same wall-clock time on that date (its own offset), then hours
-        # of real time (aware arithmetic in Python is wall-clock arithmetic)
-        seconds = wall.replace(tzinfo=moment.tzinfo).timestamp() - self.hours * 3600
-        return datetime.datetime.fromtimestamp(seconds, moment.tzinfo)
-
-    def seconds(self) -> float:
-        """Its length in seconds, for durations without years or months
-        (whose length depends on the date): a grace period, say."""
-        if self.years or self.months:
-            raise BadDuration("a duration in years or months has no fixed length: "
-                              "give it in weeks, days and hours (w, d, h)")
-        return float(((self.weeks * 7 + self.days) * 24 + self.hours) * 3600)
-
-    def __str__(self) -> str:
-        text = "".join(f"{value}{unit}" for value, unit in zip(self, _UNITS) if value)
-        return text or "0"
-
-
-_UNITS = ("y", "m", "w", "d", "h")
-_UNIT_NAMES = {"y": "years", "m": "months", "w": "weeks", "d": "days", "h": "hours"}
-_TERM = re.compile(r"(\d+)([a-zA-Z]?)")
-MAX_DURATION_NUMBER = 100_000
-
-
 def parse_duration(text: str) -> Duration:
-    """"7d", "2w", "1y2m3d", "36h", "0": numbers each followed by a unit, y
-    (years), m (months), w (weeks), d (days), h (hours), largest first,
-    each unit once. BadDuration says what is wrong."""
-    if not isinstance(text, str) or not text.strip():
-        raise BadDuration("an empty duration: give one such as 7d, 2w, 36h or 1y2m3d")
-    text = text.strip()
-    if text == "0":
-        return Duration()
-    values, position, last_unit = {}, 0, -1
-    while position < len(text):
-        match = _TERM.match(text, position)
-        if match is None:
-            raise BadDuration(f"{text!r}: {text[position]!r} is not a number (a duration is "
-                              f"numbers with units, such as 7d, 2w, 36h or 1y2m3d)")
-        number, unit = match.groups()
-        if not unit:
-            raise BadDuration(f"{text!r}: {number} has no unit (y, m, w, d or h)")
-        if unit not in _UNITS:
-            raise BadDuration(f"{text!r}: unknown unit {unit!r} (y years, m months, w weeks, "
-                              f"d days, h hours)")
-        index = _UNITS.index(unit)
-        if unit in values:
-            raise BadDuration(f"{text!r}: {_UNIT_NAMES[unit]} given twice")
-        if index < last_unit:
-            raise BadDuration(f"{text!r}: units go from the largest to the smallest "
-                              f"(y, m, w, d, h)")
-        if int(number) > MAX_DURATION_NUMBER:
-            raise BadDuration(f"{text!r}: {number} {_UNIT_NAMES[unit]} is too long")
-        values[unit], last_unit, position = int(number), index, match.end()
-    return Duration(*(values.get(unit, 0) for unit in _UNITS))
+    """A keep-within duration in flud's one grammar (flud/units.py): "7d",
+    "2w", "1y2mo3d", "36h"; a bare number other than 0 and the ambiguous
+    "m" are refused. BadDuration says what is wrong."""
+    try:
+        return units.parse_duration(text)
+    except units.BadDuration as err:
+        raise BadDuration(str(err)) from None
 
 
 class SnapshotInfo(NamedTuple):
@@ -302,11 +234,6 @@ def _decide_group(key, members, policy: Policy, named: set, tz) -> list:
             why = tuple(reasons[id(snap)])
             out.append(Decision(snap, bool(why), why, key))
     return out
-
-
-def _days_in_month(year: int, month: int) -> int:
-    following = datetime.date(year + (month == 12), month % 12 + 1, 1)
-    return (following - datetime.timedelta(days=1)).day
 
 
 def summary_counts(decisions) -> Tuple[int, int]:

@@ -27,6 +27,12 @@ class Damaged(NamedTuple):
     why: str
 
 
+class NotADirectory(FludError):
+    """A path asked for is not a directory of the snapshot."""
+
+    code = "NOT_A_DIRECTORY"
+
+
 def _join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
@@ -55,6 +61,24 @@ class TreeReader:
                 raise BadRecord("a continuation record with continuations of its own")
             found.extend(record.entries)
         return found
+
+    @defer.inlineCallbacks
+    def directory(self, blob_id: str, path: str) -> str:
+        """The record id of directory `path` (names joined by '/', "" for
+        the root) under the directory whose record is blob_id: one record
+        per level fetched, nothing else. NotADirectory if a part is missing
+        or is not a directory."""
+        for name in [part for part in path.split("/") if part]:
+            found = None
+            for entry in (yield self.entries(blob_id)):
+                if entry.name == name:
+                    found = entry
+                    break
+            if found is None or found.kind != DIRECTORY:
+                raise NotADirectory(f"no directory {path!r} in this snapshot"
+                                    + (f" ({name!r} is not one)" if found else ""))
+            blob_id = found.ref
+        return blob_id
 
     @defer.inlineCallbacks
     def walk(self, blob_id: str, visit: Callable, on_damaged: Callable, prefix: str = "",

@@ -67,7 +67,8 @@ def test_series_and_their_plot():
     assert found["stored_bytes"] == [[11, 100], [21, 200], [31, 300]]
     assert found["health"] == [[41, 40, 3, 2, 4, 1]]
     svg = plot(found["stored_bytes"], ["bytes stored"], "bytes stored")
-    assert svg.startswith("<svg") and svg.count("<polyline") == 1
+    assert svg.startswith("<figure><svg") and svg.count("<polyline") == 1
+    assert svg.count("<circle") == 3 and ">300</text>" in svg   # dots, the last value
     assert "no data yet" in plot([], ["x"], "x")
     assert health_of({"no": "counts"}) is None
     assert status(records)["log"][0]["line"] == (

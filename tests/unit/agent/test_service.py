@@ -16,8 +16,9 @@ class FakeSpawn:
     def __init__(self):
         self.calls = []     # [argv, Deferred]
 
-    def __call__(self, reactor, argv, started=None, timeout=None):
+    def __call__(self, reactor, argv, started=None, timeout=None, on_line=None):
         self.timeout = timeout
+        self.on_line = on_line
         d = defer.Deferred()
         if argv[3] == "ls":   # the snapshot list: answered at once
             return defer.succeed({"exit": 0, "summary": {"snapshots": [{"id": 1}]}})
@@ -45,7 +46,8 @@ def test_jobs_run_one_at_a_time_and_each_run_is_recorded(tmp_path):
     agent, clock, spawn = make(tmp_path)
     agent.start()
     assert [c[0][3] for c in spawn.calls] == ["backup"]
-    assert agent.status()["running"] == {"job": "backup", "start": 1_000_000, "pid": 4242}
+    assert agent.status()["running"] == {"job": "backup", "start": 1_000_000, "pid": 4242,
+                                         "progress": None}
     clock.advance(120)
     assert len(spawn.calls) == 1           # verify waits for the backup
     spawn.finish({"command": "backup", "exit": 0, "snapshot": 1, "files": 2,

@@ -1,11 +1,20 @@
-"""`flud backup --dry-run` in-process (it needs no node): its one JSON object,
-on success and on a bad pattern, whatever the file names; usage errors."""
+"""`flud backup --dry-run` in-process (it needs no node): its JSON lines (a
+"file" line per file, the summary last: docs/json.md), on success and on a
+bad pattern, whatever the file names; usage errors."""
 import json
 import os
 
 import pytest
 
 from flud.cli.main import main
+
+
+def dry_run_record(out: str) -> dict:
+    """The summary line, with the "file" lines before it as its "files"."""
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["type"] == "summary"
+    assert all(line["type"] in ("file", "error") for line in lines[:-1])
+    return {**lines[-1], "files": [line for line in lines if line["type"] == "file"]}
 
 
 @pytest.fixture
@@ -15,7 +24,7 @@ def home(tmp_path):
     return str(tmp_path / "home")
 
 
-def test_dry_run_json_is_one_object_even_for_names_that_are_not_utf8(home, tmp_path, capsys):
+def test_dry_run_json_lines_even_for_names_that_are_not_utf8(home, tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_bytes(b"12345")
@@ -24,7 +33,7 @@ def test_dry_run_json_is_one_object_even_for_names_that_are_not_utf8(home, tmp_p
     (src / "skip.log").write_bytes(b"x")
     (src / ".fludignore").write_bytes(b"*.log\n")
     code = main(["backup", str(src), "--home", home, "--dry-run", "--json"])
-    record = json.loads(capsys.readouterr().out)
+    record = dry_run_record(capsys.readouterr().out)
     assert code == 0 == record["exit"] and record["dry_run"] is True
     assert sorted(f["size"] for f in record["files"]) == [2, 5, 6]
     assert {f["status"] for f in record["files"]} == {"new"}
@@ -38,13 +47,13 @@ def test_dry_run_json_is_one_object_even_for_names_that_are_not_utf8(home, tmp_p
     assert "caf\ufffd.txt" in out and "3 new (13 B)" in out and "1 excluded" in out
 
 
-def test_dry_run_bad_pattern_is_one_json_object_with_the_error(home, tmp_path, capsys):
+def test_dry_run_bad_pattern_ends_in_a_summary_with_the_error(home, tmp_path, capsys):
     src = tmp_path / "src"
     (src / "deep").mkdir(parents=True)
     (src / "a.txt").write_bytes(b"1")
     (src / "deep" / ".fludignore").write_bytes(b"ok\n!\n")
     code = main(["backup", str(src), "--home", home, "--dry-run", "--json"])
-    record = json.loads(capsys.readouterr().out)
+    record = dry_run_record(capsys.readouterr().out)
     assert code == 2 == record["exit"]
     assert record["error"]["code"] == "BAD_PATTERN"
     assert f"{src}/deep/.fludignore:2: bad pattern '!'" in record["error"]["message"]
@@ -61,4 +70,4 @@ def test_usage_errors_exit_2_with_a_message(home, capsys, argv, words):
     assert main(["backup", "--home", home, "--json", *argv]) == 2
     out = capsys.readouterr()
     assert words in out.err
-    assert json.loads(out.out)["error"]["code"] == "USAGE"
+    assert json.loads(out.out.splitlines()[-1])["error"]["code"] == "USAGE"

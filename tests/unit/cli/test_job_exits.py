@@ -33,7 +33,7 @@ def test_a_bug_exits_2_with_a_json_error_and_its_traceback_on_stderr(home, monke
                                                                     capsys):
     code = _run(monkeypatch, home, KeyError("3f2a"), as_json=True)
     out = capsys.readouterr()
-    record = json.loads(out.out)
+    record = json.loads(out.out.splitlines()[-1])   # the summary line, after the error line
     assert code == EXIT_ERROR == record["exit"] and record["command"] == "restore"
     assert record["error"]["code"] == "UNEXPECTED"
     assert "KeyError" in record["error"]["message"] and "3f2a" in record["error"]["message"]
@@ -43,7 +43,7 @@ def test_a_bug_exits_2_with_a_json_error_and_its_traceback_on_stderr(home, monke
 def test_a_typed_error_no_handler_caught_keeps_its_code(home, monkeypatch, capsys):
     code = _run(monkeypatch, home, Unreadable("the record is damaged"), as_json=True)
     out = capsys.readouterr()
-    record = json.loads(out.out)
+    record = json.loads(out.out.splitlines()[-1])   # the summary line, after the error line
     assert code == EXIT_ERROR and record["error"]["code"] == "SOMETHING_TYPED"
     assert "the record is damaged" in record["error"]["message"]
     assert "Traceback" not in out.err

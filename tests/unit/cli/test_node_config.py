@@ -39,7 +39,7 @@ def test_lease_defaults_are_a_year_and_30_days_swept_hourly():
 
 
 @pytest.mark.parametrize("text, seconds", [("90d", 90 * 86400), ("2w", 14 * 86400), ("1.5h", 5400),
-                                           ("30m", 1800), ("5s", 5), ("0.2", 0.2)])
+                                           ("30min", 1800), ("5s", 5), ("0.2", 0.2)])
 def test_durations(text, seconds):
     assert parse("--home", "h", "--lease-sweep-interval", text).lease_sweep_interval == seconds
 
@@ -59,7 +59,8 @@ def test_a_bad_duration_is_a_usage_error():
 
 
 @pytest.mark.parametrize("text, size", [("10G", 10 * 1024 ** 3), ("1.5k", 1536), ("123", 123),
-                                        ("2TiB", 2 * 1024 ** 4), (" 7 mb", 7 * 1024 ** 2)])
+                                        ("2TiB", 2 * 1024 ** 4), (" 7 mib", 7 * 1024 ** 2),
+                                        ("3 M", 3 * 1024 ** 2)])
 def test_sizes(text, size):
     assert parse("--home", "h", "--capacity", text).capacity == size
 
@@ -77,7 +78,16 @@ def test_a_bad_size_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit:
         parse("--home", "h", "--capacity", "lots")
     assert exit.value.code == 2
-    assert "argument --capacity: invalid _size value: 'lots'" in capsys.readouterr().err
+    assert "argument --capacity: expected a size such as 64M" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, text, words", [
+    ("--capacity", "7MB", "'MB' is ambiguous"), ("--lease-sweep-interval", "30m",
+                                                 "write '30min' for minutes or '30mo'")])
+def test_an_ambiguous_unit_is_refused_naming_the_choices(flag, text, words, capsys):
+    with pytest.raises(SystemExit):
+        parse("--home", "h", flag, text)
+    assert words in capsys.readouterr().err
 
 
 def test_home_is_required(capsys):

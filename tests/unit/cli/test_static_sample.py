@@ -32,7 +32,8 @@ def test_a_backup_imports_nothing_after_its_code_is_loaded():
 def test_every_job_has_its_code_listed():
     from flud.cli import jobs
     assert set(JOB_MODULES) == {"backup", "restore", "verify", "ls", "find", "diff", "forget",
-                                "prune", "tag", "check", "adopt", "dump"}
+                                "prune", "tag", "check", "adopt", "dump",
+                                "stats"}
     for job in JOB_MODULES:
         jobs.load_job_code(job)
         assert all(name in sys.modules for name in JOB_MODULES[job])

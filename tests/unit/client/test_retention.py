@@ -4,6 +4,7 @@ import datetime
 
 import pytest
 
+from flud import units
 from flud.client.prune.retention import (UNLIMITED, BadDuration, BadPolicy, Duration, Policy,
                                    ProtectedSnapshot, SnapshotInfo, UnknownSnapshot, age,
                                    check_policy, decide, parse_duration, render)
@@ -33,8 +34,10 @@ def reasons(decisions) -> dict:
 
 @pytest.mark.parametrize("text, duration", [
     ("7d", Duration(days=7)), ("2w", Duration(weeks=2)), ("36h", Duration(hours=36)),
-    ("1y2m3d", Duration(years=1, months=2, days=3)), (" 12h ", Duration(hours=12)),
-    ("1y2m1w3d4h", Duration(1, 2, 1, 3, 4)), ("0", Duration()), ("0d", Duration()),
+    ("1y2mo3d", Duration(years=1, months=2, days=3)), (" 12h ", Duration(hours=12)),
+    ("1y2mo1w3d4h", Duration(1, 2, 1, 3, 4)), ("0", Duration()), ("0d", Duration()),
+    ("1 year 2 months", Duration(years=1, months=2)), ("1.5d", Duration(days=1.5)),
+    ("7 d", Duration(days=7)), ("2h30min", Duration(hours=2, minutes=30)),
 ])
 def test_durations_parse(text, duration):
     assert parse_duration(text) == duration
@@ -46,7 +49,8 @@ def test_durations_parse(text, duration):
     ("", "empty"), ("  ", "empty"), ("7", "7 has no unit"), ("7x", "unknown unit 'x'"),
     ("d", "'d' is not a number"), ("3d2d", "days given twice"),
     ("3d1y", "largest to the smallest"), ("-1d", "'-' is not a number"),
-    ("1.5d", "has no unit"), ("7 d", "7 has no unit"), ("100001d", "too long"),
+    ("100001d", "too long"), ("30m", "'m' is ambiguous: write '30min' for minutes or '30mo'"),
+    ("1y2m", "ambiguous"), ("1.5mo", "whole numbers"),
 ])
 def test_bad_durations_say_what_is_wrong(text, words):
     with pytest.raises(BadDuration, match=words):
@@ -56,8 +60,8 @@ def test_bad_durations_say_what_is_wrong(text, words):
 def test_a_duration_has_seconds_only_without_years_or_months():
     assert parse_duration("1w2d3h").seconds() == (9 * 24 + 3) * HOUR
     assert parse_duration("0").seconds() == 0
-    with pytest.raises(BadDuration, match="no fixed length"):
-        parse_duration("1m").seconds()
+    with pytest.raises(units.BadDuration, match="no fixed length"):
+        parse_duration("1mo").seconds()
 
 
 def test_months_back_stay_in_the_month_and_hours_are_real_hours():
