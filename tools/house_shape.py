@@ -1,6 +1,7 @@
 """Print the client's shape from the code's own imports (parsed, never run).
 
     python tools/house_shape.py [--root flud.client] [--top 15]
+    HOUSE_SHAPE_REPO=/path/to/an/old/checkout python tools/house_shape.py
 
 - import floors: floor 0 imports nothing of the root; a module's floor is
   one above the highest floor it imports (modules in a circle share one);
@@ -19,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(os.environ.get("HOUSE_SHAPE_REPO") or Path(__file__).resolve().parents[1])
 JOBS = ("backup", "restore", "verify", "prune", "repair", "check")
 
 
@@ -169,6 +170,16 @@ def main(argv=None) -> int:
 
     arrows = sorted({(room_of(s, args.root), room_of(t, args.root))
                      for s, targets in graph.items() for t in targets})
+    room_graph = {room: set() for room in rooms}
+    for a, b in arrows:
+        if a != b:
+            room_graph[a].add(b)
+    room_floor = floors(room_graph)
+    room_circles = [sorted(c) for c in strongly_connected(room_graph) if len(c) > 1]
+    print(f"room floors: {1 + max(room_floor.values(), default=-1)}, "
+          f"room circles: {len(room_circles)} {room_circles or ''}")
+    for level in range(max(room_floor.values(), default=-1) + 1):
+        print(f"  room floor {level}: {' '.join(sorted(r for r in room_floor if room_floor[r] == level))}")
     job_arrows = [(a, b) for a, b in arrows if a != b and a in JOBS and b in JOBS]
     print(f"jobs importing jobs: {len(job_arrows)}")
     for a, b in job_arrows:

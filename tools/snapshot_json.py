@@ -23,7 +23,7 @@ def _dump(reactor, home, snapshot, out):
     from flud.client.context import JobContext
     from flud.client.network import Network
     from flud.client.progress import Progress
-    from flud.client.restore.tree_restore import flatten
+    from tools.flat_snapshot import flatten
     from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor

@@ -7,7 +7,8 @@ import time
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
-from flud.client.repository.version1 import ManifestMissing, snapshot_paths
+from flud.client.repository.root_store import ManifestMissing
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.restore.tree_restore import wanted_by
 from flud.client.repository.snapshot_lookup import open_repository
@@ -212,8 +213,8 @@ def diff(ctx, args):
 @defer.inlineCallbacks
 def stats(ctx, args):
     """`flud stats`: restore size, unique and stored bytes, compression and
-    dedup, bytes on each node (client/stats.py: the trees streamed)."""
-    from flud.client.stats import RepositoryStats
+    dedup, bytes on each node (client/repository/tree_stats.py: the trees streamed)."""
+    from flud.client.repository.tree_stats import RepositoryStats
 
     repo = yield _repository(ctx)
     problems = []

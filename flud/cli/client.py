@@ -352,7 +352,7 @@ def _list(home, args) -> int:
         home.close()
         return _network_job(args, "ls")
     from flud.cli.browse import entry_line
-    from flud.client.repository.version1 import snapshot_paths
+    from flud.client.repository.snapshot_paths import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
@@ -379,7 +379,7 @@ def _list_json(home, args, snapshots) -> int:
     if manifest is None:   # a version-2 snapshot: its trees are on the nodes
         home.close()
         return _network_job(args, "ls")
-    from flud.client.repository.version1 import snapshot_paths
+    from flud.client.repository.snapshot_paths import snapshot_paths
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
     entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,

@@ -182,7 +182,7 @@ def _renew_leases(home, network, args, job):
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
 _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reader", "flud.client.restore.tree_restore",
-         "flud.client.repository.version1", *_AES_MODES)
+         "flud.client.repository.root_store", *_AES_MODES)
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),
@@ -191,7 +191,7 @@ JOB_MODULES = {
     "ls": ("flud.cli.browse", *_READ),
     "find": ("flud.cli.browse", *_READ),
     "diff": ("flud.cli.browse", *_READ),
-    "stats": ("flud.cli.browse", "flud.client.stats", *_READ),
+    "stats": ("flud.cli.browse", "flud.client.repository.tree_stats", *_READ),
     "forget": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "prune": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
@@ -302,7 +302,7 @@ def _check(reactor, home, network, pool, monitor, progress, args):
 def _adopt(reactor, home, network, pool, monitor, progress, args):
     """`flud adopt`: this home becomes the writer of the nodes' head."""
     from flud.client.repository.head import adopt
-    from flud.client.repository.version1 import ManifestMissing
+    from flud.client.repository.root_store import ManifestMissing
 
     try:
         head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
@@ -329,7 +329,7 @@ def _context(reactor, home, network, pool, monitor, progress):
 @defer.inlineCallbacks
 def _find(ctx, snapshot, **callbacks):
     """The snapshot asked for (or the newest), as a snapshots.Found."""
-    from flud.client.repository.version1 import ManifestMissing
+    from flud.client.repository.root_store import ManifestMissing
     from flud.client.repository.snapshot_lookup import NoSuchSnapshot, find_snapshot
     from flud.errors import FludError
 
@@ -343,35 +343,21 @@ def _find(ctx, snapshot, **callbacks):
 
 
 @defer.inlineCallbacks
-def _manifest_for(home, network, pool, snapshot, reactor=None, monitor=None, progress=None):
-    """A snapshot as a version-1 manifest (a version-2 one flattened: for
-    verify, which reads every share of the snapshot anyway)."""
-    from flud.client.restore.tree_restore import flatten
-    from flud.client.verify.verify_job import IndexChallenges, record_bundles
+def _shares_for(home, network, pool, snapshot, reactor=None, monitor=None, progress=None):
+    """The shares a snapshot uses, as a verify.ShareSet: a version-2 tree
+    walked directory by directory, or a version-1 manifest's."""
+    from flud.client.verify.share_set import ShareSet
+    from flud.client.verify.tree_shares import tree_shares
 
     found = yield _find(_context(reactor, home, network, pool, monitor, progress), snapshot)
     try:
         if found.manifest is not None:
-            return found.manifest
-        manifest = yield flatten(found.repo, found.record, home.config["k"], home.config["n"])
-        # what a restore reads before any file: the head, the map, the records
-        manifest["bundles"].update(record_bundles(found.repo,
-                                                  manifest["records"] + [found.record_id]))
-        # read now: the map's cache goes with the repository
-        manifest["challenges"] = _Resolved(IndexChallenges(home.index, found.repo.cache),
-                                           manifest)
-        manifest["unconfirmed"] = found.repo.unconfirmed
+            return ShareSet.of_manifest(found.manifest)
+        shares = yield tree_shares(found.repo, found.record_id, found.record,
+                                   home.config["k"], home.index)
     finally:
         found.close()
-    return manifest
-
-
-class _Resolved(dict):
-    """The challenges of every share a flattened snapshot uses, looked up once."""
-
-    def __init__(self, challenges, manifest):
-        from flud.client.verify.verify_job import share_locations
-        super().__init__((key, challenges.get(key)) for key, _ in share_locations(manifest))
+    return shares
 
 
 @defer.inlineCallbacks
@@ -575,20 +561,19 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.verify.verify_job import (challenge_index, describe_round, short_of_k, summary_line,
                                     verify)
 
-    manifest = yield _manifest_for(home, network, pool, args.snapshot, reactor, monitor,
-                                   progress)
+    shares = yield _shares_for(home, network, pool, args.snapshot, reactor, monitor, progress)
     full = getattr(args, "full", False)
     round_number = home.index.get_meta("verify_round", 0)
     kind = challenge_index(round_number, CHALLENGES_PER_SHARE, full)
     heading = "full check" if full else f"round {round_number}"
     print(f"verify ({heading}): {describe_round(kind)}")
-    per_node, bad = yield verify(network, home.secret, manifest, round_number, args.sample,
+    per_node, bad = yield verify(network, home.secret, shares, round_number, args.sample,
                                  full=full)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
     totals = _verify_table(per_node)
-    damaged = manifest.get("damaged", [])
-    _summary(args).update(snapshot=manifest["snapshot"], full=full, round=round_number,
+    damaged = shares.damaged
+    _summary(args).update(snapshot=shares.snapshot, full=full, round=round_number,
                           totals=totals, nodes=per_node, unreadable=len(damaged),
                           damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
                           bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
@@ -597,7 +582,7 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
     # never healthier than a restore: what it could not rebuild (every share
     # was asked; a sample says nothing of the rest)
-    short = short_of_k(manifest, bad) if args.sample >= 1.0 else []
+    short = short_of_k(shares, bad) if args.sample >= 1.0 else []
     _summary(args).update(short_of_k=len(short))
     if short:
         print(f"{len(short)} object(s) with fewer than k shares confirmed: a restore now "
@@ -609,7 +594,7 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
         print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
               f"and a restore would miss it")
         _listed(damaged, "unreadable")
-    unconfirmed = manifest.get("unconfirmed", "")
+    unconfirmed = shares.unconfirmed
     if unconfirmed:   # what was verified is the newest snapshot these nodes show
         print(f"not sure this is the newest snapshot: {unconfirmed}")
         _summary(args).update(root_unconfirmed=unconfirmed)

@@ -5,7 +5,7 @@ or Ctrl-C here).
 Two threads: libfuse's loop (mfusepy, its own threads) calls the
 operations below, and each asks the Twisted reactor, which runs in a thread
 of its own with the network, for the answer (blockingCallFromThread). What
-the view is and how it reads lies in flud/client/mountview.py and
+the view is and how it reads lies in flud/client/restore/mount_view.py and
 fileread.py; this is the glue. Nothing is written: a write, a create, a
 chmod are refused with EROFS by the binding's defaults and `-o ro`.
 """
@@ -109,9 +109,9 @@ def _open(reactor, home, args):
     from twisted.internet import defer
 
     from flud.client.context import JobContext
-    from flud.client.fileread import FileReader
-    from flud.client.repository.version1 import ManifestMissing
-    from flud.client.mountview import MountView
+    from flud.client.restore.file_ranges import FileReader
+    from flud.client.repository.root_store import ManifestMissing
+    from flud.client.restore.mount_view import MountView
     from flud.client.network import Network
     from flud.client.progress import Progress
     from flud.client.repository.snapshot_lookup import open_repository

@@ -13,7 +13,7 @@ import zlib
 from typing import NamedTuple
 
 from flud.client import run_rows
-from flud.client.repository.tree_records import BlobRef
+from flud.client.records import BlobRef
 from flud.errors import FludError
 
 SCHEMA_VERSION = 5

@@ -23,8 +23,31 @@ class INetwork(Interface):
         (rendezvous order, client/placement.py)."""
 
     def call(node_id, method, *args, **kwargs):
-        """Deferred: the node's answer to one request (store, retrieve,
-        verify, root_put, root_get, ...)."""
+        """Deferred: the node's answer to one request, by the name of its
+        Peer method: the seam under the typed requests below (a fake
+        answers here), never called by a job."""
+
+    def store(node_id, key, data, kind):
+        """Deferred: the node took a share (or a tar, KIND_ARCHIVE)."""
+
+    def retrieve(node_id, key, offset, length, into):
+        """Deferred[bytes]: a range of a share (into: a memoryview it may
+        land in)."""
+
+    def verify(node_id, key, nonce, offset, length):
+        """Deferred[bytes]: the node's digest of nonce + a share's range."""
+
+    def delete(node_id, key):
+        """Deferred: the share is gone from the node."""
+
+    def root_put(node_id, record):
+        """Deferred: the node keeps our sealed root record."""
+
+    def root_get(node_id):
+        """Deferred[bytes]: the sealed root record the node holds for us."""
+
+    def stats(node_id):
+        """Deferred[dict]: the node's STATS."""
 
     def open_store(node_id, size):
         """Deferred[a streamed STORE of `size` bytes open on that node]:

@@ -52,7 +52,7 @@ def renew_leases(ctx, now=None, force=False):
         return 0
     slots = defer.DeferredSemaphore(AT_ONCE)
     results = yield defer.DeferredList(
-        [slots.run(network.call, node_id, "stats") for node_id in network.alive_ids()],
+        [slots.run(network.stats, node_id) for node_id in network.alive_ids()],
         consumeErrors=True)
     answers = [value for ok, value in results if ok]
     if 2 * len(answers) > len(network.nodes):

@@ -5,6 +5,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from flud.client.node_requests import NodeRequests
 from flud.client.node_health import NodeHealth
 from flud.client.interfaces import INetwork
 from flud.protocol.client import ClientNet, NodeAddress
@@ -130,7 +131,7 @@ class NodeUnavailable(ConnectionLost, FludError):
 
 
 @implementer(INetwork)
-class Network:
+class Network(NodeRequests):
     def __init__(self, reactor, home: str, bootstrap, upload_limit: int = 0,
                  download_limit: int = 0):
         """bootstrap: [(host, port)] of nodes to ask for the member list;

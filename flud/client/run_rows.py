@@ -33,6 +33,7 @@ TRACKED = {"files": "path", "contents": "content_id", "blobs": "blob_id",
 EXTENT = "E"            # a published extent's row: "E" + its first segment's key
 ORPHAN = "O"            # an extent no published map names (a killed run's)
 RUN_META = "run_open"   # meta key: a run is open; later also what it publishes
+REPO_META = "repo_v2"   # meta key: the index's copy of the repository head (repository/head.py)
 PAGE = 1024             # run_rows read back this many at a time
 
 
@@ -149,7 +150,6 @@ class OpenRun:
     def recover_run(self):
         """Settle what a killed backup left: None if nothing, "adopted" if
         the saved head names its snapshot, else "rolled back" (see above)."""
-        from flud.client.repository.head import REPO_META   # head.py builds on this module
         state = self.get_meta(RUN_META)
         if state is None and not leftover(self.db):
             return None

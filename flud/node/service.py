@@ -22,7 +22,7 @@ from flud.node.roots import RootStore
 from flud.protocol import messages
 from flud.protocol.party import load_party
 from flud.protocol.pool import ConnectionPool
-from flud.protocol.server import NodeHandler
+from flud.node.request_handler import NodeHandler
 from flud.storage.archives import STEP_COPYING
 from flud.storage.leases import LeaseTerms
 

@@ -71,7 +71,7 @@ def needed_objects(world, home_path, listed):
     """The bundle and extent ids a restore of the listed snapshots reads
     (their trees, records and the map itself), by prune's own reach walk
     (whatever it misses, the restore of every listed snapshot finds)."""
-    from flud.client.prune.reach import Reach
+    from flud.client.repository.reach import Reach
 
     @defer.inlineCallbacks
     def job(clock, home, network, ctx):

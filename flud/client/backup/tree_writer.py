@@ -30,7 +30,7 @@ from flud.client.context import wall_clock
 from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.repository.head import Head, store_blobs, write_head
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
-from flud.client.repository.version1 import root_names
+from flud.client.repository.snapshot_paths import root_names
 from flud.client.records import EMPTY, LARGE, SMALL
 from flud.client.backup.source_scan import entry_of
 from flud.client.sparse import data_ranges, packed_size

@@ -29,15 +29,14 @@ from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
 from flud.client.repository.head import Head, record_sender, store_blobs, write_head
 from flud.client.repository.holder_map import MapIndex, MapPage, PAGE_ROWS
-from flud.client.prune.reach import (BUNDLE, EXTENT, Reach, index_extents, inventory,
+from flud.client.repository.reach import (BUNDLE, EXTENT, Reach, index_extents, inventory,
                                     named_shares, object_id)
 from flud.client.prune.repack import repack
 from flud.client.prune.surplus import is_surplus, superseded, surplus_objects
 from flud.client.repository.prune_books import (ABSENT, DEFAULT_GRACE, DELETED, FAILED, STATE_META,
                                      Outcome, PruneState, StoredObject, plan_run,
                                      record_deletes)
-from flud.client.records import Extent, ShareHolder, extent_id
-from flud.client.repair.repair_plan import stream_length
+from flud.client.records import Extent, ShareHolder, extent_id, stream_length
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
@@ -247,8 +246,7 @@ class Prune:
             errors = []
             for key_hex, node_hex in shares:
                 try:
-                    yield self.ctx.network.call(bytes.fromhex(node_hex), "delete",
-                                                bytes.fromhex(key_hex))
+                    yield self.ctx.network.delete(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
                     self.summary["shares_deleted"] += 1
                     self.summary["bytes_freed"] += self._share_size(found)
                 except RemoteError as err:

@@ -14,28 +14,27 @@ import json
 from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
+from flud.client.repository.bundle_ranges import BundleRangeReader
 from flud.client.repository.small_contents import ContentCheckFailed, open_small
 from flud.client.repository.head import record_sender, store_blobs
 from flud.client.records import SmallContent
-from flud.client.restore.small_fetch import SmallFetch
 
 
-class _StoredBytes(SmallFetch):
-    """A member's stored bytes, checked (a record's id, a small file's key)."""
+def _stored_bytes_checker(secret, sealer):
+    """An opener for a BundleRangeReader: a member's stored bytes as they
+    are, if they are what its row says (a record's id, a small file's key)."""
 
-    def __init__(self, ctx, bundles, sealer):
-        super().__init__(ctx, bundles, ctx.coder, lambda *a: None, lambda n: None)
-        self._sealer = sealer
-
-    def open(self, content, ciphertext):
-        data = bytes(ciphertext)
+    def checked(content, stored):
+        data = bytes(stored)
         if content.method == "blob":
-            return data if self._sealer.blob_id(data).hex() == content.key else None
+            return data if sealer.blob_id(data).hex() == content.key else None
         try:
-            open_small(self.ctx.secret, content._replace(method=content.method or None), data)
+            open_small(secret, content._replace(method=content.method or None), data)
         except ContentCheckFailed:
             return None
         return data
+
+    return checked
 
 
 @defer.inlineCallbacks
@@ -47,7 +46,8 @@ def repack(ctx, repo, bundle_ids):
     members = db.execute(f"SELECT DISTINCT key, bundle, offset, length, kind, size "
                          f"FROM live_members WHERE bundle IN ({marks})",
                          list(bundle_ids)).fetchall()
-    fetch = _StoredBytes(ctx, repo.bundles, BlobSealer(ctx.secret))
+    fetch = BundleRangeReader(ctx.network, repo.bundles, ctx.coder,
+                              _stored_bytes_checker(ctx.secret, BlobSealer(ctx.secret)))
     small = record_sender(ctx)
     try:
         moved_keys = set()

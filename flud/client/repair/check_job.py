@@ -161,8 +161,10 @@ class CheckJob:
             self._coders[k, n] = SegmentCoder(k, n)
         return self._coders[k, n]
 
-    def call(self, node_hex: str, method: str, *args):
-        return defer.maybeDeferred(self.network.call, bytes.fromhex(node_hex), method, *args)
+    def request(self, method, node_hex: str, *args):
+        """Deferred: method(node id, *args), one of the network's typed
+        requests (network.retrieve, network.store, ...); a raise fails it."""
+        return defer.maybeDeferred(method, bytes.fromhex(node_hex), *args)
 
     def open_store(self, node_hex: str, size: int):
         d = defer.maybeDeferred(self.network.open_store, bytes.fromhex(node_hex), size)
@@ -172,8 +174,8 @@ class CheckJob:
         """d, failed with TimeoutError (counted unreachable) after `timeout`."""
         return d.addTimeout(timeout, self.reactor)
 
-    def _call(self, node_hex: str, timeout: float, method: str, *args):
-        return self.timed(self.call(node_hex, method, *args), timeout)
+    def _call(self, node_hex: str, timeout: float, method, *args):
+        return self.timed(self.request(method, node_hex, *args), timeout)
 
     # --- checking -----------------------------------------------------------
 
@@ -242,7 +244,7 @@ class CheckJob:
         if probe is None:   # nothing recorded to ask: download it and check its key
             return (yield self._downloads.run(self._download, share))
         try:
-            digest = yield self._call(share.node, self.timeout, "verify",
+            digest = yield self._call(share.node, self.timeout, self.network.verify,
                                       bytes.fromhex(share.key), probe.nonce, probe.offset,
                                       probe.length)
         except Exception as err:
@@ -260,7 +262,7 @@ class CheckJob:
         """(bytes or None, outcome): the whole share, checked against its key
         (and let go at once unless `keep`)."""
         try:
-            data = yield self._call(share.node, self.timeout, "retrieve",
+            data = yield self._call(share.node, self.timeout, self.network.retrieve,
                                     bytes.fromhex(share.key))
         except Exception as err:
             return None, outcome_of(err)
@@ -393,7 +395,7 @@ class CheckJob:
             for p in placed:
                 if made[p.object_id][0].kind != BUNDLE:
                     data = made[p.object_id][1][p.index]
-                    sends.append(self._call(p.node, self.store_timeout, "store",
+                    sends.append(self._call(p.node, self.store_timeout, self.network.store,
                                             bytes.fromhex(p.key), data, KIND_SHARE))
                     groups.append([p])
             for group, (ok, value) in zip(groups, (yield gather(sends))):
@@ -416,7 +418,7 @@ class CheckJob:
         for p in group:
             writer.add(p.key, made[p.object_id][1][p.index])
         data = writer.seal()
-        return self._call(node, self.store_timeout, "store",
+        return self._call(node, self.store_timeout, self.network.store,
                           bytes.fromhex(share_key(data)), data, KIND_ARCHIVE)
 
     def _record(self, obj, landed: dict, unplaced: set, results) -> None:

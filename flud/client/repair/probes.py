@@ -6,7 +6,7 @@ from typing import Optional
 from flud.client.records import Challenge, ShareHolder
 from flud.client.repair.answers import Probe
 from flud.client.repository.segments import challenge_nonce
-from flud.client.verify.verify_job import challenge_index
+from flud.client.repository.share_challenges import challenge_index
 
 
 def probe_of(secret: bytes, share: ShareHolder, rows, round_number: int = 0,

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.placement import rank
-from flud.client.records import Extent, ShareHolder
+from flud.client.records import ShareHolder
 from flud.client.repair.object_health import StoredObject
 
 BUNDLE, EXTENT = "bundle", "extent"
@@ -77,12 +77,6 @@ def objects_from_map(holder_map: HolderMap, extent_k: int, stream_lengths=None) 
             objects.append(StoredObject(extent_id, EXTENT, extent_k, len(holders),
                                         tuple(holders), stream_lengths.get(extent_id)))
     return objects
-
-
-def stream_length(extent: Extent) -> int:
-    """The length of each of an extent's share streams: block i of every
-    segment, back to back."""
-    return sum(segment.block_length for segment in extent.segments)
 
 
 def moved_rows(placements) -> dict:

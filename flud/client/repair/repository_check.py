@@ -1,6 +1,6 @@
 """`flud check [--repair]` on a version-2 repository: the holder map's
-bundles and extents are the objects (repair/plan.py), the check job
-challenges, classifies and re-creates (repair/job.py), and what it moved
+bundles and extents are the objects (repair/repair_plan.py), the check job
+challenges, classifies and re-creates (repair/check_job.py), and what it moved
 becomes a map page in a new head, so a restore (also one from the key
 alone) reads the new holders. The check state (rotation, what was seen of
 each share, moves not yet in the map) is kept in the client index between
@@ -21,15 +21,15 @@ from flud.client.repository.head import (CHECK_LEAST, Head, put_root_again, reco
                                          store_blobs, write_head)
 from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.repository.prune_books import deleted_copies, pending_object_ids
-from flud.client.records import Extent, ShareHolder
+from flud.client.records import Extent, ShareHolder, stream_length
 from flud.client.repair.object_health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
 from flud.client.repair.check_job import CheckJob
-from flud.client.repair.repair_plan import map_page, objects_from_map, stream_length
+from flud.client.repair.repair_plan import map_page, objects_from_map
 from flud.client.repair.probes import probe_of
 from flud.client.repair.rotation import WEEK
 from flud.client.repair.check_state import CheckState
 from flud.client.repository.snapshot_lookup import open_repository
-from flud.client.verify.verify_job import IndexChallenges
+from flud.client.repository.share_challenges import IndexChallenges
 from flud.coding import SegmentCoder
 from flud.errors import FludError
 

@@ -130,7 +130,7 @@ def _drop(job, stores, index, failure, load) -> None:
 @defer.inlineCallbacks
 def _range(job, share, offset: int, size: int):
     try:
-        data = yield job.timed(job.call(share.node, "retrieve", bytes.fromhex(share.key),
+        data = yield job.timed(job.request(job.network.retrieve, share.node, bytes.fromhex(share.key),
                                         offset, size), job.timeout)
     except Exception as err:
         job.state.book.observe(Observation(share.key, share.node, outcome_of(err),

@@ -19,8 +19,9 @@ import base64
 import binascii
 from typing import NamedTuple, Optional
 
+from flud.client.sparse import MAX_RANGES   # data ranges of one file (sparse.py merges nearer ones)
+
 MAX_XATTR_BYTES = 64 * 1024   # names and values of one entry's xattrs (Linux: 64 KiB a value)
-MAX_RANGES = 4096             # data ranges of one file (nearer ones are merged: sparse.py)
 _FIELDS = ("o", "x", "h", "s", "d")
 
 

@@ -17,12 +17,13 @@ import logging
 
 from twisted.internet import defer
 
+from flud.client.repository.bundle_sender import BundleSender
 from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, ForkedHead, HeadError, Saved,
                                StaleRoot, judge, judge_home)
 from flud.client.context import wall_clock
 from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
-from flud.client.repository.version1 import (ManifestMissing, RootNotStored, RootUnconfirmed,
-                                             find_root, put_root_v2)
+from flud.client.repository.root_store import (ManifestMissing, RootNotStored, RootUnconfirmed,
+                                               find_root, put_root_v2)
 from flud.client.repository.prune_books import remember_superseded
 from flud.client.records import Bundle
 from flud.client.repository.tree_records import BlobRef
@@ -154,7 +155,7 @@ def _unmoved(head: Head, found, home_id: str) -> bool:
 
 @defer.inlineCallbacks
 def store_blobs(small, blobs):
-    """Hand blobs [(blob id, sealed)] to a SmallFiles and land them in a
+    """Hand blobs [(blob id, sealed)] to a BundleSender and land them in a
     bundle of their own: (their BlobRefs by id, {bundle id: Bundle}, the
     challenges of those bundles' shares)."""
     for blob_id, sealed in blobs:
@@ -362,7 +363,7 @@ def _forget_unreached(ctx, repo, records):
     what no kept snapshot reaches is what such a prune deletes. If a kept
     record cannot be read now, nothing stored is kept (safe: stored anew).
     Returns how many contents were dropped."""
-    from flud.client.prune.reach import Reach, RecordUnreadable
+    from flud.client.repository.reach import Reach, RecordUnreadable
 
     client_index = ctx.index
     try:
@@ -430,14 +431,8 @@ def _start_over(client_index) -> Head:
 
 
 def record_sender(ctx):
-    """A SmallFiles that carries records alone (forget, tag, prune: no file
-    data), opened; close() it when done."""
-    from flud.client.backup.content_log import ContentLog
-    from flud.client.backup.small_files import SmallFiles
-
-    counters = {"bytes_sent": 0, "stores": 0, "tars": 0, "bytes_read": 0}
-    summary = {"new": 0, "changed": 0, "unchanged": 0, "skipped": 0, "dedup": 0}
-    small = SmallFiles(ctx, ctx.home.config["small_file_limit"], 0, 1, ContentLog(), counters,
-                       summary, lambda path, why: None)
-    small.open(with_files=False)
-    return small
+    """A BundleSender for records alone (forget, tag, prune, repair: no
+    file data), opened; close() it when done."""
+    sender = BundleSender(ctx, ctx.home.config["small_file_limit"])
+    sender.open(with_files=False)
+    return sender

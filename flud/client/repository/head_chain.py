@@ -23,10 +23,12 @@ compared by generation alone, as they were.
 import json
 
 from flud.client.repository.holder_map import RootRecord
+from flud.client.run_rows import REPO_META
 from flud.errors import FludError
 
 SAME, AHEAD, LEGACY, FIRST = "same", "ahead", "legacy", "first"
-REPO_META = "repo_v2"   # the index's copy of the repository head (meta key; client/repository/head.py)
+# REPO_META: the index's copy of the repository head (a meta key of the
+# local index, run_rows.py; client/repository/head.py writes it)
 # The generation of the last root this home sent (meta key): a put that did
 # not reach a majority may still sit on a few nodes, so the next root this
 # home writes is newer than it and never ties with it.

@@ -6,7 +6,8 @@ index alone) and the snapshots kept. The pages are loaded oldest first into
 an sqlite file (MapCache), so the newest page wins for an object and memory
 follows one page, not the map. Blobs are then fetched by id: the map says
 which bundle range holds each, and the range is fetched as a small file's
-is (restore/small.py: one ranged RETRIEVE, or a rebuild from other shares),
+is (repository/bundle_ranges.py: one ranged RETRIEVE, or a rebuild from
+other shares),
 then checked against its address and opened.
 """
 import contextlib
@@ -18,10 +19,12 @@ import tempfile
 from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobDamaged, BlobSealer
+from flud.client.repository.bundle_ranges import BundleRangeReader
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage, RootRecord
 from flud.client.records import Bundle, ShareHolder, SmallContent
-from flud.client.restore.small_fetch import SmallFetch
-from flud.client.repository.tree_records import BadRecord, BlobRef, NewerFormat, SnapshotRecord
+from flud.client.records import extent_id as extent_name
+from flud.client.repository.tree_records import (BadRecord, BlobRef, LargeRecord, NewerFormat,
+                                                 SnapshotRecord)
 from flud.errors import FludError
 
 
@@ -140,7 +143,8 @@ def _transaction(db):
 
 
 class _CachedBundles:
-    """The map's bundle records as a read-only mapping (what SmallFetch reads)."""
+    """The map's bundle records as a read-only mapping (what a
+    BundleRangeReader reads)."""
 
     def __init__(self, cache: MapCache):
         self._cache = cache
@@ -156,18 +160,6 @@ class _CachedBundles:
         return default if record is None else record
 
 
-class _BlobFetch(SmallFetch):
-    """A blob's sealed bytes from its bundle range, checked against its address."""
-
-    def __init__(self, ctx, bundles, coder, sealer, report_bad, count_retrieves):
-        super().__init__(ctx, bundles, coder, report_bad, count_retrieves)
-        self._sealer = sealer
-
-    def open(self, content, ciphertext):
-        data = bytes(ciphertext)
-        return data if self._sealer.blob_id(data).hex() == content.key else None
-
-
 class Repository:
     """ctx: a JobContext (network, pool, coder, secret, home). Call open(root)
     first; close() removes the map cache."""
@@ -179,13 +171,18 @@ class Repository:
         self.sealer = BlobSealer(ctx.secret)
         self.cache = MapCache(ctx.home.path)
         self.bundles = _CachedBundles(self.cache)
-        self._fetch = _BlobFetch(ctx, self.bundles, ctx.coder, self.sealer, report_bad,
-                                 count_retrieves)
+        self._fetch = BundleRangeReader(ctx.network, self.bundles, ctx.coder, self._checked,
+                                        report_bad, count_retrieves)
         self.root = None
         self.index = None
 
     def close(self) -> None:
         self.cache.close()
+
+    def _checked(self, content, stored):
+        """A blob's sealed bytes if they are the ones its address names."""
+        data = bytes(stored)
+        return data if self.sealer.blob_id(data).hex() == content.key else None
 
     @defer.inlineCallbacks
     def open(self, root: RootRecord):
@@ -266,6 +263,26 @@ class Repository:
     def open_blob(self, blob_id: str) -> bytes:
         data = yield self.fetch_sealed(blob_id)
         return self.sealer.open(bytes.fromhex(blob_id), data)
+
+    def small_range(self, ref) -> BlobRef:
+        """Where a small file's stored bytes are (a tree's SmallRef): the
+        range its entry names, or, after prune repacked it, the holder
+        map's row for its key (the newest row wins)."""
+        moved = self.cache.blob(ref.key)
+        if moved is not None:
+            return moved
+        return BlobRef(ref.key, ref.bundle, ref.offset, ref.length)
+
+    @defer.inlineCallbacks
+    def large_content(self, ref) -> dict:
+        """A large file's content record (a tree's LargeRef) as written,
+        with the map's newest holders of each extent (repair moved them)."""
+        content = LargeRecord.decode((yield self.open_blob(ref.content))).content
+        for extent in content.get("ext", ()):
+            moved = self.cache.extent(extent_name(extent)) if extent["shares"] else None
+            if moved:
+                extent["shares"] = moved
+        return content
 
     @defer.inlineCallbacks
     def snapshot(self, blob_id: str) -> SnapshotRecord:

@@ -191,7 +191,7 @@ class SegmentUpload:
 
     def _launch(self, index, node_id):
         self.attempts[index] = self.attempts.get(index, 0) + 1
-        d = self.network.call(node_id, "store", self.prep.share_keys[index], self.prep.shares[index])
+        d = self.network.store(node_id, self.prep.share_keys[index], self.prep.shares[index])
         self.running.setdefault(index, {})[node_id] = d
         d.addCallbacks(self._stored, self._failed, callbackArgs=(index, node_id),
                        errbackArgs=(index, node_id))
@@ -287,7 +287,7 @@ def fetch_segment(network, pool, coder, secret, record: SegmentFetch, report=Non
     """The segment's stored bytes, decrypted, from its holders
     (records.SegmentFetch: whole shares, or an extent's blocks at their
     offsets in its streams): its plaintext, unless it was compressed
-    (record.method; restore/blocks.py decompresses those)."""
+    (record.method; restore/block_restore.py decompresses those)."""
     pieces = yield fetch_segment_pieces(network, pool, coder, secret, record, report)
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -307,7 +307,7 @@ def fetch_segment_pieces(network, pool, coder, secret, record, report=None):
     failures = []
 
     def ask(holder):
-        d = network.call(bytes.fromhex(holder.node), "retrieve", bytes.fromhex(holder.key),
+        d = network.retrieve(bytes.fromhex(holder.node), bytes.fromhex(holder.key),
                          *holder.retrieve_range(record.block_length))
         d.addCallbacks(lambda data: ("ok", holder, data), lambda f: ("err", holder, f))
         return d

@@ -12,7 +12,8 @@ from twisted.internet import defer
 
 from flud.client.repository.head_chain import Saved, StaleRoot, judge_home
 from flud.client.repository.holder_map import RootRecord
-from flud.client.repository.version1 import ManifestMissing, RootUnconfirmed, fetch_manifest, find_root
+from flud.client.repository.root_store import ManifestMissing, RootUnconfirmed, find_root
+from flud.client.repository.version1_reader import fetch_manifest
 from flud.client.repository.reader import Repository
 from flud.errors import FludError
 
@@ -154,7 +155,44 @@ def _in_repository(ctx, repo, snapshot):
             manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
                                             entry["manifest"])
             return Found(manifest=manifest)
-    for blob_id, record in (yield repo.snapshots()):
+    found = yield numbered(repo, snapshot)
+    if found is None:
+        raise NoSuchSnapshot(f"no snapshot {snapshot} in the repository")
+    blob_id, record = found
+    return Found(repo=repo, record=record, record_id=blob_id)
+
+
+@defer.inlineCallbacks
+def numbered(repo, snapshot: int):
+    """(blob id, SnapshotRecord) of the kept snapshot numbered `snapshot`,
+    or None. The map index lists the kept snapshots oldest first, and
+    numbers only grow, so a binary search opens about log2(kept) records,
+    not every one; where it finds nothing (or a record cannot be read),
+    the records it has not opened are read in order, as before, so a list
+    out of order still finds what it holds."""
+    ids = list(repo.index.snapshots)
+    opened = set()
+    low, high = 0, len(ids) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        try:
+            record = yield repo.snapshot(ids[middle])
+        except FludError:   # BlobDamaged, BadRecord, NewerFormat, a failed fetch
+            break
+        opened.add(middle)
         if record.snapshot_id == snapshot:
-            return Found(repo=repo, record=record, record_id=blob_id)
-    raise NoSuchSnapshot(f"no snapshot {snapshot} in the repository")
+            return ids[middle], record
+        if record.snapshot_id < snapshot:
+            low = middle + 1
+        else:
+            high = middle - 1
+    for position, blob_id in enumerate(ids):
+        if position in opened:
+            continue
+        try:
+            record = yield repo.snapshot(blob_id)
+        except FludError:
+            continue
+        if record.snapshot_id == snapshot:
+            return blob_id, record
+    return None

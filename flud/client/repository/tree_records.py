@@ -16,6 +16,8 @@ import json
 import os
 from typing import NamedTuple, Optional
 
+from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord: read from here too)
+    BadRecord, BlobRef, _is_int, _need, is_hex)
 from flud.client.repository.entry_meta import EMPTY_META, BadMeta, Meta
 from flud.errors import FludError
 
@@ -38,35 +40,10 @@ COMPRESSION_METHODS = ("", "zstd")
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
 
-class BadRecord(FludError):
-    """A record that is not what its kind says: damaged, or written by a hostile party."""
-
-    code = "BAD_RECORD"
-
-
 class NewerFormat(FludError):
     """A record written by a newer flud than this one."""
 
     code = "NEWER_FORMAT"
-
-
-def _need(condition, what: str) -> None:
-    if not condition:
-        raise BadRecord(what)
-
-
-def _is_int(value) -> bool:
-    return type(value) is int and value >= 0
-
-
-def is_hex(value, length: int = 64) -> bool:
-    if type(value) is not str or len(value) != length:
-        return False
-    try:
-        bytes.fromhex(value)
-    except ValueError:
-        return False
-    return True
 
 
 def check_name(name) -> str:
@@ -79,23 +56,6 @@ def check_name(name) -> str:
 def name_order(name: str) -> bytes:
     """Entries sort by the bytes of their names, as the file system has them."""
     return os.fsencode(name)
-
-
-class BlobRef(NamedTuple):
-    """Where a blob is: its id and the range of a bundle's data holding it."""
-    blob_id: str
-    bundle: str
-    offset: int
-    length: int
-
-    def to_wire(self) -> list:
-        return [self.blob_id, self.bundle, self.offset, self.length]
-
-    @classmethod
-    def from_wire(cls, row) -> "BlobRef":
-        _need(type(row) is list and len(row) == 4 and is_hex(row[0]) and is_hex(row[1])
-              and _is_int(row[2]) and _is_int(row[3]) and row[3] > 0, "a bad blob reference")
-        return cls(*row)
 
 
 class SmallRef(NamedTuple):

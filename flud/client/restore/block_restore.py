@@ -242,7 +242,7 @@ class BlockRestore:
         holder = next(h for h in segment.record.holders if h.index == index)
         key_hex, node_hex = holder.key, holder.node
         bl = segment.record.block_length
-        d = self.ctx.network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex),
+        d = self.ctx.network.retrieve(bytes.fromhex(node_hex), bytes.fromhex(key_hex),
                                   *holder.retrieve_range(bl), into=buffer)
 
         lo = max(index * bl, segment.start)

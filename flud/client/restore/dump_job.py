@@ -23,7 +23,7 @@ import threading
 import blake3
 from twisted.internet import defer
 
-from flud.client.repository.version1 import snapshot_paths
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import (DIR, EMPTY, FILE, LARGE, SMALL, content_from_wire,
                                  entries_from_wire)
 from flud.client.restore.tree_restore import TreeContents

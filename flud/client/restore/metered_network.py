@@ -8,10 +8,11 @@ nodes sent them, before any decode), whichever part of the restore asked.
 from zope.interface import implementer
 
 from flud.client.interfaces import INetwork
+from flud.client.node_requests import NodeRequests
 
 
 @implementer(INetwork)
-class MeteredNetwork:
+class MeteredNetwork(NodeRequests):
     """An INetwork that passes every call to `network` and counts the bytes
     of the RETRIEVE answers (`fetched_bytes`, `fetches`)."""
 

@@ -42,7 +42,7 @@ from twisted.internet import defer
 from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
-from flud.client.repository.version1 import snapshot_paths
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRecord,
                                  content_from_wire, content_kind, entries_from_wire)
 from flud.client.restore.block_restore import BlockRestore

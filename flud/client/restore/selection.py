@@ -19,7 +19,7 @@ it is made the snapshot's name of it, as a PATH argument is.
 """
 import os
 
-from flud.client.repository.version1 import snapshot_paths
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.pathmatch import PathMatcher
 
 

@@ -15,15 +15,15 @@ its path and its subtree skipped; the rest is restored.
 from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobDamaged
-from flud.client.repository.version1 import snapshot_paths
-from flud.client.records import DIR, FILE, SYMLINK, Entry, extent_id
+from flud.client.repository.snapshot_paths import snapshot_paths
+from flud.client.records import DIR, FILE, SYMLINK, Entry
 from flud.client.restore.delete_extra import check_delete_target, delete_extra
 from flud.client.restore.file_writer import RestoreError
 from flud.client.restore.meta_restore import LookOnlyMeta, TreeMeta
 from flud.client.restore.wanted_paths import Wanted
 from flud.client.restore.selection import Selection
 from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
-                                                LargeRecord, LargeRef, SmallRef)
+                                                LargeRef, SmallRef)
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
@@ -69,22 +69,15 @@ class TreeContents:
         return Entry(path, FILE, entry.mode, entry.mtime_ns, size, content[0]), content
 
     def small(self, ref: SmallRef, size: int) -> dict:
-        moved = self.repo.cache.blob(ref.key)   # prune repacked it: the map says where
-        bundle, offset, length = ((moved.bundle, moved.offset, moved.length) if moved
-                                  else (ref.bundle, ref.offset, ref.length))
-        record = {"t": "S", "size": size, "key": ref.key, "b": bundle, "o": offset, "l": length}
+        where = self.repo.small_range(ref)   # prune may have repacked it
+        record = {"t": "S", "size": size, "key": ref.key, "b": where.bundle, "o": where.offset,
+                  "l": where.length}
         if ref.method:
             record["z"] = ref.method
         return record
 
-    @defer.inlineCallbacks
-    def large(self, ref: LargeRef) -> dict:
-        content = LargeRecord.decode((yield self.repo.open_blob(ref.content))).content
-        for extent in content.get("ext", ()):
-            moved = self.repo.cache.extent(extent_id(extent)) if extent["shares"] else None
-            if moved:   # repair moved its shares: the map's newest holders
-                extent["shares"] = moved
-        return content
+    def large(self, ref: LargeRef):
+        return self.repo.large_content(ref)   # with repair's newer extent holders
 
 
 class TreeRestore:
@@ -205,46 +198,3 @@ class TreeRestore:
 
 def _everything(path, is_dir) -> bool:
     return True
-
-
-@defer.inlineCallbacks
-def flatten(repo, record, k: int, n: int) -> dict:
-    """The whole snapshot as a version-1 manifest (entries, contents,
-    bundles): for verify, and for tests and tools that read one; memory
-    follows the tree. "damaged": [(path, why)] of the records that could not
-    be read (a directory's: its subtree is missing; a large file's content
-    record: that file is); "records": the blob ids of every record read
-    (directories, their continuations, large files' content records), so
-    verify can challenge the bundles that hold them too."""
-    contents_of = TreeContents(repo)
-    entries, contents, bundles = [], {}, {}
-    damaged, records = [], set()
-
-    def fetch(blob_id):
-        records.add(blob_id)
-        return repo.fetch_sealed(blob_id)
-
-    @defer.inlineCallbacks
-    def visit(path, dir_entry):
-        if dir_entry.kind == "f" and isinstance(dir_entry.ref, LargeRef):
-            records.add(dir_entry.ref.content)
-        try:
-            entry, content = yield contents_of.entry(path, dir_entry)
-        except FludError as err:   # BlobDamaged, BadRecord, NewerFormat, a failed fetch
-            damaged.append(Damaged(path, f"cannot be read: {err}"))
-            return
-        entries.append(entry.to_wire())
-        if content is not None:
-            contents[content[0]] = content[1]
-            if content[1]["t"] == "S":
-                bundle = repo.bundles.get(content[1]["b"])
-                if bundle is None:   # a restore could not fetch it: as unreadable
-                    damaged.append(Damaged(path, "its bundle is not in the holder map"))
-                else:
-                    bundles[content[1]["b"]] = bundle
-
-    yield TreeReader(fetch, repo.sealer).walk(record.tree, visit, damaged.append)
-    return {"version": 1, "snapshot": record.snapshot_id, "created": record.time,
-            "roots": list(record.paths), "k": k, "n": n, "entries": entries,
-            "contents": contents, "bundles": bundles, "challenges": {}, "history": [],
-            "damaged": [(d.path, d.why) for d in damaged], "records": sorted(records)}

@@ -13,12 +13,12 @@ share every time.
 What a restore of a version-2 snapshot reads is challenged too, not only
 its files: the bundles holding its directory records, its large files'
 content records, the map pages and the head (the snapshot record and the
-map index; record_bundles). A share whose challenges were never recorded
+map index): tree_shares.py walks the tree for them. A share whose challenges were never recorded
 where this home can read them (a home made from the key alone has no
 challenges for the map's own bundles) is fetched whole and checked against
 its address instead (the share key is the hash of its bytes), so no share
 a restore needs goes unchecked. A record that could not be read (its path
-is in the manifest's "damaged") is counted by the caller: a verify is never
+is in the share set's `damaged`) is counted by the caller: a verify is never
 healthier than a restore.
 """
 import random
@@ -26,27 +26,19 @@ import random
 import blake3
 from twisted.internet import defer
 
-from flud.client.records import LARGE, Bundle, Challenge, content_from_wire
+from flud.client.records import Challenge
 from flud.client.repository.segments import CHALLENGE_SPAN, challenge_nonce
+from flud.client.repository.share_challenges import (  # noqa: F401 (SPOT: its callers')
+    SPOT, WHOLE, challenge_index)
 from flud.protocol.errors import ErrorCode, RemoteError
 
 IN_FLIGHT = 128
 # Shares without recorded challenges, fetched whole at once (the record
 # bundles they belong to are small, but an extent's share is a block).
 DOWNLOADS_IN_FLIGHT = 4
-# A share's challenges, in the order they are recorded
-# (segments.challenges_for, extents.StreamHashes.challenges).
-WHOLE, SPOT = 0, 1
 # What a share's check found: "unchallenged" when no challenge was recorded
 # for it and it is too large to fetch whole (an extent's stream).
 OUTCOMES = ("confirmed", "missing", "corrupt", "unreachable", "unchallenged")
-
-
-def challenge_index(round_number: int, count: int, full: bool = False) -> int:
-    """Which of a share's `count` challenges a round asks."""
-    if full or count < 2:
-        return WHOLE
-    return round_number % count
 
 
 def _span() -> str:
@@ -67,106 +59,43 @@ def summary_line(index: int, confirmed: int, checked: int) -> str:
             f"each); run `flud verify --full` to read every byte")
 
 
-class IndexChallenges:
-    """The VERIFY challenges of a version-2 snapshot: the local index's, or
-    the holder map's (a total-loss home has none of its own); a version-1
-    manifest carried its own. sources: objects with challenges(share key)."""
-
-    def __init__(self, *sources):
-        self._sources = sources
-
-    def get(self, share_key, default=None):
-        for source in self._sources:
-            found = source.challenges(share_key)
-            if found is not None:
-                return found
-        return default
-
-
-def share_locations(manifest) -> list:
-    """[(share key hex, node hex)] for every share the snapshot uses."""
-    out = {}
-    for record in manifest["contents"].values():
-        content = content_from_wire(record)
-        if content.kind == LARGE:
-            for holder in content.holders():
-                out[holder.key] = holder.node
-    for bundle in manifest["bundles"].values():
-        for holder in Bundle.holders_from_wire(bundle):
-            out[holder.key] = holder.node
-    return sorted(out.items())
-
-
-def record_bundles(repo, record_ids) -> dict:
-    """{bundle id: bundle record as written} of the bundles holding what a
-    restore of a snapshot reads before any file: the head (the newest
-    snapshot record, the map index), every map page, and the records
-    record_ids (the snapshot's own record, its directories, its large files'
-    content records) located by the map. repo: an open Repository."""
-    wanted = {repo.root.snapshot.bundle, repo.root.map_index.bundle}
-    wanted.update(ref.bundle for ref, _ in repo.index.pages)
-    for blob_id in record_ids:
-        ref = repo.cache.blob(blob_id)
-        if ref is not None:   # one the map cannot place was unreadable, and is counted so
-            wanted.add(ref.bundle)
-    found = {}
-    for bundle_id in sorted(wanted):
-        record = repo.bundles.get(bundle_id)
-        if record is not None:
-            found[bundle_id] = record
-    return found
-
-
-def short_of_k(manifest, bad) -> list:
+def short_of_k(shares, bad) -> list:
     """The objects a restore could not rebuild from the shares this verify
     confirmed: [what] of each bundle, extent or segment with fewer than k
-    distinct shares confirmed. bad: verify's [(node, share key, outcome)]
-    of every share not confirmed (over every share: not for a sample)."""
+    distinct shares confirmed. shares: the ShareSet verified; bad: verify's
+    [(node, share key, outcome)] of every share not confirmed (over every
+    share: not for a sample)."""
     unconfirmed = {key for _, key, _ in bad}
     short = []
-
-    def count(what, k, holders):
+    for what, k, holders in shares.objects():
         confirmed = {h.index for h in holders if h.key not in unconfirmed}
         if holders and len(confirmed) < k:
             short.append(f"{what}: {len(confirmed)} of the {k} shares needed confirmed")
-
-    for bundle_id, record in sorted(manifest["bundles"].items()):
-        bundle = Bundle.from_wire(record)
-        count(f"bundle {bundle_id[:16]}", bundle.k, bundle.holders)
-    for content_id, record in sorted(manifest["contents"].items()):
-        content = content_from_wire(record)
-        if content.kind != LARGE:
-            continue
-        for part in [*(content.extents or ()), *(content.segments or ())]:
-            count(f"large file content {content_id[:16]}", manifest["k"], part.holders)
     return short
 
 
 @defer.inlineCallbacks
-def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=False):
-    """Challenge each share's holder: ({node hex: {outcome: count}}, [(node
-    hex, share key hex, outcome)] of every share not confirmed). full: the
-    whole-share challenge, whatever the round."""
+def verify(network, secret, share_set, round_number, sample=1.0, rng=None, full=False):
+    """Challenge the holder of each share of share_set (a ShareSet):
+    ({node hex: {outcome: count}}, [(node hex, share key hex, outcome)] of
+    every share not confirmed). full: the whole-share challenge, whatever
+    the round."""
     rng = rng or random.Random()
-    shares = share_locations(manifest)
+    shares = share_set.locations()
     if sample < 1.0:
         shares = rng.sample(shares, max(1, int(len(shares) * sample))) if shares else []
     per_node = {}
     slots = defer.DeferredSemaphore(IN_FLIGHT)
     downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
     bad = []
-    # A bundle's shares (a few MiB at most) may be fetched whole; an
-    # extent's stream may be far larger.
-    fetchable = {holder.key for bundle in manifest["bundles"].values()
-                 for holder in Bundle.holders_from_wire(bundle)}
 
     def tally(node_hex, what):
         per_node.setdefault(node_hex, dict.fromkeys(OUTCOMES, 0))[what] += 1
 
     @defer.inlineCallbacks
     def check(key_hex, node_hex):
-        challenges = manifest["challenges"].get(key_hex)
-        if not challenges and key_hex in fetchable:
+        challenges = share_set.challenges.get(key_hex)
+        if not challenges and share_set.fetchable(key_hex):
             yield downloads.run(fetch_whole, key_hex, node_hex)
             return
         if not challenges:   # nothing says what it should hold: unchecked, and said so
@@ -182,7 +111,7 @@ def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=F
         nonce = (bytes.fromhex(challenge.nonce) if challenge.nonce is not None
                  else challenge_nonce(secret, key, index))
         try:
-            digest = yield network.call(bytes.fromhex(node_hex), "verify", key, nonce,
+            digest = yield network.verify(bytes.fromhex(node_hex), key, nonce,
                                         offset, length)
         except Exception as err:
             return failed(node_hex, key_hex, err)
@@ -208,7 +137,7 @@ def verify(network, secret, manifest, round_number, sample=1.0, rng=None, full=F
         """No challenge recorded for this share: its bytes, checked against
         its address (the hash of what it holds)."""
         try:
-            data = yield network.call(bytes.fromhex(node_hex), "retrieve", bytes.fromhex(key_hex))
+            data = yield network.retrieve(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
         except Exception as err:
             return failed(node_hex, key_hex, err)
         judge(node_hex, key_hex, blake3.blake3(data).digest().hex() == key_hex)

@@ -11,6 +11,7 @@ from zope.interface import implementer
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.messages import TO_END
 from flud.client.node_health import NodeHealth
+from flud.client.node_requests import NodeRequests
 from flud.client.interfaces import INetwork
 from flud.client.placement import rank
 from flud.storage.errors import StorageError
@@ -67,7 +68,7 @@ class FakeNode:
 
 
 @implementer(INetwork)
-class FakeNetwork:
+class FakeNetwork(NodeRequests):
     """An INetwork over FakeNodes (no TLS: count_sends counts nothing)."""
 
     def __init__(self, clock, nodes: int, client_id: bytes = b"c" * 32, delay: float = 0.01):
@@ -221,7 +222,7 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     holder map, tree), as the version-1 manifest Restore also takes."""
     from flud.client.context import JobContext
     from flud.client.progress import Progress
-    from flud.client.restore.tree_restore import flatten
+    from tools.flat_snapshot import flatten
     from flud.client.repository.snapshot_lookup import find_snapshot
     from flud.coding import SegmentCoder
     from flud.memory import MemoryMonitor
@@ -235,11 +236,12 @@ def snapshot_manifest(world, snapshot_id=None) -> dict:
     try:
         if found.manifest is not None:
             return found.manifest
-        from flud.client.verify.verify_job import IndexChallenges, share_locations
+        from flud.client.repository.share_challenges import IndexChallenges
+        from flud.client.verify.share_set import ShareSet
         manifest = run_until(clock, flatten(found.repo, found.record, k, n))
         challenges = IndexChallenges(home.index, found.repo.cache)
         manifest["challenges"] = {key: challenges.get(key)
-                                  for key, _ in share_locations(manifest)}
+                                  for key, _ in ShareSet.of_manifest(manifest).locations()}
         return manifest
     finally:
         found.close()

@@ -4,7 +4,8 @@ from flud.client.backup.file_reading import FileChanged
 from flud.client.repository.extents import ExtentFailed
 from flud.client.home import HomeError
 from flud.client.index import IndexVersionError
-from flud.client.repository.version1 import ManifestIncomplete, ManifestMissing
+from tests.unit.client.v1_writer import ManifestIncomplete
+from flud.client.repository.root_store import ManifestMissing
 from flud.client.network import NodeUnavailable, NotEnoughNodes
 from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.restore_job import RestoreError

@@ -9,6 +9,7 @@ from twisted.internet import defer
 from flud.client.repository import extents
 from flud.client.repository.extents import STALL_TIMEOUT
 from flud.client.repository.segments import StoreFailed
+from flud.client.verify.share_set import ShareSet
 from flud.client.verify.verify_job import verify
 from tests.unit.client.fakes import FakeStreamedStore, make_world, run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
@@ -164,12 +165,12 @@ def test_verify_confirms_every_stream_and_names_a_corrupt_one(world, tmp_path):
     manifest, record = _large_record(world, summary)
     streams = [s for e in record["ext"] for s in e["shares"]]
     for round_number in (0, 1):  # the whole stream, then the spot check
-        per_node, bad = run_until(clock, verify(network, home.secret, manifest, round_number))
+        per_node, bad = run_until(clock, verify(network, home.secret, ShareSet.of_manifest(manifest), round_number))
         assert bad == []
         assert sum(v["confirmed"] for v in per_node.values()) >= len(streams)
     _, key_hex, node_hex = streams[0]
     network.nodes[bytes.fromhex(node_hex)].corrupt.add(bytes.fromhex(key_hex))
-    per_node, bad = run_until(clock, verify(network, home.secret, manifest, 0))
+    per_node, bad = run_until(clock, verify(network, home.secret, ShareSet.of_manifest(manifest), 0))
     assert bad == [(node_hex, key_hex, "corrupt")]
 
 

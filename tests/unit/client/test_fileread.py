@@ -2,8 +2,8 @@
 segment cache that stays within its bound."""
 from types import SimpleNamespace
 
-from flud.client import fileread
-from flud.client.fileread import FileReader, _Pending, _Segments
+from flud.client.restore import file_ranges as fileread
+from flud.client.restore.file_ranges import FileReader, _Pending, _Segments
 
 
 def table(lengths):

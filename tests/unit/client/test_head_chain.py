@@ -13,7 +13,8 @@ from flud.client.repository.head_chain import Saved
 from flud.client.repository.head import adopt
 from flud.client.repository.holder_map import RootRecord
 from flud.client.home import create_home
-from flud.client.repository.version1 import RootNotStored, find_root, put_root_v2, root_place_key
+from flud.client.node_requests import NodeRequests
+from flud.client.repository.root_store import RootNotStored, find_root, put_root_v2, root_place_key
 from flud.client.prune import forget as forgetting
 from flud.client.prune.retention import Policy
 from flud.errors import FludError
@@ -149,7 +150,7 @@ def test_a_tie_is_broken_the_same_way_whatever_order_the_nodes_answer(world, tmp
     assert first == second == max((one, other), key=RootRecord.digest)
 
 
-class _Only:
+class _Only(NodeRequests):
     """A network that places every root on one node."""
 
     def __init__(self, network, node_id):
@@ -434,7 +435,7 @@ def test_root_holders_are_a_fixed_set_a_reader_needs_most_and_a_handover_all(wor
     holder that answers and a majority, so the home that wrote before,
     hearing a majority, sees it (two majorities share a node) even when the
     one holder it hears besides replays that home's own old root."""
-    from flud.client.repository.version1 import RootUnconfirmed, root_holders
+    from flud.client.repository.root_store import RootUnconfirmed, root_holders
     clock, home, network = world
     src = str(tmp_path / "src")
     write(os.path.join(src, "a.txt"), b"alpha")

@@ -1,4 +1,4 @@
-"""The manifest is built from the index a row at a time (flud/client/repository/version1.py)."""
+"""The manifest is built from the index a row at a time (the old release's writer, kept in tests/unit/client/v1_writer.py to write fixtures)."""
 import json
 import sqlite3
 import tracemalloc
@@ -8,7 +8,8 @@ import pytest
 
 from flud.client import index as index_module
 from flud.client.index import ClientIndex
-from flud.client.repository.version1 import ManifestIncomplete, build_manifest, snapshot_paths
+from tests.unit.client.v1_writer import ManifestIncomplete, build_manifest
+from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.records import entries_from_wire
 
 HEAD = {"version": 1, "snapshot": 3, "created": 1.5, "roots": ["/src"], "k": 4, "n": 8}
@@ -66,7 +67,7 @@ def test_the_streamed_manifest_holds_exactly_what_the_snapshot_uses(tmp_path):
 
 
 def test_many_entries_span_several_batches_and_flushes(tmp_path, monkeypatch):
-    monkeypatch.setattr("flud.client.repository.version1.FLUSH_AT", 512)
+    monkeypatch.setattr("tests.unit.client.v1_writer.FLUSH_AT", 512)
     index = ClientIndex(str(tmp_path / "index.db"))
     entries = [[f"src/{i}", "symlink", 0o777, i, 0, "t" * (i % 7)] for i in range(1000)]
     manifest = built(index, entries)

@@ -12,7 +12,7 @@ import pytest
 from flud.client.repository.segments import StoreFailed
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
-from flud.client.repository.version1 import root_holders
+from flud.client.repository.root_store import root_holders
 from tests.unit.client.fakes import (FakeNetwork, down_once_storing, make_world, run_until,
                                      snapshot_manifest)
 from tests.unit.client.test_check_run import ctx_of

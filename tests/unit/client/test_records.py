@@ -11,12 +11,11 @@ import zlib
 import pytest
 
 from flud.client.repository import extents
-from flud.client.repository.version1 import build_manifest
+from tests.unit.client.v1_writer import build_manifest, manifest_ref_to_wire
 from flud.client.records import (BlockHolder, Bundle, Challenge, EmptyContent, Entry, Extent,
                                  ExtentSegment, LargeContent, SegmentFetch, ShareHolder,
                                  SmallContent, StoredSegment, content_from_wire,
-                                 entries_from_wire, manifest_ref_segments,
-                                 manifest_ref_to_wire)
+                                 entries_from_wire, manifest_ref_segments)
 from tests.unit.client.fakes import make_world
 from tests.unit.client.test_pipeline import run_backup, run_restore
 

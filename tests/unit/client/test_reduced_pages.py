@@ -9,7 +9,7 @@ import os
 import random
 
 from flud.client.repository.head import Head
-from flud.client.repository.version1 import root_holders
+from flud.client.repository.root_store import root_holders
 from tests.unit.client.test_pipeline import run_backup
 from tests.unit.client.test_prune import world, write  # noqa: F401 (fixture)
 

@@ -77,7 +77,7 @@ def test_the_same_bytes_in_two_live_rows_move_once(world, tmp_path):
     the row that led to the first was dropped); repack moves it once, not
     twice into one bundle (which lost track of it: KeyError, seeds 50017
     and 70023 over a year)."""
-    from flud.client.prune.reach import Reach
+    from flud.client.repository.reach import Reach
     from flud.client.prune.repack import repack
     from flud.client.repository.snapshot_lookup import open_repository
 

@@ -1,4 +1,4 @@
-"""`flud stats` over trees (flud/client/stats.py): a directory shared by two
+"""`flud stats` over trees (flud/client/repository/tree_stats.py): a directory shared by two
 snapshots is read once and counted twice in the restore size; a content
 stored twice is one unique content; the bytes per node come from the holder
 map and the large files' streams."""
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from twisted.internet import defer
 
 from flud.client.repository.tree_records import DirEntry, LargeRef, SmallRef
-from flud.client.stats import RepositoryStats
+from flud.client.repository.tree_stats import RepositoryStats
 
 H = lambda c: c * 64   # noqa: E731 - a 64-hex id
 

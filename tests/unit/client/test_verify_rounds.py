@@ -5,15 +5,17 @@ import blake3
 import pytest
 from twisted.internet import defer
 
+from flud.client.node_requests import NodeRequests
 from flud.client.repository.extents import StreamHashes
 from flud.client.repository.segments import CHALLENGE_SPAN, challenges_for
+from flud.client.verify.share_set import ShareSet
 from flud.client.verify.verify_job import SPOT, WHOLE, challenge_index, describe_round, verify
 
 SECRET = b"s" * 32
 NODE = "ab" * 32
 
 
-class OneShareNetwork:
+class OneShareNetwork(NodeRequests):
     """Answers VERIFY over the bytes it holds (changed ones included)."""
 
     def __init__(self, data: bytearray):
@@ -45,7 +47,8 @@ def share(request):
         for i in range(0, len(data), 10_000):
             hashes.update(bytes(data[i:i + 10_000]))
         challenges = hashes.challenges()
-    manifest = {"contents": {}, "bundles": {"b": {"shares": [[0, key.hex(), NODE]]}},
+    bundle = {"len": len(data), "k": 1, "n": 1, "bl": len(data), "shares": [[0, key.hex(), NODE]]}
+    manifest = {"contents": {}, "bundles": {"b": bundle},
                 "challenges": {key.hex(): challenges}}
     return data, key, challenges, manifest
 
@@ -70,10 +73,10 @@ def test_the_spot_round_misses_a_corruption_the_full_round_finds(share):
     corrupt_outside_the_spot(data, challenges)
     network = OneShareNetwork(data)
 
-    per_node, bad = synchronous(verify(network, SECRET, manifest, round_number=1))
+    per_node, bad = synchronous(verify(network, SECRET, ShareSet.of_manifest(manifest), round_number=1))
     assert bad == [] and per_node[NODE]["confirmed"] == 1  # what a spot round cannot see
 
-    per_node, bad = synchronous(verify(network, SECRET, manifest, round_number=1, full=True))
+    per_node, bad = synchronous(verify(network, SECRET, ShareSet.of_manifest(manifest), round_number=1, full=True))
     assert bad == [(NODE, key.hex(), "corrupt")]
     assert per_node[NODE]["corrupt"] == 1
 
@@ -275,22 +278,23 @@ def test_a_bundle_share_without_challenges_is_fetched_and_checked(share):
     data, key, challenges, manifest = share
     manifest["challenges"] = {}
     network = RetrieveNetwork(data)
-    per_node, bad = synchronous(verify(network, SECRET, manifest, round_number=0))
+    per_node, bad = synchronous(verify(network, SECRET, ShareSet.of_manifest(manifest), round_number=0))
     assert bad == [] and per_node[NODE]["confirmed"] == 1
     data[7] ^= 1
-    per_node, bad = synchronous(verify(network, SECRET, manifest, round_number=0))
+    per_node, bad = synchronous(verify(network, SECRET, ShareSet.of_manifest(manifest), round_number=0))
     assert bad == [(NODE, key.hex(), "corrupt")]
 
 
-def test_an_extent_share_without_challenges_is_counted_unchallenged(monkeypatch):
+def test_an_extent_share_without_challenges_is_counted_unchallenged():
     """An extent's stream may be far larger than a bundle's share: without
     a recorded challenge it is not fetched, but counted as unchecked."""
-    from flud.client.verify import verify_job as verify_module
     data = bytearray(random.Random(4).randbytes(1000))
     key = blake3.blake3(data).digest()
-    manifest = {"bundles": {}, "challenges": {}, "contents": {}}
-    monkeypatch.setattr(verify_module, "share_locations", lambda manifest: [(key.hex(), NODE)])
-    per_node, bad = synchronous(verify(RetrieveNetwork(data), SECRET, manifest, round_number=0))
+    from flud.client.records import Extent, LargeContent, ShareHolder
+    shares = ShareSet(1, 1, challenges={})
+    shares.add_large("c", LargeContent(len(data), extents=(
+        Extent((ShareHolder(0, key.hex(), NODE),), ()),)))
+    per_node, bad = synchronous(verify(RetrieveNetwork(data), SECRET, shares, round_number=0))
     assert bad == [(NODE, key.hex(), "unchallenged")]
     assert per_node[NODE]["unchallenged"] == 1 and per_node[NODE]["confirmed"] == 0
 

@@ -144,6 +144,47 @@ def test_there_is_no_import_circle(graph):
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 
+
+# Inside flud/client: the jobs on top (each a package: backup, restore,
+# verify, prune, repair) never import each other; under them the repository
+# room (the repository as the nodes hold it: blobs, bundle sender and range
+# reader, the map, head, snapshot lookup, tree walk, the version-1 reader),
+# which imports no job; under both the client's floor (modules directly in
+# flud/client/: network, placement, health, the local index, records,
+# context, progress), which imports neither.
+JOBS = ("flud.client.backup", "flud.client.restore", "flud.client.verify",
+        "flud.client.prune", "flud.client.repair")
+CLIENT_ALLOWED = {
+    "flud.client": set(),
+    "flud.client.repository": {"flud.client"},
+    **{job: {"flud.client.repository", "flud.client"} for job in JOBS},
+}
+def client_room_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) > 3 else "flud.client"
+
+
+def test_client_jobs_never_import_each_other_and_the_repository_imports_no_job(graph):
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        if room_of(source) != "flud.client":
+            continue
+        here = client_room_of(source)
+        assert here in CLIENT_ALLOWED, f"{source}: client room {here} has no rule"
+        for target in sorted(targets):
+            there = client_room_of(target)
+            if room_of(target) == "flud.client" and there != here \
+                    and there not in CLIENT_ALLOWED[here]:
+                wrong.append(f"{source} -> {target} ({here} may not import {there})")
+    assert not wrong, "imports against the client's map:\n" + "\n".join(wrong)
+
+
+def test_the_client_rules_catch_a_job_importing_a_job():
+    assert client_room_of("flud.client.prune.prune_job") == "flud.client.prune"
+    assert "flud.client.repair" not in CLIENT_ALLOWED["flud.client.prune"]
+    assert "flud.client.backup" not in CLIENT_ALLOWED["flud.client.repository"]
+    assert client_room_of("flud.client.index") == "flud.client"
+
 # Modules that must import nothing of a reactor: the sans-I/O protocol
 # pieces (tested with plain bytes) and the pure packages.
 SANS_IO = ("flud.protocol.codec", "flud.protocol.session", "flud.protocol.tls",

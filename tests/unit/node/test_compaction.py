@@ -10,7 +10,7 @@ from flud.protocol.messages import KIND_ARCHIVE
 from flud.storage.limits import COMPACT_MIN_BYTES
 from flud.storage.memory import MemoryShareStore
 from flud.storage.tarscan import member_span
-from tests.unit.protocol.test_server import Node, ok
+from tests.unit.node.test_request_handler import Node, ok
 from tests.unit.storage.helpers import ALICE, BOB, key_of, make_tar, put_tar, read_all
 
 MEMBER = COMPACT_MIN_BYTES // 8

@@ -13,7 +13,7 @@ import pytest
 from flud.protocol.errors import ErrorCode
 from flud.protocol.messages import KIND_ARCHIVE
 from flud.storage.disk import ShareStore
-from tests.unit.protocol.test_server import Node, error_code, ok
+from tests.unit.node.test_request_handler import Node, error_code, ok
 from tests.unit.storage.helpers import key_of, make_tar
 
 

@@ -14,7 +14,7 @@ from flud.protocol.errors import ErrorCode
 from flud.storage.disk import ShareStore
 from flud.storage.errors import NotFound
 from flud.storage.leases import LeaseTerms
-from tests.unit.protocol.test_server import Node, error_code, ok
+from tests.unit.node.test_request_handler import Node, error_code, ok
 from tests.unit.storage.helpers import ALICE, BOB, key_of
 
 DAY = 86400.0

@@ -78,7 +78,7 @@ def test_holder_map_in_and_repair_page_out():
 
 def test_an_extents_stream_length_is_the_sum_of_its_segments_block_lengths():
     from flud.client.records import Extent, ExtentSegment
-    from flud.client.repair.repair_plan import stream_length
+    from flud.client.records import stream_length
     holders = tuple(ShareHolder(i, hexid(200 + i), hexid(1 + i)) for i in range(8))
     extent = Extent(holders, (ExtentSegment(hexid(1), 2 << 20, 512 << 10, ""),
                               ExtentSegment(hexid(2), 1000, 250, "")))

@@ -1,5 +1,8 @@
-"""The VERIFY challenges of the shares a backup run sent, kept packed
-until the run records them in the index."""
+"""The VERIFY challenges of shares: those of the shares a run sent, kept
+packed until the run records them in the index; where a share's recorded
+challenges are found (IndexChallenges); which of them a round asks
+(challenge_index: verify and check ask the same, so a repaired share
+answers its old challenges)."""
 import struct
 
 from flud.client.records import Challenge
@@ -58,3 +61,31 @@ def tar_challenges(secret, tar):
     return {m.member_key.hex(): challenges_for(secret, m.member_key,
                                                 view[m.data_offset:m.data_offset + m.length])
             for m in tar.members}
+
+
+# A share's challenges, in the order they are recorded
+# (segments.challenges_for, extents.StreamHashes.challenges).
+WHOLE, SPOT = 0, 1
+
+
+def challenge_index(round_number: int, count: int, full: bool = False) -> int:
+    """Which of a share's `count` challenges a round asks."""
+    if full or count < 2:
+        return WHOLE
+    return round_number % count
+
+
+class IndexChallenges:
+    """The VERIFY challenges of a version-2 snapshot: the local index's, or
+    the holder map's (a total-loss home has none of its own); a version-1
+    manifest carried its own. sources: objects with challenges(share key)."""
+
+    def __init__(self, *sources):
+        self._sources = sources
+
+    def get(self, share_key, default=None):
+        for source in self._sources:
+            found = source.challenges(share_key)
+            if found is not None:
+                return found
+        return default

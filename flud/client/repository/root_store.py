@@ -1,29 +1,21 @@
-"""The manifest (the "master file list") and the root record that finds it.
-
-A manifest holds everything a restore needs: every entry (path, kind, mode,
-mtime, size), where each content is, the bundles, the VERIFY challenges, and
-the list of earlier snapshots. It is JSON, zlib-compressed, sealed with
-AES-GCM under a key derived from the user secret, then stored like a large
-file (segments, k-of-n). The root record, also sealed, points to the newest
-manifest; it is put on the nodes that rank highest for this client, and a
-client that lost everything asks every node for it (ROOT_GET).
+"""The root record on the nodes: sealed (JSON, zlib-compressed, AES-GCM
+under a key derived from the user secret), put on the nodes that rank
+highest for this client (a majority must take it), and found by asking
+every node (ROOT_GET), so a client that lost everything finds its head. A
+version-2 root (holder_map.RootRecord) names the head; a version-1 root (a
+dict) names a version-1 manifest (version1_reader.py reads it).
 """
 import json
-import os
 import zlib
 
 from twisted.internet import defer
 
 from flud.client.repository.holder_map import RootRecord, is_root_v1
 from flud.client.placement import rank
-from flud.client.records import (bundle_of, entries_to_wire, holder_keys_from_wire,
-                                 manifest_ref_segments)
-from flud.client.repository.segments import fetch_segment
 from flud.crypto import derive_key, open_sealed, seal
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
 
-MANIFEST_VERSION = 1
 ROOT_COPIES_EXTRA = 2
 
 
@@ -31,35 +23,6 @@ class ManifestMissing(FludError):
     """No root record (so no manifest) for this key could be found or stored."""
 
     code = "MANIFEST_MISSING"
-
-
-def root_names(roots) -> list:
-    """Top-level names under DEST: the roots' base names, made unique."""
-    names, seen = [], set()
-    for i, root in enumerate(roots):
-        name = os.path.basename(os.path.abspath(root).rstrip("/")) or "root"
-        if name in seen:
-            name = f"{name}-{i}"
-        seen.add(name)
-        names.append(name)
-    return names
-
-
-def snapshot_paths(roots, paths) -> list:
-    """The paths a user named, as the snapshot names them: an absolute path
-    under a backed-up root (`/home/me/docs/x`, backed up as `/home/me/docs`)
-    becomes the name under DEST (`docs/x`); other paths are kept as given."""
-    bases = [(os.path.abspath(r).rstrip("/") or "/", n) for r, n in zip(roots, root_names(roots))]
-    named = []
-    for path in paths:
-        if os.path.isabs(path):
-            path = os.path.normpath(path)
-            for base, name in bases:
-                if path == base or path.startswith(base.rstrip("/") + "/"):
-                    path = name + path[len(base.rstrip("/")):]
-                    break
-        named.append(path)
-    return named
 
 
 # zlib level 1: the manifest is mostly hex keys; level 6 took 4x longer for
@@ -76,107 +39,8 @@ def _seal_json(secret, purpose, value) -> bytes:
     return seal(derive_key(secret, purpose), _compress_json(value))
 
 
-def _open_json(secret, purpose, blob):
+def open_json(secret, purpose, blob):
     return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
-
-
-class ManifestIncomplete(FludError):
-    """An entry's content (or its bundle) is not in the index: an index bug."""
-
-    code = "MANIFEST_INCOMPLETE"
-
-
-# Entries are JSON-encoded this many at a time, and the JSON goes to the
-# compressor in pieces of about FLUSH_AT bytes.
-ENTRY_BATCH = 256
-FLUSH_AT = 64 * 1024
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-
-
-class _Compressor:
-    """JSON text in pieces in, zlib out: the manifest's JSON is never whole."""
-
-    def __init__(self, headroom: int = 0):
-        self._zlib = zlib.compressobj(COMPRESS_LEVEL)
-        self._pending = []
-        self._size = 0
-        self.out = bytearray(headroom)  # room for a seal's nonce in front
-
-    def write(self, piece: bytes) -> None:
-        self._pending.append(piece)
-        self._size += len(piece)
-        if self._size >= FLUSH_AT:
-            self._flush()
-
-    def _flush(self) -> None:
-        self.out += self._zlib.compress(b"".join(self._pending))
-        self._pending.clear()
-        self._size = 0
-
-    def finish(self) -> bytearray:
-        self._flush()
-        self.out += self._zlib.flush()
-        return self.out
-
-
-def _write_object(out, rows, wanted, seen) -> None:
-    """'{"key":record,...}' of the index rows whose key is wanted (records are
-    the index's compact JSON, written as they are); each record goes to seen."""
-    out.write(b"{")
-    first = True
-    for key, blob in rows:
-        if key in wanted:
-            out.write((b"" if first else b",") + _ENCODE(key).encode() + b":" + blob)
-            first = False
-            seen(key, blob)
-    out.write(b"}")
-
-
-def build_manifest(index, head: dict, entries: list, history: list,
-                   headroom: int = 0) -> bytearray:
-    """The zlib-compressed JSON of a manifest (see _compress_json), streamed:
-    contents, bundles and challenges are read from the index a row at a time
-    and only the keys of what this snapshot uses are kept (a 1 GiB file's
-    manifest built as one dict peaked ~8 MB above the upload). head: the
-    small fields (version, snapshot, created, roots, k, n). entries: [Entry].
-    headroom: zero bytes in front, for seal_in_place."""
-    out = _Compressor(headroom)
-    out.write(_ENCODE(head)[:-1].encode() + b',"entries":[')
-    for start in range(0, len(entries), ENTRY_BATCH):
-        batch = _ENCODE(entries_to_wire(entries[start:start + ENTRY_BATCH]))[1:-1].encode()
-        out.write((b"," if start else b"") + batch)
-    needed = {e.last for e in entries if e.is_file}
-    bundles, used, found = set(), set(), []
-
-    # The index's records are read as JSON, not made into records: a row
-    # at a time, only their bundle and share keys are kept.
-    def content_seen(cid, blob):
-        record = json.loads(blob)
-        found.append(cid)
-        bundle = bundle_of(record)
-        if bundle is not None:
-            bundles.add(bundle)
-        used.update(holder_keys_from_wire(record))
-
-    def bundle_seen(bid, blob):
-        found.append(bid)
-        used.update(holder_keys_from_wire(json.loads(blob)))
-
-    out.write(b'],"contents":')
-    _write_object(out, index.content_rows(), needed, content_seen)
-    if len(found) != len(needed):
-        raise ManifestIncomplete(f"{len(needed) - len(found)} content record(s) of this "
-                                 f"snapshot are missing from the index")
-    found.clear()
-    out.write(b',"bundles":')
-    _write_object(out, index.bundle_rows(), bundles, bundle_seen)
-    if len(found) != len(bundles):
-        raise ManifestIncomplete(f"{len(bundles) - len(found)} bundle record(s) of this "
-                                 f"snapshot are missing from the index")
-    out.write(b',"challenges":')
-    _write_object(out, index.challenge_rows(), used, lambda key, blob: None)
-    out.write(b',"history":' + _ENCODE(history).encode() + b"}")
-    return out.finish()
 
 
 def root_place_key(network) -> bytes:
@@ -234,7 +98,7 @@ def put_root(network, secret, n, root, everywhere=False):
     else:
         targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
         needed = root_quorum(len(targets))
-    results = yield defer.DeferredList([network.call(t, "root_put", record) for t in targets],
+    results = yield defer.DeferredList([network.root_put(t, record) for t in targets],
                                        consumeErrors=True)
     accepted = sum(1 for ok, _ in results if ok)
     if not targets or accepted < needed:
@@ -267,7 +131,7 @@ def find_root(network, secret, n=None, least=None):
     root's holders (root_holders; a majority by default), else
     RootUnconfirmed."""
     ids = network.alive_ids()
-    results = yield defer.DeferredList([network.call(t, "root_get") for t in ids],
+    results = yield defer.DeferredList([network.root_get(t) for t in ids],
                                        consumeErrors=True)
     best = None
     holders = set(root_holders(network, n)) if n else set()
@@ -278,7 +142,7 @@ def find_root(network, secret, n=None, least=None):
         if not ok:
             continue
         try:
-            root = _open_json(secret, "root", blob)
+            root = open_json(secret, "root", blob)
             if not is_root_v1(root):
                 root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
         except Exception:
@@ -303,12 +167,3 @@ def _holds_none(failure) -> bool:
     """A node that answered that it holds no root for us (it did answer)."""
     err = getattr(failure, "value", None)
     return isinstance(err, RemoteError) and err.code == ErrorCode.NOT_FOUND
-
-
-@defer.inlineCallbacks
-def fetch_manifest(network, pool, coder, secret, manifest_ref):
-    parts = []
-    for segment in manifest_ref_segments(manifest_ref):
-        data = yield fetch_segment(network, pool, coder, secret, segment.fetch())
-        parts.append(data)
-    return _open_json(secret, "manifest", b"".join(parts))

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from twisted.internet import defer
 
-from flud.client.repository.version1 import fetch_manifest
+from flud.client.repository.version1_reader import fetch_manifest
 from flud.client.records import Bundle, extent_id, extent_stored_bytes
 from flud.client.repository.tree_records import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
 from flud.errors import FludError

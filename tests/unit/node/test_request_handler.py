@@ -18,7 +18,7 @@ from flud.protocol.codec import DATA_CHUNK, FrameType, Op
 from flud.protocol.errors import ConnectionLost, ErrorCode, RemoteError
 from flud.protocol.messages import KIND_ARCHIVE, KIND_STREAMED_SHARE, NO_KEY, TO_END
 from flud.protocol.outbound import BytesSource
-from flud.protocol.server import NodeHandler, FIRST_PIECE
+from flud.node.request_handler import NodeHandler, FIRST_PIECE
 from flud.storage.disk import ShareStore
 from flud.storage.errors import NotFound
 from flud.storage.memory import MemoryShareStore
@@ -1016,7 +1016,7 @@ def test_streamed_share_commits_inline_and_closes_its_transfer(tmp_path, memory_
 
 # ---- hostile senders: promises held, uploads that stall ----------------------------------
 
-from flud.protocol.server import UPLOAD_ABANDON_TIMEOUT, UPLOAD_STALL_TIMEOUT  # noqa: E402
+from flud.node.request_handler import UPLOAD_ABANDON_TIMEOUT, UPLOAD_STALL_TIMEOUT  # noqa: E402
 from flud.protocol.outbound import FedSource  # noqa: E402
 from flud.storage.capacity import owner_reserve_limit  # noqa: E402
 from flud.storage.limits import MAX_GROUP_RESERVED, MAX_GROUP_UPLOADS  # noqa: E402
