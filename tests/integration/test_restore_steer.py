@@ -121,6 +121,13 @@ def test_dump_of_a_directory_is_a_tar_of_it(backed_up):
         assert a.st_mode == b.st_mode and abs(a.st_mtime - b.st_mtime) < 1e-3, name
 
 
+def _last_json(proc) -> dict:
+    """The summary: the last of a --json run's JSON lines (docs/json.md)."""
+    lines = proc.stdout.strip().splitlines()
+    assert lines, output(proc)
+    return json.loads(lines[-1])
+
+
 def test_include_exclude_and_delete_from_the_command_line(backed_up):
     base, home, _ = backed_up
     dest = base / "picked"
@@ -140,7 +147,7 @@ def test_include_exclude_and_delete_from_the_command_line(backed_up):
     dry = flud("restore", "--home", home, "--to", dest, "tree/d01", "--delete",
                "--overwrite", "if-changed", "--dry-run", "--json")
     assert dry.returncode == 0, output(dry)
-    planned = json.loads(dry.stdout)
+    planned = _last_json(dry)
     assert planned["deleted_paths"] == ["tree/d01/s0/stray.txt"] and stray.exists()
     # d01/s3 was excluded by the first restore: its files would come now
     assert planned["dry_run"] and planned["unchanged"] > 0 and planned["new"] > 0
@@ -148,10 +155,10 @@ def test_include_exclude_and_delete_from_the_command_line(backed_up):
     proc = flud("restore", "--home", home, "--to", dest, "tree/d01", "--delete",
                 "--overwrite", "if-changed", "--json")
     assert proc.returncode == 0, output(proc)
-    summary = json.loads(proc.stdout)
+    summary = _last_json(proc)
     assert summary["deleted_paths"] == ["tree/d01/s0/stray.txt"] and not stray.exists()
     assert summary["fetched_bytes"] > 0 and summary["unchanged"] > 0
     assert compare_trees(base / "tree" / "d01", dest / "tree" / "d01") == []
     bad = flud("restore", "--home", home, "--to", dest, "--exclude", "a[", "--json")
-    assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["code"] == "BAD_PATTERN", \
+    assert bad.returncode == 2 and _last_json(bad)["error"]["code"] == "BAD_PATTERN", \
         output(bad)
