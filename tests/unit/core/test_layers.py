@@ -28,13 +28,19 @@ ALLOWED = {
     "flud.protocol": {"flud.core", "flud.storage"},
     # the overlay's Kademlia logic: pure, sans I/O (node and client may use it)
     "flud.overlay": {"flud.core"},
-    "flud.node": {"flud.overlay", "flud.protocol", "flud.core", "flud.storage"},
-    "flud.client": {"flud.overlay", "flud.protocol", "flud.core", "flud.aggregator", "flud.storage"},
+    # trust and fairness (placement rules, reputation, certificates, the
+    # give-to-get ledger): pure, sans I/O (node and client may use it)
+    "flud.trust": {"flud.core"},
+    "flud.node": {"flud.trust", "flud.overlay", "flud.protocol", "flud.core", "flud.storage"},
+    "flud.client": {"flud.trust", "flud.overlay", "flud.protocol", "flud.core", "flud.aggregator", "flud.storage"},
     "flud.testnet": {"flud.node", "flud.client", "flud.protocol", "flud.core"},
+    # the network lab (namespaces, NAT routers): a harness beside testnet
+    "flud.netlab": {"flud.testnet", "flud.node", "flud.client", "flud.overlay",
+                    "flud.protocol", "flud.core"},
     # the long-running client: beside cli (which starts it), above client;
     # it runs jobs as `flud` processes and never imports the node
     "flud.agent": {"flud.client", "flud.protocol", "flud.core"},
-    "flud.cli": {"flud.overlay", "flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
+    "flud.cli": {"flud.netlab", "flud.trust", "flud.overlay", "flud.agent", "flud.testnet", "flud.node", "flud.client", "flud.protocol",
                  "flud.core", "flud.aggregator", "flud.storage"},
     "flud.entry": {"flud.cli"},   # flud/__main__.py
 }
