@@ -16,6 +16,7 @@ from flud import units
 from flud.agent.bandwidth import parse_windows
 from flud.agent.hooks import parse_hooks
 from flud.agent.notify import EVENTS, JOBS, NotifyConfig
+from flud.agent.safety import Rules
 from flud.errors import FludError
 
 CONFIG_NAME = "agent.toml"
@@ -65,10 +66,18 @@ download = 0            # KiB/s for every job's downloads; 0: no limit
 [notify]
 urls = []               # apprise URLs, e.g. ["ntfy://ntfy.sh/my-topic", "mailto://me:pw@example.org"]
 ping_url = ""           # healthchecks-style: URL/start, URL (success), URL/fail for each backup
-events = ["failure", "overdue"]   # what goes to urls: start, success, failure, overdue
-overdue_after = "3d"    # no successful backup for this long: a notice,
+events = ["failure", "overdue", "safety"]   # what goes to urls: start, success, failure,
+                        # overdue, safety (the page turns red: objects lost, lease ending)
+overdue_after = "3d"    # no successful backup for this long: the page turns red, a notice,
 overdue_repeat = "1d"   # repeated this often while it lasts
 log_lines = 20          # lines of the job's log sent with a failure
+
+[status]                # when the page's headline (and the notices) call the data at risk
+overdue_warn = ""       # amber this long after the last successful backup; "": twice the
+                        # backup interval, at least a day (red: [notify] overdue_after)
+check_stale = "7d"      # amber when redundancy was last checked this long ago
+lease_warn = "90d"      # amber when the nodes keep the data for less than this more
+lease_alarm = "30d"     # red ... (and a notice, with "safety" in [notify] events)
 
 [hooks]                 # shell commands (/bin/sh -c); see docs/living.md
 before_backup = ""      # e.g. "pg_dump mydb > /home/me/db.sql"; if it fails, no backup
@@ -122,6 +131,7 @@ class AgentConfig:
     hooks: dict = dataclasses.field(default_factory=dict)   # name -> Hook
     bandwidth: tuple = ()           # flud/agent/bandwidth.py's Windows
     pause_on_battery: bool = False
+    rules: Rules = Rules()          # [status]: the safety verdict's thresholds
 
 
 def parse_interval(text) -> float:
@@ -233,8 +243,29 @@ def parse(text: str, path: str = CONFIG_NAME) -> AgentConfig:
         lambda index, key, what: ConfigError(
             f"{path}: [[bandwidth]] number {index}{f' {key}' if key else ''}: {what}"),
         units.parse_time_of_day, parse_rate)
+    rules = _rules(reader, data.get("status", {}), defaults["status"], notify)
     return AgentConfig(path, jobs, upload, download, listen, history, timeout, notify, hooks,
-                       bandwidth, power["pause_on_battery"])
+                       bandwidth, power["pause_on_battery"], rules)
+
+
+def _rules(reader, values: dict, defaults: dict, notify: NotifyConfig) -> Rules:
+    """[status]'s thresholds; red for an overdue backup is [notify]
+    overdue_after, so the page turns red when the notice goes out."""
+    merged = {**defaults, **values}
+    for key in values:
+        if key not in defaults:
+            raise reader.error("status", key, f"unknown key; known: {', '.join(sorted(defaults))}")
+    seconds = {}
+    for key, value in merged.items():
+        if key == "overdue_warn" and value == "":
+            seconds[key] = None
+            continue
+        seconds[key] = reader.convert("status", key, value, parse_interval)
+    if seconds["lease_alarm"] > seconds["lease_warn"]:
+        raise reader.error("status", "lease_alarm", "must not be longer than lease_warn")
+    return Rules(overdue_warn=seconds["overdue_warn"], overdue_alarm=notify.overdue_after,
+                 check_stale=seconds["check_stale"], lease_warn=seconds["lease_warn"],
+                 lease_alarm=seconds["lease_alarm"])
 
 
 def _notify(reader, values: dict, defaults: dict) -> NotifyConfig:

@@ -5,7 +5,7 @@ before_ hook runs; an essential hook that failed is returned as the reason
 the job must not run), after(job, record, log) once it ended (the after_
 or on_error hook, then the success or failure notification; the record may
 come back marked failed), and tick(now, records) on every wake-up (the
-overdue notice, sent on its own schedule).
+overdue and safety notices, sent on their own schedule).
 """
 from twisted.internet import defer
 
@@ -68,9 +68,17 @@ class JobEvents:
             self.notifier.job_ended(job, record, log)
         return record
 
-    def tick(self, now: float, records) -> None:
+    def tick(self, now: float, records, verdict=None) -> None:
+        """The overdue notice, and the safety notice for the page's verdict
+        (flud/agent/safety.py) when it is given."""
         if self.notifier is not None:
             self.notifier.check_overdue(now, records)
+            if verdict is not None:
+                self.notifier.check_safety(now, verdict)
+
+    def notify_state(self):
+        """The notifier's state for the status page, or None without one."""
+        return None if self.notifier is None else self.notifier.state()
 
 
 def _summary_error(summary: dict):

@@ -87,7 +87,11 @@ class Notifier:
         self.dropped = 0
         self.since = reactor.seconds()
         self.backup_note = backup_note   # why backups are not scheduled, or None
-        self.last_notice = self._load_state().get("overdue_notice")
+        state = self._load_state()
+        self.last_notice = state.get("overdue_notice")
+        self.safety_notice = state.get("safety_notice")
+        self.safety_codes = tuple(state.get("safety_codes") or ())
+        self.last_delivery = None   # {what, ok, at, error}: shown on the status page
 
     # ---- events --------------------------------------------------------------
 
@@ -113,6 +117,30 @@ class Notifier:
         self.send(message, "backup")
         return True
 
+    def check_safety(self, now: float, verdict) -> bool:
+        """Send a safety notice if the verdict has a new red reason (or the
+        same ones, overdue_repeat after the last notice)."""
+        alarms = notify.safety_alarms(verdict)
+        if not alarms:
+            if self.safety_codes:   # cleared: the next red reason is news again
+                self.safety_codes = ()
+                self._save_state()
+            return False
+        if not notify.safety_due(now, alarms, self.safety_codes, self.safety_notice,
+                                 self.config):
+            return False
+        self.safety_notice, self.safety_codes = now, alarms
+        self._save_state()
+        self.send(notify.safety_message(verdict, self.host), "backup")
+        return True
+
+    def state(self) -> dict:
+        """What the status page shows of the notifications."""
+        return {"urls": len(self.config.urls), "ping": bool(self.config.ping_url),
+                "events": sorted(self.config.events), "pending": self.pending,
+                "dropped": self.dropped, "last_delivery": self.last_delivery,
+                "overdue_notice": self.last_notice, "safety_notice": self.safety_notice}
+
     # ---- delivery ------------------------------------------------------------
 
     def send(self, message: notify.Message, job: str) -> list:
@@ -123,7 +151,7 @@ class Notifier:
             deliveries.append(self._deliver(f"ping {message.kind}", deliver_ping, url,
                                             message.body, self.config.timeout))
         if (self.config.urls and message.kind in self.config.events
-                and (message.kind == "overdue" or job in self.config.jobs)):
+                and (message.kind in ("overdue", "safety") or job in self.config.jobs)):
             deliveries.append(self._deliver(f"{message.kind} notice", deliver_apprise,
                                             tuple(self.config.urls), message.title,
                                             message.body, self.config.timeout))
@@ -144,11 +172,15 @@ class Notifier:
 
         def ok(_):
             self.pending -= 1
+            self.last_delivery = {"what": what, "ok": True, "at": self.reactor.seconds(),
+                                  "error": None}
             done.callback(True)
 
         def failed(failure):
             if attempt >= self.config.retries:
                 self.pending -= 1
+                self.last_delivery = {"what": what, "ok": False, "at": self.reactor.seconds(),
+                                      "error": failure.getErrorMessage()}
                 log.warning("%s not delivered after %d attempts: %s", what, attempt + 1,
                             failure.getErrorMessage())
                 done.callback(False)
@@ -169,7 +201,7 @@ class Notifier:
         from twisted.internet.threads import deferToThreadPool
         return deferToThreadPool(self.reactor, self._pool, function, *args)
 
-    # ---- the overdue notice's time, kept across restarts ---------------------------
+    # ---- the notices' times, kept across restarts -----------------------------------
 
     def _load_state(self) -> dict:
         if not self.state_path:
@@ -187,10 +219,12 @@ class Notifier:
         temp = self.state_path + ".tmp"
         try:
             with open(temp, "w") as f:
-                json.dump({"overdue_notice": self.last_notice}, f)
+                json.dump({"overdue_notice": self.last_notice,
+                           "safety_notice": self.safety_notice,
+                           "safety_codes": list(self.safety_codes)}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, self.state_path)
         except OSError as err:
-            log.warning("could not keep the overdue notice's time in %s: %s",
+            log.warning("could not keep the notices' times in %s: %s",
                         self.state_path, err)

@@ -11,12 +11,16 @@ Two kinds of destination, both set in agent.toml's [notify]:
   not running at all.
 
 The overdue rule ("no successful backup for N days") is the one the status
-page colours its headline by: `backup_overdue`. The notice is repeated every
-`overdue_repeat` while it lasts, never on every tick.
+page colours its headline by: `overdue_after` is the verdict's red threshold
+(flud/agent/config.py builds the page's Rules from it), and both count a run
+as a success by `succeeded` below. The page's other red reasons (objects
+lost, the lease ending) go out as "safety" notices when they first appear.
+Each notice is repeated every `overdue_repeat` while it lasts, never on
+every tick.
 """
 import dataclasses
 
-EVENTS = ("start", "success", "failure", "overdue")
+EVENTS = ("start", "success", "failure", "overdue", "safety")
 JOBS = ("backup", "verify", "check", "forget")
 DAY = 86400.0
 
@@ -25,7 +29,7 @@ DAY = 86400.0
 class NotifyConfig:
     urls: tuple = ()                  # apprise URLs
     ping_url: str = ""                # healthchecks-style base URL ("" : none)
-    events: frozenset = frozenset({"failure", "overdue"})
+    events: frozenset = frozenset({"failure", "overdue", "safety"})
     jobs: frozenset = frozenset(JOBS)
     overdue_after: float = 3 * DAY    # no successful backup for this long: notify
     overdue_repeat: float = DAY       # and again this often while it lasts
@@ -96,6 +100,37 @@ def overdue_message(now: float, last_ok, since: float, host: str) -> Message:
             f"runs, that this machine reaches the network, and the last runs' errors "
             f"on the status page.")
     return Message("overdue", title, body)
+
+
+# The overdue notice has rules of its own (above); every other red reason of
+# the status page's verdict (flud/agent/safety.py) is a "safety" notice.
+OVERDUE_CODES = frozenset({"NOTHING_BACKED_UP", "BACKUP_OVERDUE"})
+
+
+def safety_alarms(verdict) -> tuple:
+    """The codes of the verdict's red reasons that the overdue notice does
+    not already cover (objects lost, the lease ending), sorted."""
+    return tuple(sorted({r.code for r in verdict.reasons
+                         if r.level == "alarm" and r.code not in OVERDUE_CODES}))
+
+
+def safety_due(now: float, alarms: tuple, last_codes, last_notice,
+               config: NotifyConfig) -> bool:
+    """A safety notice now: a red reason no notice named yet, or the same
+    ones still red `overdue_repeat` after the last notice."""
+    if not alarms:
+        return False
+    if set(alarms) - set(last_codes or ()) or last_notice is None:
+        return True
+    return now - last_notice >= config.overdue_repeat
+
+
+def safety_message(verdict, host: str) -> Message:
+    lines = [f"- {r.text}" for r in verdict.reasons if r.level == "alarm"]
+    body = "\n".join([verdict.headline, *lines])
+    if verdict.details:
+        body += f"\n\n{verdict.details}"
+    return Message("safety", f"flud on {host}: {verdict.headline}", body)
 
 
 def start_message(job: str, host: str) -> Message:

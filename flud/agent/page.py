@@ -147,9 +147,13 @@ def render(status: dict, token: str = None) -> str:
     if verdict:
         out.append(_verdict(verdict))
     out.append(_running(status.get("running")))
+    if status.get("power_pause"):
+        out.append(f'<p id="power-pause" class="warn">no job starts now: '
+                   f'{e(status["power_pause"])}</p>')
     if token:
         out.append(_actions(status, token))
     out.append(_leases(status.get("leases")))
+    out.append(_notifications(status.get("notify")))
     out += (_jobs(status["jobs"]), _snapshots(status["snapshots"], token is not None),
             _health(status))
     series = status["series"]
@@ -243,6 +247,32 @@ def _leases(leases) -> str:
     day = time.strftime("%Y-%m-%d", time.localtime(leases["kept_until"]))
     return (f'<p id="leases">the nodes keep this home\'s data until at least <b>{e(day)}</b> '
             f'(leases renewed {e(when(leases.get("renewed")))}); every job renews them</p>')
+
+
+def _notifications(state) -> str:
+    """Who hears when something goes wrong ([notify] in agent.toml), and
+    whether the last delivery arrived: a notifier that cannot deliver is
+    as silent as none."""
+    if not state:
+        return ('<p id="notify" class="warn">no notifications: nobody is told when '
+                'backups stop or data is at risk (set [notify] urls or ping_url in '
+                'agent.toml)</p>')
+    where = []
+    if state["urls"]:
+        where.append(f'{state["urls"]} destination(s) ({", ".join(state["events"])})')
+    if state["ping"]:
+        where.append("a dead-man's switch ping")
+    last = state.get("last_delivery")
+    if last is None:
+        tail, cls = "nothing sent yet", ""
+    elif last["ok"]:
+        tail, cls = f'last sent {when(last["at"])} ({last["what"]})', ""
+    else:
+        tail, cls = (f'last delivery FAILED {when(last["at"])} ({last["what"]}: '
+                     f'{last["error"]})', ' class="warn"')
+    if state.get("dropped"):
+        tail += f'; {state["dropped"]} dropped'
+    return f'<p id="notify"{cls}>notifications to {e(" and ".join(where))}: {e(tail)}</p>'
 
 
 def _jobs(rows) -> str:

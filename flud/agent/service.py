@@ -18,7 +18,7 @@ from flud.agent import jobs as job_table
 from flud.agent.runner import run_job
 from flud.agent.schedule import Scheduler
 from flud.agent.lifecycle import HookRefused, job_events, power_pause
-from flud.agent.status import build_status
+from flud.agent.status import build_status, verdict_of
 
 log = logging.getLogger("flud.agent")
 
@@ -49,6 +49,7 @@ class Agent:
         self.running = None         # {job, start, pid, progress}
         self.snapshots = []         # the newest `flud ls --json` list
         self._timer = None
+        self._watch_timer = None
         self._stopped = False
         self.idle = defer.Deferred()  # fires when stop() finds no job running
         # hooks and notifications around each run (flud/agent/lifecycle.py)
@@ -59,12 +60,34 @@ class Agent:
     def start(self) -> None:
         self._refresh_snapshots()
         self._tick()
+        self._watch()
+
+    def _watch(self) -> None:
+        """The overdue and safety notices, by the page's own verdict: on a
+        timer of their own, so that a long job (a day-long first backup)
+        does not silence them."""
+        self._watch_timer = None
+        if self._stopped:
+            return
+        now = self.reactor.seconds()
+        try:
+            records = self.history.read()
+            paused = self.scheduler.paused_until
+            verdict = verdict_of(now, self.jobs, records,
+                                 paused if paused and paused > now else None, self.config.rules)
+            self.events.tick(now, records, verdict)
+        except Exception:   # a notice that cannot be sent must not stop the agent
+            log.exception("the overdue and safety check failed")
+        self._watch_timer = self.reactor.callLater(MAX_SLEEP, self._watch)
 
     def stop(self) -> None:
         self._stopped = True
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+        if self._watch_timer is not None and self._watch_timer.active():
+            self._watch_timer.cancel()
+        self._watch_timer = None
         if self.running is None and not self.idle.called:
             self.idle.callback(None)
 
@@ -74,7 +97,9 @@ class Agent:
         return build_status(now, self.home, self.jobs, self.states,
                             self.scheduler.next_runs(now), self.history.read(),
                             self.snapshots, self.running,
-                            paused_until=paused if paused and paused > now else None)
+                            paused_until=paused if paused and paused > now else None,
+                            rules=self.config.rules, power_pause=self.paused,
+                            notify_state=self.events.notify_state())
 
     # ---- what the page asks for -------------------------------------------
 
@@ -148,10 +173,6 @@ class Agent:
         if self._stopped:
             return
         now = self.reactor.seconds()
-        try:
-            self.events.tick(now, self.history.read())   # the overdue notice
-        except Exception:   # a notice that cannot be sent must not stop the loop
-            log.exception("the overdue check failed")
         self.paused = power_pause(self.config, self.battery)
         name = None if self.paused else self.scheduler.take(now)
         if name is None:

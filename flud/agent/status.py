@@ -8,6 +8,7 @@ the sum of what backups sent) and health per check. Until when the nodes
 keep this home's data is the newest job summary's `leases`.
 """
 
+from flud.agent.notify import succeeded
 from flud.agent.safety import Rules, SafetyState, safety_verdict
 
 LOG_RUNS = 20
@@ -128,8 +129,9 @@ def leases_of(records):
 def safety_state(now, jobs, records, health, verify, leases, paused_until=None):
     """The SafetyState (flud/agent/safety.py) of this history."""
     backups = [r for r in records if r["job"] == "backup"]
-    ok = [r for r in backups if r.get("exit") in (0, 1) and not r.get("error")
-          and not (r.get("summary") or {}).get("error")]
+    # one rule for "succeeded" with the notices (flud/agent/notify.py): a
+    # backup that exits 1 counts only when it made its snapshot
+    ok = [r for r in backups if succeeded(r) and not (r.get("summary") or {}).get("error")]
     failure = None
     if backups and backups[-1] not in ok:
         failure = {"at": backups[-1].get("end"),
@@ -162,10 +164,12 @@ def verdict_of(now, jobs, records, paused_until=None, rules=None):
 
 
 def build_status(now, home, jobs, states, next_runs, records, snapshots, running,
-                 paused_until=None, rules=None) -> dict:
+                 paused_until=None, rules=None, power_pause=None, notify_state=None) -> dict:
     """jobs: name -> (every, at); states: name -> None or why it does not run;
     next_runs: name -> time; records: history, oldest first; snapshots: from
-    `flud ls --json`; running: {job, start, pid} or None."""
+    `flud ls --json`; running: {job, start, pid} or None; power_pause: why no
+    job starts now (on battery), or None; notify_state: the notifier's
+    Notifier.state() (destinations, deliveries), or None without one."""
     last = {}
     for record in records:
         last[record["job"]] = record
@@ -196,6 +200,7 @@ def build_status(now, home, jobs, states, next_runs, records, snapshots, running
     verdict = safety_verdict(safety_state(now, jobs, records, health, verify, leases,
                                           paused_until), rules or Rules())
     return {"home": home, "now": now, "running": running, "jobs": rows,
+            "power_pause": power_pause, "notify": notify_state,
             "verdict": verdict.as_dict(), "paused_until": paused_until,
             "snapshots": list(snapshots or []), "health": health,
             "repaired": sum((health_of(r.get("summary")) or {}).get("repaired", 0)
