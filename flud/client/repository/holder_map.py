@@ -54,6 +54,10 @@ class MapPage(NamedTuple):
     extents: tuple = ()
     blobs: tuple = ()
     challenges: tuple = ()   # ((share key, [challenge as written]), ...): VERIFY from the key alone
+    # blob ids whose older rows no longer hold (prune drops the rows into
+    # what it is about to delete before its first DELETE): a reader takes
+    # them as having no row, and a merge leaves both out
+    dropped: tuple = ()
 
     @classmethod
     def of(cls, bundles=None, extents=None, blobs=(), challenges=()) -> "MapPage":
@@ -81,13 +85,20 @@ class MapPage(NamedTuple):
                 for i, page in enumerate(pages)]
 
     def encode(self) -> bytes:
-        return _encode({
+        value = {
             "v": FORMAT_VERSION, "t": "holders",
             "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
             "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
             "r": [ref.to_wire() for ref in self.blobs],
             "c": [[key, list(items)] for key, items in self.challenges],
-        }).encode("ascii")
+        }
+        if self.dropped:   # (a page without keeps the encoding it always had)
+            if list(self.dropped) != sorted(set(self.dropped)) or \
+                    set(self.dropped) & {ref.blob_id for ref in self.blobs}:
+                raise BadRecord("a holder page's dropped ids must be sorted, unique and "
+                                "have no row of their own in it")
+            value["d"] = list(self.dropped)
+        return _encode(value).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "MapPage":
@@ -115,7 +126,12 @@ class MapPage(NamedTuple):
                 type(row) is list and len(row) == 2 and is_hex(row[0]) and type(row[1]) is list
                 for row in challenges):
             raise BadRecord("a holder page with bad challenges")
-        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges))
+        dropped = value.get("d", [])
+        if type(dropped) is not list or not all(is_hex(d) for d in dropped) \
+                or dropped != sorted(set(dropped)) or set(dropped) & set(ids):
+            raise BadRecord("a holder page with bad dropped rows")
+        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges),
+                   tuple(dropped))
 
 
 class HolderMap:
@@ -130,6 +146,8 @@ class HolderMap:
         self._bundles.update(page.bundles)
         self._extents.update(page.extents)
         self._blobs.update((ref.blob_id, ref) for ref in page.blobs)
+        for blob_id in page.dropped:
+            self._blobs.pop(blob_id, None)
 
     def blob(self, blob_id: str) -> BlobRef:
         """Where a record's blob is (its bundle and range), or None."""
