@@ -241,7 +241,14 @@ class RootRecord(NamedTuple):
     The chain (a head never goes back): `home` is the writer's home id
     (made at init, kept in the home), `prev` the digest of the root this
     one replaced, `last_id` the highest snapshot id the repository has
-    issued. Roots written before the chain have them empty (""/0)."""
+    issued. Roots written before the chain have them empty (""/0).
+
+    `repairs`: how many repair pages `check --repair` added to this
+    generation while it heard fewer than a majority of the root's holders
+    (client/repository/head.py write_head). Such a root keeps its generation
+    and ranks just above the one it repaired, below any newer generation:
+    a check that read a stale head (another home took over on the holders
+    it could not hear) cannot outrank or fork the newer head."""
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
@@ -249,6 +256,7 @@ class RootRecord(NamedTuple):
     home: str = ""
     prev: str = ""
     last_id: int = 0
+    repairs: int = 0
 
     def encode(self) -> bytes:
         value = {"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
@@ -257,6 +265,8 @@ class RootRecord(NamedTuple):
                  "gen": self.generation}
         if self.home or self.prev or self.last_id:   # a pre-chain root keeps its encoding
             value.update(home=self.home, prev=self.prev, sid=self.last_id)
+        if self.repairs:
+            value["rep"] = self.repairs
         return _encode(value).encode("ascii")
 
     def digest(self) -> str:
@@ -268,6 +278,7 @@ class RootRecord(NamedTuple):
         """The root one generation newer (or `generation`), written by
         `home`, chained to this one."""
         fields.setdefault("generation", self.generation + 1)
+        fields.setdefault("repairs", 0)
         return self._replace(home=home, prev=self.digest(), **fields)
 
     @classmethod
@@ -295,7 +306,11 @@ class RootRecord(NamedTuple):
         if not ((home == "" or is_hex(home, HOME_ID_HEX)) and (prev == "" or is_hex(prev))
                 and type(last_id) is int and last_id >= 0):
             raise BadRecord("a root record with a bad chain (home, prev or sid)")
-        return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id)
+        repairs = value.get("rep", 0)
+        if type(repairs) is not int or repairs < 0:
+            raise BadRecord("a root record with a bad count of repairs")
+        return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id,
+                   repairs)
 
 
 HOME_ID_HEX = 32   # a home id: 16 random bytes, in hex
