@@ -4,7 +4,8 @@ object and per node, and re-create what is below the repair threshold.
 
 Exit codes: 0 every object healthy (or fully repaired); 1 some object is
 degraded or at risk (not repaired, or raised only as far as the reachable
-nodes allow); 2 some object is unavailable or lost: a restore would fail
+nodes allow), or fewer than a majority of the root's holders answered (the
+head checked may not be the newest); 2 some object is unavailable or lost: a restore would fail
 now (an error as much as any other: the data cannot be read)."""
 from twisted.internet import defer
 
@@ -57,6 +58,10 @@ def check(ctx, args):
         if obj["repaired"]:
             line += f", re-created {len(obj['repaired'])}: {obj['confirmed']} of {obj['n']}"
         print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
+    if job.unconfirmed:
+        # what was checked may be an old head: objects of a newer one were not
+        summary["unconfirmed"] = job.unconfirmed
+        print(f"check: not sure this is the newest head: {job.unconfirmed}")
     if job.left_out:
         print(f"check: {job.left_out} object(s) prune is deleting are not counted")
     names = {c: c.replace("_", " ") for c in CLASSES}
@@ -77,4 +82,4 @@ def check(ctx, args):
         print(f"check: {len(reduced)} object(s) raised only as far as the reachable nodes "
               f"allow (fewer than n={n}): start more nodes to restore full redundancy")
     troubled = sum(counts[c] for c in CLASSES if c != HEALTHY)
-    return EXIT_SKIPPED if troubled else EXIT_OK
+    return EXIT_SKIPPED if troubled or job.unconfirmed else EXIT_OK

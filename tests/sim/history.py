@@ -404,6 +404,11 @@ class Simulation:
         for obj in head.objects:
             if obj.object_id not in needed or obj.object_id not in judged:
                 continue   # garbage on its way out, or written by this check after it judged
+            if summary.get("unconfirmed") and obj.object_id not in states:
+                # check said the head it read may not be the newest (it heard
+                # fewer than a majority of the root's holders): it claims
+                # nothing of an object it did not list
+                continue
             state = states.get(obj.object_id, "healthy")
             if state in oracle.UNREADABLE_STATES:
                 continue

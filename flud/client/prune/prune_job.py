@@ -9,7 +9,10 @@ needs: (1) reach and inventory (read only); (2) the plan's state is saved
 (what is decided is pending) and this home's index forgets every pending
 object (its contents, the file states naming them, its records' blobs):
 from here on no backup names them, and one that needs such content stores
-it again; (3) DELETEs, each object's outcome saved as it is known; (4)
+it again; the map's blob rows into bundles about to be deleted are
+dropped by a page of their own (a head one generation newer), so no reader
+follows a row into what is half deleted; (3) DELETEs, each object's
+outcome saved as it is known; (4)
 repacked members are stored in new bundles and the new map (their new
 ranges, without what is gone, without the challenges of shares it no
 longer names) becomes the head. A kill after (2) leaves pending deletes
@@ -157,14 +160,14 @@ class Prune:
         self._save(plan.state)                 # decided deletes are pending from here on
         self._unindex(plan.delete)             # ... and no backup counts on them: both first
         # Repacked files' rows that point into a bundle this run deletes leave
-        # the map it writes at its end, even where a DELETE fails and the
-        # bundle stays pending: a backup that stores those bytes anew names
-        # its own bundle, and a reader must not follow the row to a bundle
-        # that is half deleted (seed 50001). Writing the map once more
-        # before the DELETEs would also cover a prune killed in between, but
-        # a whole map a run kept the 30-day retention bound from holding
-        # (tests/integration/test_retention.py): left for the next stop.
+        # the map before its first DELETE, even where a DELETE fails and the
+        # bundle stays pending, or the run is killed before its map write: a
+        # backup that stores those bytes anew names its own bundle, and a
+        # reader must not follow the row to a bundle that is half deleted
+        # (seed 50001). A page of dropped rows, not the whole map: a whole
+        # map a run kept the 30-day retention bound from holding.
         self._dying = {oid[2:] for oid in plan.delete if oid.startswith(BUNDLE + ":")}
+        yield self._drop_rows(repo)
         outcomes = yield self._delete(plan.delete, objects)
         state = record_deletes(plan.state, outcomes, self.now())
         self._save(state)
@@ -264,6 +267,39 @@ class Prune:
 
         yield defer.DeferredList([slots.run(one, oid) for oid in ids], consumeErrors=True)
         return outcomes
+
+    @defer.inlineCallbacks
+    def _drop_rows(self, repo):
+        """A head whose map has one more page: the blob rows that point into
+        bundles this run deletes, dropped (MapPage.dropped). No kept snapshot
+        reaches those bundles, so no reader needs the rows; the map written
+        at the end leaves them out again and this page with them."""
+        dropped = sorted(ref.blob_id for ref in repo.cache.blob_rows()
+                         if ref.bundle in self._dying)
+        if not dropped:
+            return
+        ctx = self.ctx
+        sealer = BlobSealer(ctx.secret)
+        small = record_sender(ctx)
+        try:
+            pages = []
+            for start in range(0, len(dropped), PAGE_ROWS):
+                page = MapPage(dropped=tuple(dropped[start:start + PAGE_ROWS]))
+                page_id, sealed = sealer.seal(page.encode())
+                refs, page_bundles, _ = yield store_blobs(small, [(page_id.hex(), sealed)])
+                ref = refs[page_id.hex()]
+                pages.append((ref, page_bundles[ref.bundle]))
+            head = Head.of_repository(repo)
+            newest = head.snapshot
+            self._head = yield write_head(
+                ctx, small, head, repo.index._replace(pages=repo.index.pages + tuple(pages)),
+                sealer, newest=newest.blob_id,
+                newest_bundle=(newest, newest.bundle, head.final.get(newest.bundle)))
+        finally:
+            small.close()
+        # this run's own readers (the map at the end) see them dropped too
+        repo.cache.db.executemany("UPDATE blobs SET bundle=NULL WHERE id=?",
+                                  ((blob_id,) for blob_id in dropped))
 
     @defer.inlineCallbacks
     def _write_map(self, repo, bundles_gone, extents_gone, moved):

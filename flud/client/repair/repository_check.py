@@ -85,6 +85,9 @@ class Check:
         self.clock = clock
         self.policy = RepairPolicy(m=m, grace=grace, margin=margin)
         self.left_out = 0   # objects prune is deleting: not checked
+        # why the head checked may not be the newest (fewer than a majority of
+        # the root's holders answered), or "": a newer head may be on the others
+        self.unconfirmed = ""
         self.cycle, self.interval = cycle, interval
 
     def _state(self) -> CheckState:
@@ -98,6 +101,7 @@ class Check:
         if repo is None:
             raise CheckError("the nodes hold no version-2 repository for this key: "
                              "back up once with this flud first")
+        self.unconfirmed = repo.unconfirmed
         try:
             report = yield self._run(repo)
         finally:

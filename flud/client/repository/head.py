@@ -104,8 +104,11 @@ def saved_head(client_index):
 # the root's holders, not a majority: its repairs must reach the map while
 # most holders are freshly gone (still on the member list), or a restore
 # cannot find them (the 20-node churn of issue 25). It never changes which
-# snapshots are kept and never deletes; what this leaves open is in
-# docs/snapshots.md ("Root record").
+# snapshots are kept and never deletes. Hearing fewer than a majority, it
+# writes a repair root (RootRecord.repairs: same generation, one repair
+# more), which never outranks a newer generation another home wrote on the
+# holders it could not hear (the lifecycle simulation, seed 70002), and it
+# says its view may be stale (docs/snapshots.md, "Root record").
 CHECK_LEAST = 1
 
 
@@ -131,13 +134,29 @@ def nodes_root(ctx, least=None):
 
 
 @defer.inlineCallbacks
+def heard_root(ctx, least=None):
+    """(nodes_root(ctx, least), whether a majority of the root's holders
+    answered): with `least`, a majority is asked for first."""
+    if least is None:
+        found = yield nodes_root(ctx)
+        return found, True
+    try:
+        found = yield nodes_root(ctx)
+        return found, True
+    except RootUnconfirmed:
+        found = yield nodes_root(ctx, least)
+        return found, False
+
+
+@defer.inlineCallbacks
 def _check_unmoved(ctx, head: Head, least=None):
     """The nodes' root, checked to be the one `head` came from (read again
     just before a writer replaces it: another home, or this one's stale
-    view, must not be written over). Returns it (None: there is none)."""
-    found = yield nodes_root(ctx, least)
+    view, must not be written over). Returns (it (None: there is none),
+    whether a majority of its holders answered)."""
+    found, majority = yield heard_root(ctx, least)
     if _unmoved(head, found, ctx.home.home_id):
-        return found
+        return found, majority
     judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)  # names it
     raise ForkedHead(
         f"the nodes' head changed while this job ran (now generation "
@@ -209,10 +228,13 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
         snapshot_ref, bundle_id, bundle = newest_bundle
         final[bundle_id] = bundle
     last_id = max(head.last_id, snapshot_id or 0)
-    found = yield _check_unmoved(ctx, head, least)   # again: the stores took a while
+    found, majority = yield _check_unmoved(ctx, head, least)   # again: the stores took a while
+    generation, repairs = _next_generation(client_index, head), 0
+    if not majority:
+        generation, repairs = _repair_generation(client_index, head, snapshot_id)
     root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
-                      _next_generation(client_index, head), ctx.home.home_id,
-                      found.digest() if isinstance(found, RootRecord) else "", last_id)
+                      generation, ctx.home.home_id,
+                      found.digest() if isinstance(found, RootRecord) else "", last_id, repairs)
     yield _put_root(ctx, root)
     client_index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
     client_index.add_challenges(challenges.items())
@@ -222,13 +244,33 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     return new_head
 
 
+def _repair_generation(client_index, head: Head, snapshot_id) -> tuple:
+    """(generation, repairs) of a head written by `check --repair` that
+    heard fewer than a majority of the root's holders: the same generation,
+    one repair more (RootRecord.repairs). What it read may be stale (another
+    home may have taken over on the holders it could not hear): its root
+    then ranks below that home's newer generation instead of tying with it
+    or outranking it, and a reader of this home's own head takes it."""
+    if snapshot_id is not None or head.root is None or \
+            client_index.get_meta(ATTEMPT_META, 0) > head.generation:
+        raise RootUnconfirmed(
+            "fewer than a majority of the nodes that hold this home's root record "
+            "answered, and this head cannot be written as a repair of the one read "
+            "(it adds a snapshot, or a newer root this home sent may be on the others). "
+            "Nothing was replaced; run it again when more nodes are up.")
+    return head.generation, head.root.repairs + 1
+
+
 @defer.inlineCallbacks
 def put_root_again(ctx, repo):
     """`check --repair`: the same root put again on the nodes that rank
     highest now (its holders leave), only while it is still the nodes'
-    newest: put after another writer's, it would bring the head back."""
-    yield _check_unmoved(ctx, Head.of_repository(repo), CHECK_LEAST)
-    yield put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], repo.root)
+    newest: put after another writer's, it would bring the head back. Not
+    when fewer than a majority of its holders answered: the root read may be
+    stale, and a ROOT_PUT replaces whatever a node holds."""
+    _, majority = yield _check_unmoved(ctx, Head.of_repository(repo), CHECK_LEAST)
+    if majority:
+        yield put_root_v2(ctx.network, ctx.secret, ctx.home.config["n"], repo.root)
 
 
 def _next_generation(client_index, head: Head) -> int:
@@ -310,7 +352,7 @@ def adopt_head(ctx):
             or Saved(client_index).legacy:
         return Head.load(client_index)   # (a version-1 home's history is its index, as before)
     saved = saved_head(client_index)
-    if saved is not None and found.generation == saved.generation:
+    if saved is not None and saved.root is None and found.generation == saved.generation:
         return Head.load(client_index)   # saved before the chain: the same generation
     # this home's own next head (AHEAD), or a newer one saved before the chain: take it
     _, repo = yield open_repository(ctx, root=found)

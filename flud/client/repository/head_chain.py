@@ -113,6 +113,17 @@ def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str
             return LEGACY
         raise _other(found, saved_generation, home_path)
     if found.generation == saved_generation:
+        # a repair root (RootRecord.repairs): the same generation with a
+        # repair page more. This home's own, chained to what it saved:
+        # take it; one with fewer repairs than this home's: an older root
+        if found.repairs < saved_root.repairs:
+            raise StaleRoot(
+                f"the newest root the nodes answered with is {_gen(found)} before {_reps(saved_root)}"
+                f" this home recorded: the nodes holding the newest are away. "
+                f"{_NOTHING_CHANGED} Run it again when more nodes are up. {_older(home_path)}")
+        if found.repairs > saved_root.repairs and found.home == home_id \
+                and found.prev == saved_root.digest():
+            return AHEAD
         raise ForkedHead(
             f"the nodes hold another head of generation {found.generation} than the one this "
             f"home wrote: two homes wrote with this key. {_NOTHING_CHANGED} {_handover(home_path)}")
@@ -148,6 +159,10 @@ def _other(found: RootRecord, saved_generation: int, home_path: str) -> OtherWri
         f"(the nodes are at generation {found.generation}, this home wrote generation "
         f"{saved_generation}): that home is the writer now. {_NOTHING_CHANGED} "
         f"{_handover(home_path)}")
+
+
+def _reps(root) -> str:
+    return f"the {root.repairs} repair page(s)" if root.repairs else "a repair page"
 
 
 def _older(home_path: str) -> str:

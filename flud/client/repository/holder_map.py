@@ -54,6 +54,10 @@ class MapPage(NamedTuple):
     extents: tuple = ()
     blobs: tuple = ()
     challenges: tuple = ()   # ((share key, [challenge as written]), ...): VERIFY from the key alone
+    # blob ids whose older rows no longer hold (prune drops the rows into
+    # what it is about to delete before its first DELETE): a reader takes
+    # them as having no row, and a merge leaves both out
+    dropped: tuple = ()
 
     @classmethod
     def of(cls, bundles=None, extents=None, blobs=(), challenges=()) -> "MapPage":
@@ -81,13 +85,20 @@ class MapPage(NamedTuple):
                 for i, page in enumerate(pages)]
 
     def encode(self) -> bytes:
-        return _encode({
+        value = {
             "v": FORMAT_VERSION, "t": "holders",
             "b": [[bid, bundle.to_wire()] for bid, bundle in self.bundles],
             "x": [[xid, [h.to_wire() for h in holders]] for xid, holders in self.extents],
             "r": [ref.to_wire() for ref in self.blobs],
             "c": [[key, list(items)] for key, items in self.challenges],
-        }).encode("ascii")
+        }
+        if self.dropped:   # (a page without keeps the encoding it always had)
+            if list(self.dropped) != sorted(set(self.dropped)) or \
+                    set(self.dropped) & {ref.blob_id for ref in self.blobs}:
+                raise BadRecord("a holder page's dropped ids must be sorted, unique and "
+                                "have no row of their own in it")
+            value["d"] = list(self.dropped)
+        return _encode(value).encode("ascii")
 
     @classmethod
     def decode(cls, data: bytes) -> "MapPage":
@@ -115,7 +126,12 @@ class MapPage(NamedTuple):
                 type(row) is list and len(row) == 2 and is_hex(row[0]) and type(row[1]) is list
                 for row in challenges):
             raise BadRecord("a holder page with bad challenges")
-        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges))
+        dropped = value.get("d", [])
+        if type(dropped) is not list or not all(is_hex(d) for d in dropped) \
+                or dropped != sorted(set(dropped)) or set(dropped) & set(ids):
+            raise BadRecord("a holder page with bad dropped rows")
+        return cls(*pairs, refs, tuple((key, tuple(items)) for key, items in challenges),
+                   tuple(dropped))
 
 
 class HolderMap:
@@ -130,6 +146,8 @@ class HolderMap:
         self._bundles.update(page.bundles)
         self._extents.update(page.extents)
         self._blobs.update((ref.blob_id, ref) for ref in page.blobs)
+        for blob_id in page.dropped:
+            self._blobs.pop(blob_id, None)
 
     def blob(self, blob_id: str) -> BlobRef:
         """Where a record's blob is (its bundle and range), or None."""
@@ -223,7 +241,14 @@ class RootRecord(NamedTuple):
     The chain (a head never goes back): `home` is the writer's home id
     (made at init, kept in the home), `prev` the digest of the root this
     one replaced, `last_id` the highest snapshot id the repository has
-    issued. Roots written before the chain have them empty (""/0)."""
+    issued. Roots written before the chain have them empty (""/0).
+
+    `repairs`: how many repair pages `check --repair` added to this
+    generation while it heard fewer than a majority of the root's holders
+    (client/repository/head.py write_head). Such a root keeps its generation
+    and ranks just above the one it repaired, below any newer generation:
+    a check that read a stale head (another home took over on the holders
+    it could not hear) cannot outrank or fork the newer head."""
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
@@ -231,6 +256,7 @@ class RootRecord(NamedTuple):
     home: str = ""
     prev: str = ""
     last_id: int = 0
+    repairs: int = 0
 
     def encode(self) -> bytes:
         value = {"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
@@ -239,6 +265,8 @@ class RootRecord(NamedTuple):
                  "gen": self.generation}
         if self.home or self.prev or self.last_id:   # a pre-chain root keeps its encoding
             value.update(home=self.home, prev=self.prev, sid=self.last_id)
+        if self.repairs:
+            value["rep"] = self.repairs
         return _encode(value).encode("ascii")
 
     def digest(self) -> str:
@@ -250,6 +278,7 @@ class RootRecord(NamedTuple):
         """The root one generation newer (or `generation`), written by
         `home`, chained to this one."""
         fields.setdefault("generation", self.generation + 1)
+        fields.setdefault("repairs", 0)
         return self._replace(home=home, prev=self.digest(), **fields)
 
     @classmethod
@@ -277,7 +306,11 @@ class RootRecord(NamedTuple):
         if not ((home == "" or is_hex(home, HOME_ID_HEX)) and (prev == "" or is_hex(prev))
                 and type(last_id) is int and last_id >= 0):
             raise BadRecord("a root record with a bad chain (home, prev or sid)")
-        return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id)
+        repairs = value.get("rep", 0)
+        if type(repairs) is not int or repairs < 0:
+            raise BadRecord("a root record with a bad count of repairs")
+        return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id,
+                   repairs)
 
 
 HOME_ID_HEX = 32   # a home id: 16 random bytes, in hex

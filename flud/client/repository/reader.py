@@ -79,6 +79,10 @@ class MapCache:
         with _transaction(self.db):
             self.db.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)",
                                 (tuple(ref) for ref in page.blobs))
+            # a dropped row: no bundle, so older rows of the id stay out and
+            # blob() finds none (the tree record's own range holds)
+            self.db.executemany("INSERT OR IGNORE INTO blobs VALUES (?,NULL,0,0)",
+                                ((blob_id,) for blob_id in page.dropped))
             self.db.executemany("INSERT OR IGNORE INTO extents VALUES (?,?)",
                                 ((xid, json.dumps([h.to_wire() for h in holders]))
                                  for xid, holders in page.extents))
@@ -105,14 +109,15 @@ class MapCache:
         return [row[0] for row in self.db.execute("SELECT id FROM bundles ORDER BY id")]
 
     def blob(self, blob_id: str):
-        row = self.db.execute("SELECT id, bundle, offset, length FROM blobs WHERE id=?",
-                              (blob_id,)).fetchone()
+        row = self.db.execute("SELECT id, bundle, offset, length FROM blobs "
+                              "WHERE id=? AND bundle IS NOT NULL", (blob_id,)).fetchone()
         return BlobRef(*row) if row else None
 
     def blob_rows(self):
         """Every BlobRef in the map (records, and small files moved by repack)."""
         return [BlobRef(*row) for row in
-                self.db.execute("SELECT id, bundle, offset, length FROM blobs ORDER BY id")]
+                self.db.execute("SELECT id, bundle, offset, length FROM blobs "
+                                "WHERE bundle IS NOT NULL ORDER BY id")]
 
     def challenge_rows(self):
         return [(key, json.loads(items)) for key, items in

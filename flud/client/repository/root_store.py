@@ -119,7 +119,7 @@ def _root_rank(root) -> tuple:
     generation (a fork) are ordered by their digest, so every reader picks
     the same one whatever order the nodes answer in."""
     if isinstance(root, RootRecord):
-        return (2, root.generation, root.digest())
+        return (2, root.generation, root.repairs, root.digest())
     return (1, root["snapshot"], json.dumps(root, sort_keys=True))
 
 

@@ -75,20 +75,25 @@ def _judged_root(ctx, reading, least=None):
     try:
         # a majority of the root's holders, for a writer (head.nodes_root says
         # why) as for a reader that wants to be sure
-        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"],
-                                least=None if reading else least)
+        found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"])
     except RootUnconfirmed as err:
-        if not reading:
+        if not reading and least is None:
             raise   # a writer that hears fewer writes nothing
-        # A reader takes the newest it can see, and says it may not be the
-        # newest, unless it is the head this home wrote last itself.
-        found, unconfirmed = err.best, str(err)
-        saved = Saved(ctx.index).root
-        if saved is not None and isinstance(found, RootRecord) \
-                and found.digest() == saved.digest():
-            unconfirmed = ""
+        if not reading:
+            # `check --repair` (least): it goes on hearing fewer, and says so
+            # (what it writes then is a repair root: repository/head.py)
+            found = yield find_root(ctx.network, ctx.secret, ctx.home.config["n"], least=least)
+            unconfirmed = str(err)
         else:
-            log.warning("%s", unconfirmed)
+            # A reader takes the newest it can see, and says it may not be the
+            # newest, unless it is the head this home wrote last itself.
+            found, unconfirmed = err.best, str(err)
+            saved = Saved(ctx.index).root
+            if saved is not None and isinstance(found, RootRecord) \
+                    and found.digest() == saved.digest():
+                unconfirmed = ""
+            else:
+                log.warning("%s", unconfirmed)
     except ManifestMissing:
         found = None
     try:

@@ -150,3 +150,35 @@ def test_a_map_index_says_how_many_of_its_pages_a_merge_wrote():
     value["m"] = 4                                     # more merged pages than pages
     with pytest.raises(BadRecord, match="merged"):
         MapIndex.decode(json.dumps(value).encode())
+
+
+def test_a_dropped_row_hides_every_older_row_of_its_id_and_merges_away(tmp_path):
+    """Prune drops the rows into what it is about to delete with a page of
+    their ids (issue 25, a prune killed between its DELETEs and its map)."""
+    from flud.client.repository.reader import MapCache
+
+    old = MapPage.of({hexid(1): bundle(1)}, blobs=[blob(1), blob(2)])
+    drop = MapPage(dropped=(hexid(1001),))
+    assert MapPage.decode(drop.encode()) == drop
+    assert b'"d"' not in old.encode()           # pages without keep their encoding
+    assert HolderMap([old, drop]).blob(hexid(1001)) is None
+    assert HolderMap([old, drop]).blob(hexid(1002)) == blob(2)
+    assert all(not page.dropped for page in merge([old, drop]))
+    assert [ref.blob_id for page in merge([old, drop]) for ref in page.blobs] == [hexid(1002)]
+    cache = MapCache(str(tmp_path))
+    try:
+        cache.add_older(page=drop)                  # read newest first, as a reader does
+        cache.add_older(page=old)
+        assert cache.blob(hexid(1001)) is None and cache.blob(hexid(1002)) == blob(2)
+        assert [ref.blob_id for ref in cache.blob_rows()] == [hexid(1002)]
+    finally:
+        cache.close()
+    newer = MapPage.of(blobs=[blob(1, bundle_i=3)])  # a newer row of the id holds again
+    assert HolderMap([old, drop, newer]).blob(hexid(1001)) == blob(1, bundle_i=3)
+    for bad in ([hexid(2), hexid(1)], [hexid(1), hexid(1)], ["xyz"]):
+        value = json.loads(drop.encode())
+        value["d"] = bad
+        with pytest.raises(BadRecord):
+            MapPage.decode(json.dumps(value).encode())
+    with pytest.raises(BadRecord):               # an id cannot be both dropped and a row
+        MapPage(blobs=(blob(1),), dropped=(hexid(1001),)).encode()
