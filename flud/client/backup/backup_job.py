@@ -38,7 +38,7 @@ from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
 from flud.client.lease_renewal import renew_leases
-from flud.client.records import EmptyContent
+from flud.client.records import DIRECTORY, FILE, KIND_NAMES, EmptyContent
 from flud.client.backup.source_scan import Entry, entry_of
 from flud.client.repository.tree_records import DIR_VERSION
 from flud.client.backup.source_walk import walk
@@ -57,8 +57,9 @@ def listing_fingerprint(entries) -> str:
     xattrs or links): equal fingerprints, no change. The directory record's
     version is in it, so a record of an older version is made again (with
     the metadata it lacked), never kept."""
-    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size,
-                             e.ctime_ns, e.inode, e.target] for e in entries]
+    # Kinds spelled out as they were when fingerprints were first kept.
+    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], KIND_NAMES[e.kind], e.mode, e.mtime_ns,
+                             e.size, e.ctime_ns, e.inode, e.target] for e in entries]
     return blake3.blake3(json.dumps(rows, ensure_ascii=False,
                                     separators=(",", ":")).encode("utf-8", "surrogateescape")
                          ).hexdigest()
@@ -66,7 +67,7 @@ def listing_fingerprint(entries) -> str:
 
 def _entry(row) -> Entry:
     path, size, mtime_ns, ctime_ns, inode, mode = row
-    return Entry(path, "file", mode, mtime_ns, size, ctime_ns, inode)
+    return Entry(path, FILE, mode, mtime_ns, size, ctime_ns, inode)
 
 
 class Backup:
@@ -211,15 +212,15 @@ class Backup:
             top = entry_of(root, st, self._skip)
             if top is None:
                 continue
-            if top.kind == "file":
+            if top.kind == FILE:
                 self._classify(self._first_links([top]),
                                index.states_known(os.path.dirname(root)))
                 continue
-            if top.kind != "dir":
+            if top.kind != DIRECTORY:
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
             for listing in walk(root, (), self._skip, excludes.lister(root, self._excluded)):
-                files = self._first_links(e for e in listing.entries if e.kind == "file")
+                files = self._first_links(e for e in listing.entries if e.kind == FILE)
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
                 # unchanged and their contents known (prune forgets every
@@ -229,7 +230,7 @@ class Backup:
                 else:
                     self._classify(files, index.states_known(listing.path))
                 below = "".join(subtrees.pop(e.path, "") for e in listing.entries
-                                if e.kind == "dir")
+                                if e.kind == DIRECTORY)
                 subtree = blake3.blake3(f"{local}|{below}".encode()).hexdigest()
                 subtrees[listing.path] = subtree
                 index.add_seen_dir(listing.path, local, subtree)

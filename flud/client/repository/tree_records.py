@@ -16,8 +16,9 @@ import json
 import os
 from typing import NamedTuple, Optional
 
-from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord: read from here too)
-    BadRecord, BlobRef, _is_int, _need, is_hex)
+from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord, the kinds: read from here too)
+    BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SPECIAL_KINDS, SYMLINK, BadRecord, BlobRef,
+    _is_int, _need, is_hex)
 from flud.client.repository.entry_meta import EMPTY_META, BadMeta, Meta
 from flud.errors import FludError
 
@@ -31,9 +32,6 @@ DIR_VERSION = 3
 CHUNKED_LARGE_VERSION = 3
 _VERSIONS = {"dir": (2, 3), "large": (2, 3)}
 MAX_DIR_ENTRIES = 4096   # entries per directory record; more go to continuation records
-DIRECTORY, FILE, SYMLINK = "d", "f", "l"
-FIFO, CHAR_DEVICE, BLOCK_DEVICE = "p", "c", "b"
-SPECIAL_KINDS = (FIFO, CHAR_DEVICE, BLOCK_DEVICE)
 SMALL_REF, LARGE_REF = "S", "L"
 COMPRESSION_METHODS = ("", "zstd")
 
