@@ -182,7 +182,9 @@ def _renew_leases(home, network, args, job):
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
 _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reader", "flud.client.restore.tree_restore",
-         "flud.client.repository.root_store", *_AES_MODES)
+         "flud.client.repository.root_store",
+         "flud.client.network",   # TLS: its libcrypto serves the segments' AES-CTR too
+         *_AES_MODES)
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),

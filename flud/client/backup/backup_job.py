@@ -33,6 +33,7 @@ from flud.client.backup.large_files import LargeFiles
 from flud.client.backup.small_files import SmallFiles
 from flud.client.backup.tree_writer import TreeWriter, publish_tree
 from flud.client.repository.blobs import BlobSealer
+from flud.client.budget_plan import plan_budget
 from flud.client.context import JobContext
 from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
@@ -95,9 +96,13 @@ class Backup:
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary,
                                  chunk_sizes=ChunkSizes(chunk_size) if chunk_size else None)
-        self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
-                                 self.parallel_files, self.contents, self.counters, self.summary,
-                                 self._skip)
+        # The run's one division of the memory budget (client/budget_plan.py):
+        # the send queues, the large files and the small files' aggregator
+        # all reserve as it says.
+        self.budget_plan = plan_budget(monitor.budget_bytes, len(network.nodes),
+                                       self.large.segment_footprint, self.parallel_files)
+        self.small = small_files(self.ctx, cfg["small_file_limit"], self.budget_plan,
+                                 self.contents, self.counters, self.summary, self._skip)
 
     @property
     def policy(self):
@@ -148,7 +153,7 @@ class Backup:
         self._holed = {e.path: e for e in itertools.chain(large, holed) if e.ranges is not None}
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
-        sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
+        sends = ctx.network.count_sends(ctx.monitor, self.budget_plan)
         try:
             self.small.open(with_files=count > len(large))
             try:
