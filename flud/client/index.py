@@ -166,13 +166,6 @@ class ClientIndex(run_rows.OpenRun):
 
     # ---- change detection --------------------------------------------------
 
-    def file_states(self) -> dict:
-        """path -> FileState, all at once: one query beats thousands of
-        lookups on a no-change backup."""
-        make = FileState._make
-        return {row[0]: make(row[1:]) for row in self.db.execute(
-            "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
-
     def states_in(self, directory: str) -> dict:
         """path -> FileState of the files directly in one directory."""
         make = FileState._make
@@ -188,10 +181,6 @@ class ClientIndex(run_rows.OpenRun):
     def has_file(self, path: str) -> bool:
         """Whether a backup recorded this path before (whatever it held)."""
         return self.db.execute("SELECT 1 FROM files WHERE path=?", (path,)).fetchone() is not None
-
-    def record_files(self, rows) -> None:
-        """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
-        self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))
 
     def states_known(self, directory: str) -> dict:
         """path -> FileState of the files directly in one directory whose

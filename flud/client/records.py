@@ -91,10 +91,6 @@ class Entry(NamedTuple):
         return cls(rel, kind_of_name(name), mode, mtime_ns, size, last)
 
 
-def entries_to_wire(entries) -> list:
-    return [e.to_wire() for e in entries]
-
-
 def entries_from_wire(rows) -> list:
     make = Entry.from_wire
     return [make(row) for row in rows]
@@ -523,18 +519,6 @@ class Bundle(NamedTuple):
         """The same bundle with share `index` on `node` instead."""
         return self._replace(holders=tuple(h._replace(node=node) if h.index == index else h
                                            for h in self.holders))
-
-
-def holder_keys_from_wire(content_or_bundle) -> list:
-    """The share keys a content or bundle record, as written, uses (for the
-    manifest's challenges: read without making the records)."""
-    keys = []
-    for seg in content_or_bundle.get("segs", ()):
-        keys.extend(s[1] for s in seg[3])
-    for extent in content_or_bundle.get("ext", ()):
-        keys.extend(s[1] for s in extent["shares"])
-    keys.extend(s[1] for s in content_or_bundle.get("shares", ()))
-    return keys
 
 
 class Challenge(NamedTuple):
