@@ -18,7 +18,6 @@ The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
 import itertools
-import json
 import os
 import socket
 import time
@@ -30,6 +29,7 @@ from twisted.internet import defer
 from flud.client.backup.content_log import ContentLog
 from flud.client.backup.holed_files import split_holes
 from flud.client.backup.large_files import LargeFiles
+from flud.client.backup.listing import listing_fingerprint
 from flud.client.backup.small_files import SmallFiles
 from flud.client.backup.tree_writer import TreeWriter, publish_tree
 from flud.client.repository.blobs import BlobSealer
@@ -39,9 +39,8 @@ from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
 from flud.client.lease_renewal import renew_leases
-from flud.client.records import DIRECTORY, FILE, KIND_NAMES, EmptyContent
+from flud.client.records import DIRECTORY, FILE, EmptyContent
 from flud.client.backup.source_scan import Entry, entry_of
-from flud.client.repository.tree_records import DIR_VERSION
 from flud.client.backup.source_walk import walk
 from flud.chunker import ChunkSizes
 from flud.coding import SegmentCoder
@@ -50,20 +49,6 @@ LARGE_FILES_AT_ONCE = 3      # large files uploading at once
 SHOWN_TOO_LARGE = 20         # files left out for their size, named in the summary
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
 EMPTY = EmptyContent(0)
-
-
-def listing_fingerprint(entries) -> str:
-    """What a directory's listing says of its entries (names, kinds, modes,
-    times, sizes, inodes, link targets; ctime moves with any change of owner,
-    xattrs or links): equal fingerprints, no change. The directory record's
-    version is in it, so a record of an older version is made again (with
-    the metadata it lacked), never kept."""
-    # Kinds spelled out as they were when fingerprints were first kept.
-    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], KIND_NAMES[e.kind], e.mode, e.mtime_ns,
-                             e.size, e.ctime_ns, e.inode, e.target] for e in entries]
-    return blake3.blake3(json.dumps(rows, ensure_ascii=False,
-                                    separators=(",", ":")).encode("utf-8", "surrogateescape")
-                         ).hexdigest()
 
 
 def _entry(row) -> Entry:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from typing import Callable
 
-from flud.client.backup.backup_job import listing_fingerprint
+from flud.client.backup.listing import listing_fingerprint
 from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.backup.source_scan import entry_of
 from flud.client.backup.source_walk import walk
