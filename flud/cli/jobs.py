@@ -117,7 +117,6 @@ def _job(reactor, home, args, job, config: RunConfig = None):
 
     config = config or RunConfig.from_args(args)
     from flud.lean import proc_rss, release_free_memory
-    from flud.memory import DEFAULT_BUDGET
     monitor = MemoryMonitor(rss_reader=proc_rss, budget_bytes=config.budget_bytes())
     pool = CPUPool(reactor, size=2)
     network = Network(reactor, home.path, home.bootstrap(),
