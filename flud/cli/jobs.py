@@ -366,8 +366,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         record_retrieves[0] += n
     from flud.client.pathmatch import PatternError
     from flud.client.restore.selection import Selection
+    found = yield _find(ctx, args.snapshot, count_retrieves=count)
     cfg = RestoreConfig.from_args(args)
-    found = yield _find(ctx, cfg.snapshot, count_retrieves=count)
     steer = cfg.steer
     include, exclude = cfg.include, cfg.exclude
     if cfg.dry_run:

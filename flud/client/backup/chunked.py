@@ -43,8 +43,7 @@ import blake3
 from flud.chunker import Chunker, ChunkSizes
 from flud.client.backup.file_reading import FileChanged
 from flud.client.directio import SequentialReader
-from flud.client.records import (Extent, LargeContent, extent_id, extent_id_or_none,
-                                 extent_plain_length)
+from flud.client.records import Extent, LargeContent, extent_id
 from flud.crypto import derive_key
 
 CHUNK_PREFIX = "C"          # a chunk's index row: "C" + its id (hex)
@@ -279,9 +278,9 @@ def _known(index, cid: bytes, length: int, rows: dict):
         if row_key not in rows:
             rows[row_key] = index.segment(row_key)
         extent = rows[row_key]
-        if extent is None or extent_id_or_none(extent) != xid:
+        if extent is None or not extent.get("shares") or extent_id(extent) != xid:
             return None
-        if start + take > extent_plain_length(extent):
+        if start + take > sum(seg[1] for seg in extent["segs"]):
             return None
         parts.append((extent, start, take))
     if sum(p[2] for p in parts) != length:

@@ -24,7 +24,6 @@ from typing import NamedTuple, Optional
 
 from twisted.internet import defer
 
-from flud.client.records import EMPTY, content_kind, small_key
 from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.file_writer import set_meta
 from flud.client.restore.overwrite import resume_temp
@@ -60,11 +59,10 @@ def _same_content(fd: int, info, entry, content, secret: bytes) -> bool:
     """The regular file open on fd holds exactly the entry's content."""
     if info.st_size != entry.size:
         return False
-    if content_kind(content) == EMPTY:
+    if content["t"] == "E":
         return True
     data = _read_all(fd, entry.size)
-    return data is not None and convergent_key(secret, content_digest(data)).hex() == \
-        small_key(content)
+    return data is not None and convergent_key(secret, content_digest(data)).hex() == content["key"]
 
 
 def look_small(place, entry, content: dict, secret: bytes, temp: Optional[str],
