@@ -176,16 +176,6 @@ class SegmentCoder:
             raise BadShares(f"slices of {len(found)} bytes given for a piece of {wanted} bytes")
         return found
 
-    def decode_range(self, pieces: Sequence[Piece], slices_per_piece: Sequence[Mapping[int, Buffer]]) -> bytes:
-        """Bytes of the original data covered by `pieces` (from locate()), joined.
-
-        slices_per_piece[i] holds the range of pieces[i] from the primary share
-        or from any k shares.
-        """
-        if len(pieces) != len(slices_per_piece):
-            raise ValueError(f"{len(pieces)} pieces but {len(slices_per_piece)} sets of slices")
-        return b"".join(self.decode_piece(piece, slices) for piece, slices in zip(pieces, slices_per_piece))
-
     # --- re-coding (repair) --------------------------------------------------
 
     def recreate(self, shares: Mapping[int, Buffer], indexes: Sequence[int]) -> dict[int, Buffer]:

@@ -199,20 +199,6 @@ def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
         raise IntegrityError(_ALTERED) from None
 
 
-def open_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> memoryview:
-    """open_sealed() of a bytearray, decrypted where it is: a view of the plaintext."""
-    _check_sealed_length(buffer)
-    view = memoryview(buffer)
-    cipher = _gcm(key, bytes(view[:GCM_NONCE_LENGTH]), associated)
-    body = view[GCM_NONCE_LENGTH:-GCM_TAG_LENGTH]
-    cipher.decrypt(body, output=body)
-    try:
-        cipher.verify(bytes(view[-GCM_TAG_LENGTH:]))
-    except ValueError:
-        raise IntegrityError(_ALTERED) from None
-    return body
-
-
 _ALTERED = "sealed record failed its integrity check: it was altered, or the key is wrong"
 
 

@@ -106,13 +106,6 @@ def _load(module) -> None:
         module.__class__ = types.ModuleType
 
 
-def lazy_import(name: str):
-    """Import name now as a lazy module (unless it is imported already)."""
-    _LAZY.add(name)
-    _install_hook()
-    return importlib.import_module(name)
-
-
 def spare_on_import(module_name: str, source: str, names, lazy: tuple = ()) -> None:
     """Whenever module_name is first imported, import it sparing source (see
     import_sparing); names may be a callable that returns them, called then."""
@@ -258,20 +251,6 @@ def _exec_sparing(module, loader, module_name, source, names, lazy) -> bool:
 
     module_dict["__getattr__"] = __getattr__
     return True
-
-
-def import_defer_without_asyncio() -> bool:
-    """Import twisted.internet.defer now, without asyncio: 1.5 MB per node.
-
-    defer does `from asyncio import AbstractEventLoop, Future, iscoroutine`;
-    the asyncio package brings base_events, tasks, streams, subprocess,
-    concurrent.futures and more that a node never runs. defer gets the
-    stdlib's own iscoroutine; AbstractEventLoop and Future appear in its
-    annotations only, and defer.Future / defer.AbstractEventLoop import the
-    real asyncio on first use. (defer_unused_imports arranges the same for
-    whenever defer is first imported.)"""
-    return import_sparing("twisted.internet.defer", "asyncio", _defer_stand_ins,
-                          lazy=("AbstractEventLoop", "Future"))
 
 
 def _defer_stand_ins() -> dict:

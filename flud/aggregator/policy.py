@@ -69,11 +69,6 @@ class FlushPolicy:
                 f"max_pending_bytes ({self.max_pending_bytes}): such a tar "
                 f"could never fill")
 
-    def is_small(self, size: int) -> bool:
-        """True if a file of `size` bytes goes through the aggregator."""
-        _check_size(size)
-        return size < self.small_file_limit
-
     def bundle_full(self, size: int) -> bool:
         """True if an open bundle of `size` bytes must be sealed now."""
         _check_size(size)

@@ -17,8 +17,6 @@ MAX_NAME_LENGTH = 100       # ustar name field, without the prefix field
 MAX_MEMBER_SIZE = 8 ** 11 - 1  # 11 octal digits in the size field
 MAX_MTIME = 8 ** 11 - 1
 FILE_MODE = 0o644
-REGULAR_FILE_TYPES = (b"0", b"\0")  # "\0" is the pre-POSIX spelling
-USTAR_MAGICS = (b"ustar\x0000", b"ustar  ")  # POSIX, and old GNU
 
 # Field layout of a ustar header, in order; sizes sum to 512.
 _HEADER = struct.Struct(
@@ -44,10 +42,6 @@ assert _HEADER.size == BLOCK_SIZE
 _CHECKSUM_OFFSET = 148
 _CHECKSUM_LENGTH = 8
 _BLANK_CHECKSUM = b" " * _CHECKSUM_LENGTH  # counted as spaces when summing
-_NUMBER_OFFSETS = {"size": (124, 12), "mtime": (136, 12)}
-_TYPE_OFFSET = 156
-_MAGIC_SLICE = slice(257, 265)
-_PREFIX_SLICE = slice(345, 500)
 
 
 def _octal(value: int, width: int) -> bytes:
@@ -83,17 +77,12 @@ class TarWriter:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        self._member_count = 0
         self._sealed = False
 
     @property
     def size(self) -> int:
         """Bytes so far (headers, data, padding), without the end blocks."""
         return len(self._buffer)
-
-    @property
-    def member_count(self) -> int:
-        return self._member_count
 
     def add(self, name: str, data: bytes, mtime: int = 0) -> tuple[int, int]:
         """Append one member; return (offset of its data, its length)."""
@@ -113,7 +102,6 @@ class TarWriter:
         remainder = length % BLOCK_SIZE
         if remainder:
             buffer += bytes(BLOCK_SIZE - remainder)
-        self._member_count += 1
         return offset, length
 
     def seal(self) -> bytearray:
@@ -138,64 +126,3 @@ def _check_name(name: str) -> bytes:
         raise ValueError(f"member name must be 1..{MAX_NAME_LENGTH} ASCII "
                          f"characters without NUL, got {name!r}")
     return encoded
-
-
-def parse_members(tar_bytes: bytes) -> list[tuple[str, int, int]]:
-    """List (name, data_offset, length) of every member, walking headers.
-
-    Stops at the first zero block (end of archive). Raises ValueError on a
-    bad checksum, a truncated archive, or a member that is not a plain file.
-    """
-    view = memoryview(tar_bytes)
-    members = []
-    offset = 0
-    total = len(view)
-    while True:
-        if offset + BLOCK_SIZE > total:
-            raise ValueError(f"tar truncated: no header or end block at "
-                             f"offset {offset}")
-        block = view[offset:offset + BLOCK_SIZE]
-        raw = bytes(block)
-        if raw.count(0) == BLOCK_SIZE:
-            return members
-        _check_checksum(raw, offset)
-        if raw[_MAGIC_SLICE] not in USTAR_MAGICS:
-            raise ValueError(f"not a ustar header at offset {offset}")
-        if raw[_TYPE_OFFSET:_TYPE_OFFSET + 1] not in REGULAR_FILE_TYPES:
-            raise ValueError(f"member at offset {offset} is not a plain file "
-                             f"(type {raw[_TYPE_OFFSET:_TYPE_OFFSET + 1]!r})")
-        name = _field_text(raw[0:MAX_NAME_LENGTH])
-        prefix = _field_text(raw[_PREFIX_SLICE])
-        if prefix:
-            name = prefix + "/" + name
-        length = _number(raw, "size", offset)
-        data_offset = offset + BLOCK_SIZE
-        if data_offset + length > total:
-            raise ValueError(f"tar truncated: member {name!r} needs "
-                             f"{length} bytes at offset {data_offset}")
-        members.append((name, data_offset, length))
-        offset = data_offset + -(-length // BLOCK_SIZE) * BLOCK_SIZE
-
-
-def _check_checksum(raw: bytes, offset: int) -> None:
-    stored = _number(raw, "checksum", offset)
-    unsigned = (sum(raw[:_CHECKSUM_OFFSET]) + sum(_BLANK_CHECKSUM)
-                + sum(raw[_CHECKSUM_OFFSET + _CHECKSUM_LENGTH:]))
-    if stored != unsigned:
-        raise ValueError(f"bad tar header checksum at offset {offset}: "
-                         f"stored {stored}, computed {unsigned}")
-
-
-def _number(raw: bytes, field: str, offset: int) -> int:
-    start, width = ((_CHECKSUM_OFFSET, _CHECKSUM_LENGTH) if field == "checksum"
-                    else _NUMBER_OFFSETS[field])
-    text = raw[start:start + width].split(b"\0", 1)[0].strip(b" ")
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise ValueError(f"bad {field} field {text!r} in tar header at "
-                         f"offset {offset}") from None
-
-
-def _field_text(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("ascii", "replace")

@@ -10,15 +10,12 @@ from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.client.repository.root_store import ManifestMissing
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
+from flud.client.records import DIRECTORY, KIND_NAMES, SYMLINK
 from flud.client.restore.tree_restore import wanted_by
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
-_KIND_LETTER = {"d": "d", "f": "f", "l": "l", "dir": "d", "file": "f", "symlink": "l",
-                "p": "p", "c": "c", "b": "b"}
-_KIND_NAME = {"d": "dir", "f": "file", "l": "symlink", "p": "fifo", "c": "chardev",
-              "b": "blockdev"}
 # `ls --json` holds its entries until it prints them as one object: at most this many.
 JSON_ENTRIES = 200_000
 
@@ -33,7 +30,7 @@ def snapshot_line(snapshot_id, created, host, paths, tags, files, size) -> str:
 def entry_line(path, kind, mode, mtime_ns, size, target="") -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
     extra = f" -> {target}" if target else ""
-    return f"{_KIND_LETTER[kind]} {mode:04o} {size:>12} {when} {path}{extra}"
+    return f"{kind} {mode:04o} {size:>12} {when} {path}{extra}"
 
 
 def list_local(index) -> int:
@@ -108,10 +105,10 @@ def ls(ctx, args):
         entries = summary["entries"] = [] if getattr(args, "json", False) else None
 
         def visit(path, entry):
-            target = entry.ref if entry.kind == "l" else ""
+            target = entry.ref if entry.kind == SYMLINK else ""
             print(entry_line(path, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
             if entries is not None and len(entries) < JSON_ENTRIES:
-                entries.append({"path": path, "kind": _KIND_NAME.get(entry.kind, entry.kind),
+                entries.append({"path": path, "kind": KIND_NAMES[entry.kind],
                                 "mode": entry.mode, "mtime_ns": entry.mtime_ns,
                                 "size": entry.size, **({"target": target} if target else {})})
             elif entries is not None:
@@ -143,12 +140,12 @@ def _one_directory(repo, record, args):
         raise UserError(f"directory {path or '/'} cannot be read: {err}")
     listed = summary["entries"] = []
     for entry in entries:
-        target = entry.ref if entry.kind == "l" else ""
+        target = entry.ref if entry.kind == SYMLINK else ""
         full = f"{path}/{entry.name}" if path else entry.name
         print(entry_line(full, entry.kind, entry.mode, entry.mtime_ns, entry.size, target))
         if len(listed) < JSON_ENTRIES:
             listed.append({"name": entry.name, "path": full,
-                           "kind": _KIND_NAME.get(entry.kind, entry.kind), "mode": entry.mode,
+                           "kind": KIND_NAMES[entry.kind], "mode": entry.mode,
                            "mtime_ns": entry.mtime_ns, "size": entry.size,
                            **({"target": target} if target else {})})
     return EXIT_OK
@@ -173,7 +170,7 @@ def find(ctx, args):
                 subject = path if "/" in pattern else name
                 if fnmatch.fnmatchcase(subject, pattern):
                     hits[0] += 1
-                    target = entry.ref if entry.kind == "l" else ""
+                    target = entry.ref if entry.kind == SYMLINK else ""
                     print(f"snapshot {record.snapshot_id:>4}  "
                           + entry_line(path, entry.kind, entry.mode, entry.mtime_ns,
                                        entry.size, target))
@@ -201,7 +198,7 @@ def diff(ctx, args):
 
         def report(change, path, a, b):
             counts[change] += 1
-            suffix = "/" if (b or a).kind == "d" else ""
+            suffix = "/" if (b or a).kind == DIRECTORY else ""
             print(f"{change} {path}{suffix}")
         yield reader.diff(old.tree, new.tree, report, _damaged_reporter(problems))
     finally:

@@ -356,10 +356,11 @@ def _list(home, args) -> int:
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
-    for rel, kind, mode, mtime_ns, size, last in manifest["entries"]:
+    from flud.client.records import SYMLINK, entries_from_wire
+    for rel, kind, mode, mtime_ns, size, last in entries_from_wire(manifest["entries"]):
         if prefix and not (rel == prefix or rel.startswith(prefix + "/")):
             continue
-        print(entry_line(rel, kind, mode, mtime_ns, size, last if kind == "symlink" else ""))
+        print(entry_line(rel, kind, mode, mtime_ns, size, last if kind == SYMLINK else ""))
     return EXIT_OK
 
 
@@ -382,9 +383,10 @@ def _list_json(home, args, snapshots) -> int:
     from flud.client.repository.snapshot_paths import snapshot_paths
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \
         if args.path else ""
-    entries = [{"path": rel, "kind": kind, "mode": mode, "mtime_ns": mtime_ns, "size": size,
-                **({"target": last} if kind == "symlink" else {})}
-               for rel, kind, mode, mtime_ns, size, last in manifest["entries"]
+    from flud.client.records import KIND_NAMES, SYMLINK, entries_from_wire
+    entries = [{"path": rel, "kind": KIND_NAMES[kind], "mode": mode, "mtime_ns": mtime_ns,
+                "size": size, **({"target": last} if kind == SYMLINK else {})}
+               for rel, kind, mode, mtime_ns, size, last in entries_from_wire(manifest["entries"])
                if not prefix or rel == prefix or rel.startswith(prefix + "/")]
     print(summary_line("ls", {"exit": EXIT_OK, "snapshot": sid, "entries": entries}))
     return EXIT_OK

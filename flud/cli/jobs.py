@@ -11,6 +11,8 @@ from twisted.internet import defer
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.home import open_home
+from flud.cli.job_config import RestoreConfig, RunConfig
+from flud.cli.results import BackupResult, RestoreResult
 from flud.cli.runner import run_reactor
 from flud.agent.lock import HomeBusy, HomeLock
 from flud.client.progress import human_bytes
@@ -27,7 +29,8 @@ def run_client(args, job: str) -> int:
     --json, what it prints goes to stderr and its summary (args.summary,
     filled by the job) is one JSON object on stdout."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    as_json = getattr(args, "json", False)
+    config = RunConfig.from_args(args)   # read once: the job runs on it, not on args
+    as_json = config.as_json
     args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
     args.json_out = sys.stdout   # the JSON lines' (the job's own prints go to stderr)
     home = open_home(args.home)
@@ -35,10 +38,10 @@ def run_client(args, job: str) -> int:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
     lock = HomeLock(home.path)
     try:
-        if job not in READ_ONLY_JOBS and not getattr(args, "lock_held", False):
+        if job not in READ_ONLY_JOBS and not config.lock_held:
             lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            code = run_reactor(lambda reactor: _job(reactor, home, args, job))
+            code = run_reactor(lambda reactor: _job(reactor, home, args, job, config))
     except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
         return _json_result(as_json, job, EXIT_ERROR, args.summary, _error_code(err), str(err))
@@ -106,34 +109,32 @@ def _json_result(as_json, job, code, summary, error_code=None, message=None) -> 
 
 
 @defer.inlineCallbacks
-def _job(reactor, home, args, job):
+def _job(reactor, home, args, job, config: RunConfig = None):
     from flud.client.network import Network, NotEnoughNodes
     from flud.client.progress import Progress
     from flud.memory import MemoryMonitor
     from flud.workers import CPUPool
 
+    config = config or RunConfig.from_args(args)
     from flud.lean import proc_rss, release_free_memory
-    from flud.memory import DEFAULT_BUDGET
-    monitor = MemoryMonitor(rss_reader=proc_rss,
-                            budget_bytes=getattr(args, "memory_budget", None) or DEFAULT_BUDGET)
+    monitor = MemoryMonitor(rss_reader=proc_rss, budget_bytes=config.budget_bytes())
     pool = CPUPool(reactor, size=2)
     network = Network(reactor, home.path, home.bootstrap(),
-                      upload_limit=getattr(args, "limit_upload", 0),
-                      download_limit=getattr(args, "limit_download", 0))
+                      upload_limit=config.upload_limit, download_limit=config.download_limit)
     from flud.cli.bandwidth import follow_schedule
-    schedule = follow_schedule(reactor, network, getattr(args, "limit_schedule", None))
+    schedule = follow_schedule(reactor, network, config.limit_schedule)
     load_job_code(job)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
     # identity and TLS contexts made), before any connection or transfer.
     monitor.sample()
     monitor.mark_static()
-    if getattr(args, "memory_log", None):
-        monitor.open_log(args.memory_log)
+    if config.memory_log:
+        monitor.open_log(config.memory_log)
     monitor.start_sampling(reactor)
     progress = Progress(job)
     lines = None
-    if getattr(args, "json", False) and getattr(args, "json_out", None) is not None:
+    if config.as_json and getattr(args, "json_out", None) is not None:
         from flud.cli.jsonlines import JsonLines
         lines = JsonLines(reactor, args.json_out, job, progress)
         lines.start()
@@ -182,7 +183,9 @@ def _renew_leases(home, network, args, job):
 # the process, not of a transfer.
 _AES_MODES = ("Crypto.Cipher._mode_ctr", "Crypto.Cipher._mode_gcm", "Crypto.Cipher._mode_ecb")
 _READ = ("flud.client.repository.snapshot_lookup", "flud.client.repository.reader", "flud.client.restore.tree_restore",
-         "flud.client.repository.root_store", *_AES_MODES)
+         "flud.client.repository.root_store",
+         "flud.client.network",   # TLS: its libcrypto serves the segments' AES-CTR too
+         *_AES_MODES)
 JOB_MODULES = {
     "backup": ("flud.client.backup.backup_job", *_READ),
     "restore": ("flud.client.restore.restore_job", *_READ),
@@ -246,26 +249,16 @@ def _backup(reactor, home, network, pool, monitor, progress, args):
                                    "filename": os.path.basename(stream.path)}
     _summary(args).update(s, memory=monitor.snapshot(), skipped_paths=job.skipped[:20],
                           too_large_paths=job.too_large)
-    rate = s["bytes_read"] / s["elapsed"] if s["elapsed"] else 0
-    print(f"snapshot {s['snapshot']}: {s['files']} files "
-          f"({s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
-          f"{s['skipped']} skipped, {s['dedup']} deduplicated, {s['excluded']} excluded)")
-    print(f"read {human_bytes(s['bytes_read'])}, sent {human_bytes(s['bytes_sent'])} in "
-          f"{s['stores']} STOREs ({s['tars']} tars), {s['elapsed']:.2f} s, "
-          f"{human_bytes(rate)}/s")
-    if s.get("bytes_known"):
-        print(f"large files: {human_bytes(s['bytes_known'])} in chunks already stored, "
-              f"not sent again")
-    if s.get("reduced_redundancy"):
-        print(f"reduced redundancy: {s['reduced_redundancy']} bundles have fewer than "
-              f"n={home.config['n']} distinct holders (too few nodes were up); "
-              f"`flud check --repair` spreads them out once more nodes are up")
+    done = BackupResult.from_summary(s)   # the record --json and the text both show
+    _summary(args).update(done.to_json())
+    for text in done.text_lines(home.config["n"]):
+        print(text)
     print(_memory_line(monitor))
     for path, why in job.skipped[:20]:
         print(f"  skipped {path}: {why}")
     for path, why in job.too_large:
         print(f"  excluded {path}: {why}")
-    return EXIT_SKIPPED if s["skipped"] else EXIT_OK
+    return EXIT_SKIPPED if done.skipped else EXIT_OK
 
 
 @defer.inlineCallbacks
@@ -374,30 +367,30 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
     from flud.client.pathmatch import PatternError
     from flud.client.restore.selection import Selection
     found = yield _find(ctx, args.snapshot, count_retrieves=count)
-    steer = {"overwrite": getattr(args, "overwrite", "never")}
-    include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
-    if getattr(args, "dry_run", False):
+    cfg = RestoreConfig.from_args(args)
+    steer = cfg.steer
+    include, exclude = cfg.include, cfg.exclude
+    if cfg.dry_run:
         try:
-            return (yield _restore_dry_run(ctx, found, args, steer, include, exclude))
+            return (yield _restore_dry_run(ctx, found, args, cfg, steer, include, exclude))
         finally:
             found.close()
     try:
         if found.manifest is not None:
-            if getattr(args, "delete", False):
+            if cfg.delete:
                 raise RestoreError("--delete needs a snapshot made by flud 2 or later; this "
                                    "one is a version-1 manifest")
             job = Restore(reactor, home, network, pool, monitor, progress, found.manifest,
                           **steer)
             selection = Selection(include, exclude, found.manifest.get("roots", ()))
-            s = yield job.run(args.to, args.paths, selection)
+            s = yield job.run(cfg.to, cfg.paths, selection)
         else:
             job = Restore(reactor, home, network, pool, monitor, progress,
                           {"k": home.config["k"], "n": home.config["n"],
                            "bundles": found.repo.bundles}, **steer)
             s = yield TreeRestore(job, found.repo, found.record, include, exclude,
-                                  getattr(args, "delete", False),
-                                  numeric_ids=getattr(args, "numeric_ids", False)
-                                  ).run(args.to, args.paths)
+                                  cfg.delete, numeric_ids=cfg.numeric_ids
+                                  ).run(cfg.to, cfg.paths)
     except (RestoreError, PatternError) as err:
         raise _typed(UserError(str(err)), err)
     finally:
@@ -411,17 +404,14 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
                           failed_paths=[{"path": p, "why": w} for p, w in job.failed[:100]],
                           not_set=[{"path": p, "what": w}
                                    for p, w in getattr(job, "not_set", [])[:100]])
-    print(f"restored snapshot {found.snapshot_id} to {args.to}: {s['files']} files, "
-          f"{s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} in "
-          f"{elapsed:.2f} s ({human_bytes(s['bytes'] / elapsed if elapsed else 0)}/s), "
-          f"{s['retrieves'] + record_retrieves[0]} RETRIEVEs "
-          f"({record_retrieves[0]} of them for the snapshot's records)")
-    _steered(s, job, args)
+    done = RestoreResult.from_summary(_summary(args))   # what --json and the text both show
+    print(done.text_line(cfg.to))
+    _steered(s, job, cfg)
     if s["beside"]:
         print(f"{s['beside']} path(s) already existed: restored beside them as *.flud-restored")
     not_set = _not_set(job, s)
     if s["refused"]:
-        print(f"{s['refused']} refused: their path under {args.to} passes through a symlink "
+        print(f"{s['refused']} refused: their path under {cfg.to} passes through a symlink "
               f"or something that is not a directory (never followed), or is not a plain "
               f"relative path; the rest is restored")
         _listed(job.refused, "refused")
@@ -497,7 +487,7 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
 
 
 @defer.inlineCallbacks
-def _restore_dry_run(ctx, found, args, steer, include, exclude):
+def _restore_dry_run(ctx, found, args, cfg, steer, include, exclude):
     from flud.client.pathmatch import PatternError
     from flud.client.restore.dry_run import DryRun
     from flud.client.restore.restore_job import RestoreError
@@ -509,21 +499,21 @@ def _restore_dry_run(ctx, found, args, steer, include, exclude):
     job = DryRun(ctx, **steer)
     try:
         s = yield TreeRestore(job, found.repo, found.record, include, exclude,
-                              getattr(args, "delete", False)).run(args.to, args.paths)
+                              cfg.delete).run(cfg.to, cfg.paths)
     except (RestoreError, PatternError) as err:
         raise _typed(UserError(str(err)), err)
     _summary(args).update(s, snapshot=found.snapshot_id, dry_run=True,
                           unmatched_paths=job.unmatched[:100],
                           deleted_paths=[p for p, _ in job.deleted_paths[:100]])
-    print(f"dry run of snapshot {found.snapshot_id} into {args.to} (--overwrite "
-          f"{args.overwrite}): nothing fetched or written")
+    print(f"dry run of snapshot {found.snapshot_id} into {cfg.to} (--overwrite "
+          f"{cfg.overwrite}): nothing fetched or written")
     print(f"  would write {s['files']} files ({human_bytes(s['bytes'])}): {s['new']} new, "
           f"{s['replaced']} replacing what is there, {s['beside']} beside what is there "
           f"(NAME.flud-restored), {s['resumed']} from a killed run's temp")
     print(f"  {s['unchanged']} files already in place as the snapshot has them; "
           f"{s['dirs']} dirs, {s['symlinks']} symlinks")
     print(f"  would fetch about {human_bytes(s['fetch_bytes'])} of file data")
-    if getattr(args, "delete", False):
+    if cfg.delete:
         print(f"  would delete {s['deleted']} path(s) not in the snapshot")
         _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths],
                  "would delete")
@@ -534,17 +524,17 @@ def _restore_dry_run(ctx, found, args, steer, include, exclude):
     return EXIT_SKIPPED if s["refused"] or s["unmatched"] or job.failed else EXIT_OK
 
 
-def _steered(s, job, args) -> None:
+def _steered(s, job, cfg) -> None:
     """What --overwrite and --delete did, and what the files cost to fetch."""
     print(f"fetched {human_bytes(s['fetched_bytes'])} of file data"
-          + (f"; {human_bytes(s['reused_bytes'])} already under {args.to} was used "
+          + (f"; {human_bytes(s['reused_bytes'])} already under {cfg.to} was used "
              f"({s['resumed']} file(s) resumed)" if s["reused_bytes"] else ""))
     if s["unchanged"]:
         print(f"{s['unchanged']} path(s) already in place as the snapshot has them: kept")
     if s["replaced"]:
-        print(f"{s['replaced']} path(s) replaced (--overwrite {args.overwrite})")
+        print(f"{s['replaced']} path(s) replaced (--overwrite {cfg.overwrite})")
     if s["deleted"]:
-        print(f"{s['deleted']} path(s) under {args.to} deleted: not in the snapshot (--delete)")
+        print(f"{s['deleted']} path(s) under {cfg.to} deleted: not in the snapshot (--delete)")
         _listed([(p, "directory" if d else "file") for p, d in job.deleted_paths], "deleted")
 
 

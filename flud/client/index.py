@@ -13,7 +13,8 @@ import zlib
 from typing import NamedTuple
 
 from flud.client import run_rows
-from flud.client.records import BlobRef
+from flud.client.records import (BlobRef, bundle_of, extent_id_or_none, extents_of,
+                                 holder_rows)
 from flud.errors import FludError
 
 SCHEMA_VERSION = 5
@@ -165,13 +166,6 @@ class ClientIndex(run_rows.OpenRun):
 
     # ---- change detection --------------------------------------------------
 
-    def file_states(self) -> dict:
-        """path -> FileState, all at once: one query beats thousands of
-        lookups on a no-change backup."""
-        make = FileState._make
-        return {row[0]: make(row[1:]) for row in self.db.execute(
-            "SELECT path, size, mtime_ns, ctime_ns, inode, content_id FROM files")}
-
     def states_in(self, directory: str) -> dict:
         """path -> FileState of the files directly in one directory."""
         make = FileState._make
@@ -187,10 +181,6 @@ class ClientIndex(run_rows.OpenRun):
     def has_file(self, path: str) -> bool:
         """Whether a backup recorded this path before (whatever it held)."""
         return self.db.execute("SELECT 1 FROM files WHERE path=?", (path,)).fetchone() is not None
-
-    def record_files(self, rows) -> None:
-        """rows: (path, size, mtime_ns, ctime_ns, inode, content id)."""
-        self._replace_rows("files", 7, ((*row, os.path.dirname(row[0])) for row in rows))
 
     def states_known(self, directory: str) -> dict:
         """path -> FileState of the files directly in one directory whose
@@ -450,20 +440,20 @@ class ClientIndex(run_rows.OpenRun):
         dropped = []
         for content_id, record in self._rows("SELECT content_id, record FROM contents"):
             record = json.loads(record)
-            if record.get("b") in bundles or any(
-                    e["shares"] and e["shares"][0][1] in extents for e in record.get("ext", ())):
+            if bundle_of(record) in bundles or any(
+                    extent_id_or_none(e) in extents for e in extents_of(record)):
                 dropped.append(content_id)
         extent_rows = [(key, record) for key, record in self.extent_rows()
-                       if record["shares"] and record["shares"][0][1] in extents]
+                       if extent_id_or_none(record) in extents]
         # a chunked file's chunks in those extents (backup/chunked.py): a
         # later backup sends them again rather than name what is gone
         chunk_rows = [key for key, record in self._rows(
             "SELECT seg_key, record FROM segments WHERE seg_key LIKE 'C%'")
             if any(part[1] in extents for part in json.loads(record))] if extents else []
-        share_keys = {row[1] for _, record in extent_rows for row in record["shares"]}
+        share_keys = {row[1] for _, record in extent_rows for row in holder_rows(record)}
         for bundle_id in bundles:
             record = self.bundle(bundle_id)
-            share_keys.update(row[1] for row in (record or {}).get("shares", ()))
+            share_keys.update(row[1] for row in holder_rows(record or {}))
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM bundles WHERE bundle_id=?", ((b,) for b in bundles))
@@ -538,8 +528,8 @@ class ClientIndex(run_rows.OpenRun):
             return
 
         def follow(record) -> bool:
-            shares = record.get("shares") or ()
-            new = moved.get(shares[0][1]) if shares else None   # an extent, by its id
+            xid = extent_id_or_none(record)
+            new = moved.get(xid) if xid is not None else None   # an extent, by its id
             return self._moved_shares(record, new)
 
         bundles, extents, contents = [], [], []
@@ -552,7 +542,7 @@ class ClientIndex(run_rows.OpenRun):
                 extents.append((key, _pack(record)))
         for content_id, record in self._rows("SELECT content_id, record FROM contents"):
             record = json.loads(record)
-            if any([follow(extent) for extent in record.get("ext", ())]):
+            if any([follow(extent) for extent in extents_of(record)]):
                 contents.append((content_id, _pack(record)))
         with self.db:
             self.db.execute("BEGIN")
@@ -568,7 +558,7 @@ class ClientIndex(run_rows.OpenRun):
         if not new:
             return False
         changed = False
-        for row in record.get("shares") or ():
+        for row in holder_rows(record):
             node = new.get(row[0])
             if node is not None and row[2] != node:
                 row[2] = node

@@ -63,9 +63,10 @@ class INetwork(Interface):
     def mark_failed(node_id, why=None):
         """The node is failed for the rest of the run (it stalled, say)."""
 
-    def count_sends(monitor, keep=0):
+    def count_sends(monitor, plan=None):
         """Count what the connections queue on the memory monitor for this
-        run; returns what to close() when the run is over."""
+        run, reserving as its BudgetPlan says (client/budget_plan.py);
+        returns what to close() when the run is over."""
 
     def close():
         """Let every connection go."""

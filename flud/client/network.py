@@ -13,41 +13,13 @@ from flud.client.placement import rank
 from flud.errors import FludError
 from flud.protocol.errors import ConnectionLost
 from flud.protocol.node_record import RecordRefused, check_record, newer
+from flud.client.budget_plan import BudgetPlan, plan_budget
 from flud.protocol.ratelimit import Throttle
 from flud.protocol.stall import PeerStalled, StallWatch
 
 log = logging.getLogger("flud.client")
 
 CONNECT_TIMEOUT = 10.0
-# The TLS send queues get this share of the memory budget up front (a
-# sixteenth, at most 4 MiB: fifty busy connections queue at most ~4 MB, see
-# connection.READ_BUFFER), so what the connections queue is inside the budget too.
-SEND_ALLOWANCE_SHARE = 16
-SEND_ALLOWANCE_MAX = 4 * 1024 * 1024
-# What one TLS connection itself holds while a run uses it: OpenSSL's state
-# and record buffers, the two memory BIOs, Twisted's transport (measured
-# here: 55 KB a connection idle, about twice that busy). A run reserves it
-# for every known node up front, at most an eighth of the budget, so the
-# budget bounds the connections too: with 16 uploads and 50 nodes their
-# ~5 MB used to sit on top of a budget spent on segments.
-CONNECTION_BYTES = 96 * 1024
-CONNECTIONS_SHARE = 8
-
-
-def network_share(budget: int, node_count: int, keep: int = 0) -> dict:
-    """What a run reserves from the budget for its connections, by label:
-    the send queues' allowance and the connections' own state. Never more
-    than budget - keep, so `keep` bytes (a segment) always fit beside it."""
-    wanted = {"allowance": min(SEND_ALLOWANCE_MAX, budget // SEND_ALLOWANCE_SHARE),
-              "connections": min(node_count * CONNECTION_BYTES, budget // CONNECTIONS_SHARE)}
-    room = max(0, budget - keep)
-    share = {}
-    for label, nbytes in wanted.items():
-        share[label] = min(nbytes, room)
-        room -= share[label]
-    return share
-
-
 # The memory transfer follows the queues once they moved this much (or
 # drained): the connections report every burst of writes, thousands a second.
 SEND_SYNC_STEP = 256 * 1024
@@ -261,22 +233,24 @@ class Network(NodeRequests):
         if conn is not None:
             conn.cancel(d)
 
-    def count_sends(self, monitor, keep: int = 0) -> SendQueue:
+    def count_sends(self, monitor, plan: BudgetPlan = None) -> SendQueue:
         """Count the ciphertext every connection has queued in its transport
         on one memory transfer ("network"), out of an allowance reserved from
         the budget now (at the start of a run: nothing else waits for it),
-        beside a reservation for the connections' own state (network_share;
-        `keep` bytes of the budget are left for the run's buffers). Close it
-        when the run is over."""
+        beside a reservation for the connections' own state: both as the
+        run's budget plan says (client/budget_plan.py; none given: a plan for
+        a run of these nodes that keeps no segments). Close it when the run
+        is over."""
         transfer = monitor.transfer("network", "TLS send queues")
-        share = network_share(monitor.budget_bytes, len(self.nodes), keep)
-        granted = [transfer.reserve(share["allowance"], "allowance"),
-                   monitor.reserve(share["connections"])]
+        if plan is None:
+            plan = plan_budget(monitor.budget_bytes, len(self.nodes))
+        granted = [transfer.reserve(plan.allowance, "allowance"),
+                   monitor.reserve(plan.connections)]
         for d in granted:
             if not d.called:  # the budget is taken: count the queues on top
                 d.addErrback(lambda _: None)
                 d.cancel()
-        queue = SendQueue(transfer, monitor, share["connections"] if granted[1].called else 0)
+        queue = SendQueue(transfer, monitor, plan.connections if granted[1].called else 0)
         self.net.local.send_queue = queue
         return queue
 

@@ -48,7 +48,24 @@ import blake3
 from flud.errors import FludError
 
 EMPTY, SMALL, LARGE = "E", "S", "L"
-FILE, DIR, SYMLINK = "file", "dir", "symlink"
+# One set of kinds for every entry held in memory (a scan's, a version-1
+# manifest's, a version-2 directory record's): the letters version-2 records
+# write. Version-1 manifests and the JSON outputs spell them out (KIND_NAMES);
+# Entry.from_wire / to_wire translate.
+DIRECTORY, FILE, SYMLINK = "d", "f", "l"
+FIFO, CHAR_DEVICE, BLOCK_DEVICE = "p", "c", "b"
+SPECIAL_KINDS = (FIFO, CHAR_DEVICE, BLOCK_DEVICE)
+KIND_NAMES = {DIRECTORY: "dir", FILE: "file", SYMLINK: "symlink", FIFO: "fifo",
+              CHAR_DEVICE: "chardev", BLOCK_DEVICE: "blockdev"}
+_KIND_OF_NAME = {name: kind for kind, name in KIND_NAMES.items()}
+
+
+def kind_of_name(name: str) -> str:
+    """The kind a version-1 manifest spells `name` ("file", "dir", ...)."""
+    try:
+        return _KIND_OF_NAME[name]
+    except (KeyError, TypeError):
+        raise BadRecord(f"an entry of unknown kind {name!r:.40}") from None
 
 
 class Entry(NamedTuple):
@@ -66,19 +83,16 @@ class Entry(NamedTuple):
         return self.kind == FILE
 
     def to_wire(self) -> list:
-        return list(self)
+        return [self.rel, KIND_NAMES[self.kind], self.mode, self.mtime_ns, self.size, self.last]
 
     @classmethod
     def from_wire(cls, row) -> "Entry":
-        return cls._make(row)
-
-
-def entries_to_wire(entries) -> list:
-    return [e.to_wire() for e in entries]
+        rel, name, mode, mtime_ns, size, last = row
+        return cls(rel, kind_of_name(name), mode, mtime_ns, size, last)
 
 
 def entries_from_wire(rows) -> list:
-    make = Entry._make
+    make = Entry.from_wire
     return [make(row) for row in rows]
 
 
@@ -255,6 +269,49 @@ def stream_length(extent: Extent) -> int:
     return sum(segment.block_length for segment in extent.segments)
 
 
+def holder_rows(record) -> list:
+    """The [share index, share key, node id] rows of a bundle or extent
+    record as written ([] for one that has none)."""
+    return record.get("shares") or []
+
+
+def set_holder_rows(record, rows) -> None:
+    """Put newer holder rows (the map's, after a repair) in a record as written."""
+    record["shares"] = rows
+
+
+def extents_of(content_wire) -> tuple:
+    """A content record's extents as written (none for a small or empty
+    file, nor for a large one written before extents)."""
+    return content_wire.get("ext", ())
+
+
+def stored_segments_of(content_wire) -> tuple:
+    """A large content record's segments stored share by share (written
+    before extents; none otherwise)."""
+    return content_wire.get("segs", ())
+
+
+def extent_stream_length(extent_wire) -> int:
+    """stream_length of an extent record as written, without making it."""
+    return sum(ExtentSegment.from_wire(row).block_length for row in extent_wire["segs"])
+
+
+def bundle_block_length(bundle_wire) -> int:
+    """The block length of a bundle record as written."""
+    return bundle_wire["bl"]
+
+
+def extent_plain_length(extent_wire) -> int:
+    """The plaintext bytes of an extent record's segments, as written."""
+    return sum(ExtentSegment.from_wire(row).length for row in extent_wire["segs"])
+
+
+def extent_id_or_none(extent_wire) -> Optional[str]:
+    """extent_id, or None for an extent record without holders."""
+    return extent_wire["shares"][0][1] if extent_wire.get("shares") else None
+
+
 def extent_id(extent_wire) -> str:
     """An extent's name in the holder map: the key of its first stream
     (share 0: the BLAKE3 of a stream that holds every segment's block 0, so
@@ -421,6 +478,16 @@ def content_kind(record) -> str:
     return record["t"]
 
 
+def content_size(record) -> int:
+    """The plaintext size a content record as written gives its file."""
+    return record.get("size", 0)
+
+
+def small_key(record) -> str:
+    """The convergent key of a small file's content record as written."""
+    return record["key"]
+
+
 def bundle_of(record) -> Optional[str]:
     """The bundle id a content record as written is in, if any."""
     return record.get("b") if record["t"] == SMALL else None
@@ -452,18 +519,6 @@ class Bundle(NamedTuple):
         """The same bundle with share `index` on `node` instead."""
         return self._replace(holders=tuple(h._replace(node=node) if h.index == index else h
                                            for h in self.holders))
-
-
-def holder_keys_from_wire(content_or_bundle) -> list:
-    """The share keys a content or bundle record, as written, uses (for the
-    manifest's challenges: read without making the records)."""
-    keys = []
-    for seg in content_or_bundle.get("segs", ()):
-        keys.extend(s[1] for s in seg[3])
-    for extent in content_or_bundle.get("ext", ()):
-        keys.extend(s[1] for s in extent["shares"])
-    keys.extend(s[1] for s in content_or_bundle.get("shares", ()))
-    return keys
 
 
 class Challenge(NamedTuple):

@@ -66,7 +66,7 @@ def run(args) -> list:
             home = common.new_home(os.path.join(base, f"cl{i}"), tn.dir)
             log(f"bench_backup: backup {size_txt} ({i + 1}/{args.repeat})")
             n0 = _node_cpu(tn)
-            r = common.flud("backup", big_dir, "--home", home).check("flud backup")
+            r = common.flud("backup", big_dir, "--home", home, "--json").check("flud backup")
             up_cpu.append((r.cpu, _node_cpu(tn) - n0))
             s = common.parse_backup(r.stdout)
             up_b.append(size / s["elapsed"] / MB)
@@ -78,7 +78,7 @@ def run(args) -> list:
             shutil.rmtree(dest, ignore_errors=True)
             log(f"bench_backup: restore {size_txt} ({i + 1}/{args.repeat})")
             n0 = _node_cpu(tn)
-            r = common.flud("restore", "--home", home, "--to", dest).check("flud restore")
+            r = common.flud("restore", "--home", home, "--to", dest, "--json").check("flud restore")
             down_cpu.append((r.cpu, _node_cpu(tn) - n0))
             s = common.parse_restore(r.stdout)
             down_b.append(size / s["elapsed"] / MB)
@@ -111,10 +111,11 @@ def run(args) -> list:
         files, nbytes, tree = common.gen_home(os.path.join(data, f"home{tree_files}"),
                                               tree_files)
         home = common.new_home(os.path.join(base, "cl-tree"), tn.dir)
-        first = common.flud("backup", tree, "--home", home).check("flud backup (first)")
+        first = common.flud("backup", tree, "--home", home, "--json").check("flud backup (first)")
         walls, internal, sent = [], [], []
         for _ in range(args.repeat):
-            r = common.flud("backup", tree, "--home", home).check("flud backup (no change)")
+            r = common.flud("backup", tree, "--home", home, "--json").check(
+                "flud backup (no change)")
             s = common.parse_backup(r.stdout)
             walls.append(r.wall)
             internal.append(s.get("elapsed"))

@@ -105,15 +105,16 @@ def run(args) -> list:
                 json.dump(cfg, f, indent=1)
             k, n = cfg["k"], cfg["n"]
             log(f"bench_cdc: backup of {size_txt} ({i + 1}/{args.repeat})")
-            r = common.flud("backup", src, "--home", home).check("flud backup")
+            r = common.flud("backup", src, "--home", home, "--json").check("flud backup")
             first_sent.append(common.parse_backup(r.stdout)["sent"])
             rss.append(r.maxrss / MB)
-            r = common.flud("backup", src, "--home", home).check("flud backup (no change)")
+            r = common.flud("backup", src, "--home", home, "--json").check(
+                "flud backup (no change)")
             baseline.append(common.parse_backup(r.stdout)["sent"])
             _insert(original, disk + ".new", at, INSERT)
             os.replace(disk + ".new", disk)
             log(f"bench_cdc: backup after {INSERT // MiB} MiB inserted at {at / MiB:g} MiB")
-            r = common.flud("backup", src, "--home", home).check("flud backup (insert)")
+            r = common.flud("backup", src, "--home", home, "--json").check("flud backup (insert)")
             sent.append(common.parse_backup(r.stdout)["sent"])
             rss.append(r.maxrss / MB)
             if i == 0:

@@ -268,8 +268,33 @@ def _memory(text: str, out: dict) -> None:
         out["static_rss"] = _bytes(m.group(5), m.group(6))
 
 
+def _summary_record(text: str, command: str):
+    """The --json summary line of `command` in text (the last line), or None."""
+    lines = text.strip().splitlines()
+    try:
+        record = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    if isinstance(record, dict) and record.get("type") == "summary" \
+            and record.get("command") == command:
+        return record
+    return None
+
+
 def parse_backup(text: str) -> dict:
-    """'read X, sent Y in N STOREs (T tars), S s, R/s' and the memory line."""
+    """A backup's result: its --json summary line's typed record
+    (flud/cli/results.py) when the output has one, else 'read X, sent Y in
+    N STOREs (T tars), S s, R/s' and the memory line of the text."""
+    record = _summary_record(text, "backup")
+    if record is not None:
+        from flud.cli.results import BackupResult, MemoryResult
+        done, memory = BackupResult.from_summary(record), MemoryResult.from_summary(record)
+        return {"snapshot": done.snapshot, "files": done.files, "new": done.new,
+                "changed": done.changed, "unchanged": done.unchanged, "skipped": done.skipped,
+                "read": done.bytes_read, "sent": done.bytes_sent, "stores": done.stores,
+                "tars": done.tars, "elapsed": done.elapsed,
+                "peak_transfer": memory.peak_transfer_bytes, "peak_rss": memory.peak_rss,
+                "static_rss": memory.static_rss}
     out = {}
     m = re.search(r"snapshot (\d+): (\d+) files \((\d+) new, (\d+) changed, (\d+) unchanged, "
                   r"(\d+) skipped", text)
@@ -286,6 +311,19 @@ def parse_backup(text: str) -> dict:
 
 
 def parse_restore(text: str) -> dict:
+    """A restore's result: its --json summary line's typed record
+    (flud/cli/results.py) when the output has one, else the text's."""
+    record = _summary_record(text, "restore")
+    if record is not None:
+        from flud.cli.results import MemoryResult, RestoreResult
+        done, memory = RestoreResult.from_summary(record), MemoryResult.from_summary(record)
+        out = {"snapshot": done.snapshot, "files": done.files, "dirs": done.dirs,
+               "bytes": done.bytes, "elapsed": done.elapsed,
+               "retrieves": done.retrieves + done.record_retrieves}
+        if record.get("memory"):
+            out.update(peak_transfer=memory.peak_transfer_bytes, peak_rss=memory.peak_rss,
+                       static_rss=memory.static_rss)
+        return out
     out = {}
     m = re.search(r"restored snapshot (\d+) to .*?: (\d+) files, (\d+) dirs, (\d+) symlinks, "
                   + _SIZE + r" in ([\d.]+) s .*?, (\d+) RETRIEVEs", text)

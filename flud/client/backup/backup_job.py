@@ -18,7 +18,6 @@ The run owns its tallies (`summary`, `counters`): the parts update them on
 the reactor thread only (a worker returns its counts with its result).
 """
 import itertools
-import json
 import os
 import socket
 import time
@@ -30,17 +29,18 @@ from twisted.internet import defer
 from flud.client.backup.content_log import ContentLog
 from flud.client.backup.holed_files import split_holes
 from flud.client.backup.large_files import LargeFiles
+from flud.client.backup.listing import listing_fingerprint
 from flud.client.backup.small_files import SmallFiles
 from flud.client.backup.tree_writer import TreeWriter, publish_tree
 from flud.client.repository.blobs import BlobSealer
+from flud.client.budget_plan import plan_budget
 from flud.client.context import JobContext
 from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
 from flud.client.lease_renewal import renew_leases
-from flud.client.records import EmptyContent
+from flud.client.records import DIRECTORY, FILE, EmptyContent
 from flud.client.backup.source_scan import Entry, entry_of
-from flud.client.repository.tree_records import DIR_VERSION
 from flud.client.backup.source_walk import walk
 from flud.chunker import ChunkSizes
 from flud.coding import SegmentCoder
@@ -51,22 +51,9 @@ LANDED_BATCH = 1024          # small files pulled between writes of what landed 
 EMPTY = EmptyContent(0)
 
 
-def listing_fingerprint(entries) -> str:
-    """What a directory's listing says of its entries (names, kinds, modes,
-    times, sizes, inodes, link targets; ctime moves with any change of owner,
-    xattrs or links): equal fingerprints, no change. The directory record's
-    version is in it, so a record of an older version is made again (with
-    the metadata it lacked), never kept."""
-    rows = [DIR_VERSION] + [[e.path.rsplit("/", 1)[-1], e.kind, e.mode, e.mtime_ns, e.size,
-                             e.ctime_ns, e.inode, e.target] for e in entries]
-    return blake3.blake3(json.dumps(rows, ensure_ascii=False,
-                                    separators=(",", ":")).encode("utf-8", "surrogateescape")
-                         ).hexdigest()
-
-
 def _entry(row) -> Entry:
     path, size, mtime_ns, ctime_ns, inode, mode = row
-    return Entry(path, "file", mode, mtime_ns, size, ctime_ns, inode)
+    return Entry(path, FILE, mode, mtime_ns, size, ctime_ns, inode)
 
 
 class Backup:
@@ -94,9 +81,13 @@ class Backup:
         self.large = large_files(self.ctx, self.segment_size, self.parallel_files,
                                  self.contents, self.counters, self.summary,
                                  chunk_sizes=ChunkSizes(chunk_size) if chunk_size else None)
-        self.small = small_files(self.ctx, cfg["small_file_limit"], self.large.segment_footprint,
-                                 self.parallel_files, self.contents, self.counters, self.summary,
-                                 self._skip)
+        # The run's one division of the memory budget (client/budget_plan.py):
+        # the send queues, the large files and the small files' aggregator
+        # all reserve as it says.
+        self.budget_plan = plan_budget(monitor.budget_bytes, len(network.nodes),
+                                       self.large.segment_footprint, self.parallel_files)
+        self.small = small_files(self.ctx, cfg["small_file_limit"], self.budget_plan,
+                                 self.contents, self.counters, self.summary, self._skip)
 
     @property
     def policy(self):
@@ -147,7 +138,7 @@ class Backup:
         self._holed = {e.path: e for e in itertools.chain(large, holed) if e.ranges is not None}
         # Small files and large files go at once: their CPU work shares the
         # pool, and the nodes' round trips of one overlap the other's CPU.
-        sends = ctx.network.count_sends(ctx.monitor, keep=self.large.segment_footprint)
+        sends = ctx.network.count_sends(ctx.monitor, self.budget_plan)
         try:
             self.small.open(with_files=count > len(large))
             try:
@@ -211,15 +202,15 @@ class Backup:
             top = entry_of(root, st, self._skip)
             if top is None:
                 continue
-            if top.kind == "file":
+            if top.kind == FILE:
                 self._classify(self._first_links([top]),
                                index.states_known(os.path.dirname(root)))
                 continue
-            if top.kind != "dir":
+            if top.kind != DIRECTORY:
                 continue
             subtrees = {}   # directory -> its subtree's fingerprint, until its parent takes it
             for listing in walk(root, (), self._skip, excludes.lister(root, self._excluded)):
-                files = self._first_links(e for e in listing.entries if e.kind == "file")
+                files = self._first_links(e for e in listing.entries if e.kind == FILE)
                 local = listing_fingerprint(listing.entries)
                 # The same listing as the last backup saw: its files are
                 # unchanged and their contents known (prune forgets every
@@ -229,7 +220,7 @@ class Backup:
                 else:
                     self._classify(files, index.states_known(listing.path))
                 below = "".join(subtrees.pop(e.path, "") for e in listing.entries
-                                if e.kind == "dir")
+                                if e.kind == DIRECTORY)
                 subtree = blake3.blake3(f"{local}|{below}".encode()).hexdigest()
                 subtrees[listing.path] = subtree
                 index.add_seen_dir(listing.path, local, subtree)

@@ -28,7 +28,7 @@ from flud.client.backup.large_files import LargeFiles, _SegmentBuffers
 from flud.client.backup.plans import ExtentPlans
 from flud.client.backup.source_scan import Entry
 from flud.client.directio import SequentialReader
-from flud.client.records import EmptyContent, LargeContent
+from flud.client.records import FILE, EmptyContent, LargeContent
 from flud.client.repository.extents import segments_per_extent
 from flud.errors import FludError
 
@@ -170,7 +170,7 @@ class StreamLargeFiles(LargeFiles):
         finally:
             transfer.close()
         # What the snapshot records: the stream's size, not the placeholder's.
-        self.ctx.index.add_pending([Entry(entry.path, "file", entry.mode, entry.mtime_ns, total,
+        self.ctx.index.add_pending([Entry(entry.path, FILE, entry.mode, entry.mtime_ns, total,
                                           entry.ctime_ns, entry.inode)])
         self.ctx.progress.file_done(0)
         if not total:
@@ -184,7 +184,7 @@ class StreamLargeFiles(LargeFiles):
     @defer.inlineCallbacks
     def _part(self, entry, buffers, length, per_extent):
         """One part (one extent) sent from the part file and committed."""
-        part = Entry(self.stream.part_path, "file", entry.mode, entry.mtime_ns, length,
+        part = Entry(self.stream.part_path, FILE, entry.mode, entry.mtime_ns, length,
                      entry.ctime_ns, entry.inode)
         count = -(-length // self.segment_size)
         with SequentialReader(part.path) as f:

@@ -14,6 +14,7 @@ import grp
 import os
 import pwd
 
+from flud.client.records import BLOCK_DEVICE, CHAR_DEVICE
 from flud.client.repository.entry_meta import MAX_XATTR_BYTES, Meta, Owner
 
 _NAMES_KEPT = 1024   # numbers whose names are remembered (a home has a handful)
@@ -30,7 +31,7 @@ class MetaReader:
 
     def meta(self, entry, link=None, ranges=None) -> Meta:
         device = None
-        if entry.kind in ("chardev", "blockdev"):
+        if entry.kind in (CHAR_DEVICE, BLOCK_DEVICE):
             device = (os.major(entry.rdev), os.minor(entry.rdev))
         owner = Owner(entry.uid, entry.gid, self._name(self._users, entry.uid, _user),
                       self._name(self._groups, entry.gid, _group))

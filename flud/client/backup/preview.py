@@ -13,10 +13,11 @@ import dataclasses
 import os
 from typing import Callable
 
-from flud.client.backup.backup_job import listing_fingerprint
+from flud.client.backup.listing import listing_fingerprint
 from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.backup.source_scan import entry_of
 from flud.client.backup.source_walk import walk
+from flud.client.records import DIRECTORY, FILE
 
 NEW, CHANGED, UNCHANGED = "new", "changed", "unchanged"
 
@@ -96,13 +97,13 @@ def preview(index, paths, excludes=(), on_file: Callable = lambda entry, status:
         top = entry_of(root, st, skipped)
         if top is None:
             continue
-        if top.kind == "file":
+        if top.kind == FILE:
             classify([top], index.states_known(os.path.dirname(root)))
             continue
-        if top.kind != "dir":
+        if top.kind != DIRECTORY:
             continue
         for listing in walk(root, (), skipped, rules.lister(root, excluded)):
-            files = [e for e in listing.entries if e.kind == "file"]
+            files = [e for e in listing.entries if e.kind == FILE]
             if index.dir_local(listing.path) == listing_fingerprint(listing.entries):
                 for entry in files:
                     totals.add(UNCHANGED, entry.size)

@@ -3,7 +3,7 @@ encrypted one by one (convergent: flud/client/repository/small_contents.py), and
 added to the aggregator in a worker, which codes bundles and fills one tar
 per destination node; each sealed tar is one STORE, sent from the reactor.
 
-Memory (the whole budget: see run.py): each pool call first reserves the
+Memory (the whole budget: see client/budget_plan.py): each pool call first reserves the
 most the aggregator may grow by (a free-standing "credit": about one
 bundle's shares, see Aggregator.add_cost) and, on the open bundle (kind
 "bundle"), the file being read and compressed and the parity of a bundle
@@ -44,13 +44,11 @@ def _batches(entries):
 class SmallFiles(BundleSender):
     """contents: the run's ContentLog; counters and summary: the run's
     tallies; skip(path, why): a file that could not be read (called on the
-    reactor). segment_footprint, parallel_files: what the large files of
-    the same run hold, so the aggregator's own bound leaves room for them."""
+    reactor). plan: the run's BudgetPlan (client/budget_plan.py), so the
+    aggregator's own bound leaves room for the large files of the same run."""
 
-    def __init__(self, ctx, small_file_limit, segment_footprint, parallel_files, contents,
-                 counters, summary, skip):
-        super().__init__(ctx, small_file_limit, segment_footprint, parallel_files,
-                         counters, summary)
+    def __init__(self, ctx, small_file_limit, plan, contents, counters, summary, skip):
+        super().__init__(ctx, small_file_limit, plan, counters, summary)
         self.contents = contents
         self._skip = skip
         self._pending_small = {}    # content id -> (key hex, size, method), waiting for its bundle

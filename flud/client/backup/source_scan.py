@@ -4,11 +4,13 @@ import os
 import stat
 from dataclasses import dataclass, field
 
+from flud.client.records import BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SYMLINK
+
 
 @dataclass(slots=True)
 class Entry:
     path: str          # absolute path on this machine
-    kind: str          # "file", "dir", "symlink", "fifo", "chardev", "blockdev"
+    kind: str          # records.FILE, DIRECTORY, SYMLINK, FIFO, CHAR_DEVICE, BLOCK_DEVICE
     mode: int
     mtime_ns: int
     size: int = 0
@@ -33,14 +35,14 @@ class ScanResult:
 
     @property
     def files(self):
-        return [e for e in self.entries if e.kind == "file"]
+        return [e for e in self.entries if e.kind == FILE]
 
 
 _SPECIAL = ((stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 # What is kept as metadata alone (made again with mknod on restore); a
 # socket is not: it means nothing without the process that listens on it.
-_NODES = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "chardev"), (stat.S_ISBLK, "blockdev"))
+_NODES = ((stat.S_ISFIFO, FIFO), (stat.S_ISCHR, CHAR_DEVICE), (stat.S_ISBLK, BLOCK_DEVICE))
 
 
 def excluded(path: str, name: str, patterns) -> bool:
@@ -80,16 +82,16 @@ def entry_of(path: str, st, on_skip) -> Entry:
     common = dict(ctime_ns=st.st_ctime_ns, inode=st.st_ino, uid=st.st_uid, gid=st.st_gid,
                   nlink=st.st_nlink, dev=st.st_dev)
     if stat.S_ISDIR(mode):
-        return Entry(path, "dir", stat.S_IMODE(mode), st.st_mtime_ns, **common)
+        return Entry(path, DIRECTORY, stat.S_IMODE(mode), st.st_mtime_ns, **common)
     if stat.S_ISREG(mode):
-        return Entry(path, "file", stat.S_IMODE(mode), st.st_mtime_ns, st.st_size, **common)
+        return Entry(path, FILE, stat.S_IMODE(mode), st.st_mtime_ns, st.st_size, **common)
     if stat.S_ISLNK(mode):
         try:
             target = os.readlink(path)
         except OSError as err:
             on_skip(path, f"cannot read link: {err.strerror}")
             return None
-        return Entry(path, "symlink", stat.S_IMODE(mode), st.st_mtime_ns, target=target,
+        return Entry(path, SYMLINK, stat.S_IMODE(mode), st.st_mtime_ns, target=target,
                      **common)
     for test, kind in _NODES:
         if test(mode):
@@ -124,6 +126,6 @@ def list_children(path: str, excludes, on_skip) -> list:
 
 def _visit(entry: Entry, excludes, result: ScanResult, on_skip) -> None:
     result.entries.append(entry)
-    if entry.kind == "dir":
+    if entry.kind == DIRECTORY:
         for child in list_children(entry.path, excludes, on_skip):
             _visit(child, excludes, result, on_skip)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from flud.client.backup.source_scan import Entry, list_children
+from flud.client.records import DIRECTORY
 
 
 @dataclass(slots=True)
@@ -42,13 +43,13 @@ def walk(root: str, excludes=(), on_skip: Callable = lambda path, why: None,
         return
     if not stat.S_ISDIR(st.st_mode):
         return
-    top = Entry(root, "dir", stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+    top = Entry(root, DIRECTORY, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
     # Each frame: the directory, its children, and the position of the next
     # subdirectory to descend into.
     stack = [(top, list_children(root, excludes, on_skip), 0)]
     while stack:
         entry, children, position = stack[-1]
-        while position < len(children) and children[position].kind != "dir":
+        while position < len(children) and children[position].kind != DIRECTORY:
             position += 1
         if position < len(children):
             stack[-1] = (entry, children, position + 1)

@@ -12,11 +12,8 @@ import os
 from typing import Callable
 
 from flud.client.repository.entry_meta import EMPTY_META
-from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
-                                                DirEntry, directory_records)
-
-_KINDS = {"file": "f", "symlink": "l", "dir": DIRECTORY, "fifo": FIFO,
-          "chardev": CHAR_DEVICE, "blockdev": BLOCK_DEVICE}
+from flud.client.repository.tree_records import (DIRECTORY, FILE, SYMLINK, DirEntry,
+                                                directory_records)
 
 
 class TreeBuilder:
@@ -41,20 +38,20 @@ class TreeBuilder:
         not be read)."""
         entries = []
         for entry in listing.entries:
-            if entry.kind == "dir":
+            if entry.kind == DIRECTORY:
                 ref = self._finished.pop(entry.path, None)
                 if ref is None:
                     continue  # it could not be listed: said when it was walked
-            elif entry.kind == "symlink":
+            elif entry.kind == SYMLINK:
                 ref = entry.target
-            elif entry.kind != "file":
+            elif entry.kind != FILE:
                 ref = None    # a FIFO or a device: metadata alone
             else:
                 try:
                     ref = file_ref(entry)
                 except KeyError:
                     continue  # skipped while reading: said then
-            entries.append(DirEntry(os.path.basename(entry.path), _KINDS[entry.kind],
+            entries.append(DirEntry(os.path.basename(entry.path), entry.kind,
                                     entry.mode, entry.mtime_ns, entry.size, ref,
                                     self._meta_of(entry)))
         blob_id = self._seal(entries)
@@ -69,8 +66,8 @@ class TreeBuilder:
     def root(self, tops) -> str:
         """The blob id of the snapshot's root directory: tops are the
         (name, walk entry of a backed-up path, its ref) of each path."""
-        entries = [DirEntry(name, _KINDS[entry.kind], entry.mode, entry.mtime_ns, entry.size,
-                            self._finished.pop(entry.path) if entry.kind == "dir" else ref,
+        entries = [DirEntry(name, entry.kind, entry.mode, entry.mtime_ns, entry.size,
+                            self._finished.pop(entry.path) if entry.kind == DIRECTORY else ref,
                             self._meta_of(entry))
                    for name, entry, ref in tops]
         return self._seal(entries)

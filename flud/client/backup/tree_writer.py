@@ -31,7 +31,8 @@ from flud.client.backup.source_excludes import ExcludeRules
 from flud.client.repository.head import Head, store_blobs, write_head
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
 from flud.client.repository.snapshot_paths import root_names
-from flud.client.records import EMPTY, LARGE, SMALL
+from flud.client.records import (DIRECTORY, EMPTY, FILE, LARGE, SMALL, SYMLINK, content_from_wire,
+                                 content_kind, content_size)
 from flud.client.backup.source_scan import entry_of
 from flud.client.sparse import data_ranges, packed_size
 from flud.client.repository.tree_records import LargeRecord, LargeRef, SmallRef, SnapshotRecord
@@ -108,7 +109,7 @@ class TreeWriter:
         blob_id = self.builder.directory(listing, self._file_ref(
             self.index.states_in(listing.path), own))
         for entry in listing.entries:
-            if entry.kind == "dir" and entry.path in self._counts:
+            if entry.kind == DIRECTORY and entry.path in self._counts:
                 files, nbytes = self._counts.pop(entry.path)
                 own[0] += files
                 own[1] += nbytes
@@ -118,7 +119,7 @@ class TreeWriter:
 
     def _meta_of(self, entry):
         link = None
-        if entry.kind == "file" and entry.nlink > 1:
+        if entry.kind == FILE and entry.nlink > 1:
             first = self.links.get((entry.dev, entry.inode))
             if first is not None:
                 link = self._snapshot_path(first)
@@ -152,16 +153,17 @@ class TreeWriter:
                 raise KeyError(entry.path)
             # The snapshot holds the file as it was read, not as it is now.
             entry.size, entry.mtime_ns = state.size, state.mtime_ns
-            if content.get("size", 0) != state.size:   # stored without its holes
-                entry.ranges = self._holes(entry, state, content.get("size", 0))
+            if content_size(content) != state.size:   # stored without its holes
+                entry.ranges = self._holes(entry, state, content_size(content))
             own[0] += 1
             own[1] += state.size
-            kind = content["t"]
+            kind = content_kind(content)
             if kind == EMPTY:
                 return None
             if kind == SMALL:
-                return SmallRef(content["key"], content.get("z") or "", content["b"],
-                                content["o"], content["l"])
+                small = content_from_wire(content)
+                return SmallRef(small.key, small.method or "", small.bundle, small.offset,
+                                small.length)
             if kind != LARGE:
                 raise KeyError(entry.path)
             blob_id, sealed = self.sealer.seal(LargeRecord(content).encode())
@@ -213,7 +215,7 @@ class TreeWriter:
             top = entry_of(root, st, _quiet)
             if top is None:
                 continue
-            if top.kind == "dir":
+            if top.kind == DIRECTORY:
                 if not self._reuse(root):
                     for listing in walk(root, (), _quiet, excludes.lister(root),
                                         self._reuse):
@@ -222,7 +224,7 @@ class TreeWriter:
                 self.files += self._counts[root][0]
                 self.bytes += self._counts.pop(root)[1]
                 tops.append((name, top, None))
-            elif top.kind == "file":
+            elif top.kind == FILE:
                 own = [0, 0]
                 try:
                     ref = self._file_ref(self.index.states_in(os.path.dirname(root)), own)(top)
@@ -232,7 +234,7 @@ class TreeWriter:
                 self.bytes += own[1]
                 tops.append((name, top, ref))
             else:
-                tops.append((name, top, top.target if top.kind == "symlink" else None))
+                tops.append((name, top, top.target if top.kind == SYMLINK else None))
         tree = self.builder.root(tops)
         yield self._hand_over()
         return tree

@@ -39,7 +39,8 @@ from flud.client.prune.surplus import is_surplus, superseded, surplus_objects
 from flud.client.repository.prune_books import (ABSENT, DEFAULT_GRACE, DELETED, FAILED, STATE_META,
                                      Outcome, PruneState, StoredObject, plan_run,
                                      record_deletes)
-from flud.client.records import Extent, ShareHolder, extent_id, stream_length
+from flud.client.records import (Extent, ShareHolder, bundle_block_length, extent_id,
+                                 stream_length)
 from flud.client.repository.snapshot_lookup import open_repository
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
@@ -211,7 +212,7 @@ class Prune:
         if self._stream_lengths is None:   # an extent: each share is a stream
             self._stream_lengths = {extent_id(record): stream_length(Extent.from_wire(record))
                                     for _, record in index_extents(self.ctx.index)}
-            self._bundle_blocks = {bid: json.loads(record)["bl"]
+            self._bundle_blocks = {bid: bundle_block_length(json.loads(record))
                                    for bid, record in self.ctx.index.bundle_rows()}
         if found is None:
             return 0

@@ -25,7 +25,6 @@ from typing import NamedTuple, Optional
 
 from twisted.internet import defer
 
-from flud.aggregator.tarball import TarWriter
 from flud.client.gather import gather
 from flud.client.records import ShareHolder
 from flud.client.repair.answers import Probe, outcome_of  # noqa: F401 (Probe: callers' type)
@@ -37,6 +36,7 @@ from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
 from flud.client.repair.check_state import CheckState
 from flud.client.repair.stream_repair import CHUNK as STREAM_CHUNK, repair_streamed
+from flud.client.repository.bundle_sender import share_tar
 from flud.coding import SegmentCoder
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
 
@@ -414,12 +414,8 @@ class CheckJob:
             self._record(obj, landed[oid], pending[oid] | self._short.get(oid, set()), results)
 
     def _send_tar(self, node: str, group, made):
-        writer = TarWriter()
-        for p in group:
-            writer.add(p.key, made[p.object_id][1][p.index])
-        data = writer.seal()
-        return self._call(node, self.store_timeout, self.network.store,
-                          bytes.fromhex(share_key(data)), data, KIND_ARCHIVE)
+        key, data = share_tar((p.key, made[p.object_id][1][p.index]) for p in group)
+        return self._call(node, self.store_timeout, self.network.store, key, data, KIND_ARCHIVE)
 
     def _record(self, obj, landed: dict, unplaced: set, results) -> None:
         book = self.state.book

@@ -137,10 +137,6 @@ class ObjectHealth(NamedTuple):
     urgent: bool               # down to the safety margin: the away ones are re-created too
 
     @property
-    def shares_left(self) -> int:
-        return self.healthy + self.unreachable
-
-    @property
     def readable(self) -> bool:
         return self.healthy >= self.k
 

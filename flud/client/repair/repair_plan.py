@@ -79,14 +79,6 @@ def objects_from_map(holder_map: HolderMap, extent_k: int, stream_lengths=None) 
     return objects
 
 
-def moved_rows(placements) -> dict:
-    """{object id: [(index, share key, new node)]}, what the caller records."""
-    rows = {}
-    for p in placements:
-        rows.setdefault(p.object_id, []).append((p.index, p.key, p.node))
-    return {oid: sorted(r) for oid, r in rows.items()}
-
-
 def map_page(holder_map: HolderMap, rows: dict) -> MapPage:
     """The holder map page a repair appends: each repaired bundle and extent
     whole, with its moved shares on their new nodes (the newest page wins)."""

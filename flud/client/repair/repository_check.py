@@ -23,7 +23,9 @@ from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.repository.prune_books import deleted_copies, pending_object_ids
 from flud.client.records import Extent, ShareHolder, stream_length
 from flud.client.repair.object_health import DEFAULT_GRACE, SAFETY_MARGIN, RepairPolicy
-from flud.client.repair.check_job import CheckJob
+from flud.client.budget_plan import plan_budget, repair_working_bytes
+from flud.client.repair.check_job import REPAIR_IN_FLIGHT, CheckJob
+from flud.client.repair.stream_repair import CHUNK as STREAM_CHUNK
 from flud.client.repair.repair_plan import map_page, objects_from_map
 from flud.client.repair.probes import probe_of
 from flud.client.repair.rotation import WEEK
@@ -90,6 +92,19 @@ class Check:
         self.unconfirmed = ""
         self.cycle, self.interval = cycle, interval
 
+    @defer.inlineCallbacks
+    def _reserve_working_set(self):
+        """A repair's fetched and re-made shares come out of the memory
+        budget as the run's plan says (client/budget_plan.py): reserved
+        before it starts, on a "repair" transfer closed when it ends."""
+        ctx = self.ctx
+        memory = ctx.monitor.transfer("repair", "fetched and re-made shares")
+        if self.repair:
+            plan = plan_budget(ctx.monitor.budget_bytes, len(ctx.network.nodes))
+            wanted = repair_working_bytes(ctx.coder.k, ctx.coder.n, STREAM_CHUNK, REPAIR_IN_FLIGHT)
+            yield memory.reserve(plan.repair_bytes(wanted), "working")
+        return memory
+
     def _state(self) -> CheckState:
         saved = self.ctx.index.get_meta(STATE_META)
         return CheckState.from_wire(saved) if saved else CheckState()
@@ -130,7 +145,11 @@ class Check:
         job = CheckJob(ctx.reactor, ctx.network, state, challenge_of, ctx.pool.run,
                        policy=self.policy, cycle=self.cycle, interval=self.interval,
                        on_progress=save, clock=self.clock)
-        report = yield job.run(objects, repair=self.repair, subset=self.subset)
+        memory = yield self._reserve_working_set()
+        try:
+            report = yield job.run(objects, repair=self.repair, subset=self.subset)
+        finally:
+            memory.close()
         save(state)
         if report.moved:
             away = state.book.unreachable_since

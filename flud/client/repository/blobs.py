@@ -7,10 +7,14 @@ directory is stored once however many snapshots hold it, and nothing but the
 key's owner can tell which blobs hold which records. Opening checks the id
 first (a damaged or foreign blob is named without decrypting), then the seal.
 """
+import json
+import zlib
+
 import blake3
 
 from flud.compression import compress_if_worth, decompress_bounded
-from flud.crypto import SIV_KEY_LENGTH, derive_key, open_deterministic, seal_deterministic
+from flud.crypto import (SIV_KEY_LENGTH, derive_key, open_deterministic, open_sealed,
+                         seal_deterministic)
 from flud.errors import BadCompressedData, FludError, IntegrityError
 
 BLOB_ID_LENGTH = 32
@@ -63,3 +67,9 @@ class BlobSealer:
             return decompress_bounded(plain, MAX_RECORD_BYTES)
         except BadCompressedData as err:
             raise BlobDamaged(f"record {blob_id.hex()[:16]}: {err}") from None
+
+
+def open_json(secret: bytes, purpose: str, blob: bytes):
+    """A sealed, compressed JSON record (a root record, a version-1 manifest):
+    opened under the key derived for `purpose`."""
+    return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))

@@ -4,6 +4,8 @@ each sealed tar is one STORE, sent from the reactor. Every writer of the
 repository sends through it: a backup's small files and records
 (backup/small_files.py adds the file reading), a head's records
 (repository/head.py), prune's repacked members and repair's map pages.
+Repair's re-made bundle shares, which go to chosen nodes under known keys,
+are written by share_tar() here too: the client's one tar path.
 
 Memory (the whole budget: see backup/backup_job.py): what the aggregator
 may grow by is reserved first as a free-standing "credit" (about one
@@ -28,10 +30,10 @@ from twisted.python import failure
 from flud.aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
 from flud.aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
 from flud.aggregator.records import PlacementExhausted
-from flud.aggregator.tarball import END_OF_ARCHIVE
+from flud.aggregator.tarball import END_OF_ARCHIVE, TarWriter
 from flud.client.repository.share_challenges import PackedChallenges, tar_challenges
 from flud.client.gather import settle_all
-from flud.client.network import network_share
+from flud.client.budget_plan import plan_budget
 from flud.client.records import Bundle, ShareHolder
 from flud.client.repository.segments import StoreFailed
 from flud.client.repository.tree_records import BlobRef
@@ -51,16 +53,16 @@ MAX_TARS_IN_FLIGHT = 16
 
 class BundleSender:
     """counters and summary: the tallies it adds to (a run's; its own if
-    not given). segment_footprint, parallel_files: what the large files of
-    the same run hold, so the aggregator's own bound leaves room for them.
+    not given). plan: the run's BudgetPlan (client/budget_plan.py: what
+    the connections and the large files of the same run hold, so the
+    aggregator's own bound leaves room for them; none given: a plan for a
+    run of the known nodes without large files).
     open() before use, close() after (its memory goes back)."""
 
-    def __init__(self, ctx, small_file_limit, segment_footprint=0, parallel_files=1,
-                 counters=None, summary=None):
+    def __init__(self, ctx, small_file_limit, plan=None, counters=None, summary=None):
         self.ctx = ctx
         self.k, self.n = ctx.coder.k, ctx.coder.n
-        self.segment_footprint = segment_footprint
-        self.parallel_files = parallel_files
+        self.plan = plan or plan_budget(ctx.monitor.budget_bytes, len(ctx.network.nodes))
         self.counters = counters if counters is not None else {
             "bytes_sent": 0, "stores": 0, "tars": 0}
         self.summary = summary if summary is not None else {}
@@ -156,19 +158,12 @@ class BundleSender:
         small-file call are counted (never more than its default, never less
         than one tar)."""
         policy = FlushPolicy(small_file_limit=small_file_limit)
-        budget = self.ctx.monitor.budget_bytes
-        left = (budget - self._network_bytes()
-                - self.parallel_files * self.segment_footprint
-                - policy.bundle_target - self._work_bytes(policy, policy.small_file_limit)
-                - self._credit_bytes(policy, SMALL_BATCH_BYTES, 0, 0))
+        left = self.plan.left(policy.bundle_target,
+                              self._work_bytes(policy, policy.small_file_limit),
+                              self._credit_bytes(policy, SMALL_BATCH_BYTES, 0, 0))
         least = max(policy.tar_target, 2 * policy.bundle_target + 1)
         return FlushPolicy(small_file_limit=small_file_limit,
                            max_pending_bytes=min(DEFAULT_MAX_PENDING_BYTES, max(least, left)))
-
-    def _network_bytes(self) -> int:
-        """The budget a run reserves for its connections (network_share)."""
-        nodes = len(self.ctx.network.nodes)
-        return sum(network_share(self.ctx.monitor.budget_bytes, nodes, self.segment_footprint).values())
 
     def _work_bytes(self, policy, largest):
         """Held only during a pool call: the file being read, compressed and
@@ -406,6 +401,17 @@ class BundleSender:
             if bundle is None:
                 continue
             self._bundles[bundle_id] = bundle.moved(move.index, move.to_node)
+
+def share_tar(shares) -> tuple:
+    """(key, data) of one tar of whole shares, [(share key hex, bytes)] in
+    order, as the aggregator writes its tars: a STORE of KIND_ARCHIVE under
+    the tar's BLAKE3 (what repair sends a node in one request)."""
+    writer = TarWriter()
+    for key, data in shares:
+        writer.add(key, data)
+    data = writer.seal()
+    return blake3.blake3(data).digest(), data
+
 
 def _too_few(live: int, k: int, n: int) -> str:
     return (f"only {live} nodes are reachable; a bundle of small files needs at least "

@@ -25,7 +25,7 @@ from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, Root
 from flud.client.repository.root_store import (ManifestMissing, RootNotStored, RootUnconfirmed,
                                                find_root, put_root_v2)
 from flud.client.repository.prune_books import remember_superseded
-from flud.client.records import Bundle
+from flud.client.records import Bundle, extent_id_or_none
 from flud.client.repository.tree_records import BlobRef
 
 log = logging.getLogger("flud.client")
@@ -414,8 +414,8 @@ def _forget_unreached(ctx, repo, records):
     except RecordUnreadable:
         bundles_kept, extents_kept = set(), set()
     bundles = [bid for bid, _ in client_index.bundle_rows() if bid not in bundles_kept]
-    extents = [record["shares"][0][1] for _, record in client_index.extent_rows()
-               if record["shares"] and record["shares"][0][1] not in extents_kept]
+    extents = [xid for xid in (extent_id_or_none(r) for _, r in client_index.extent_rows())
+               if xid is not None and xid not in extents_kept]
     return client_index.drop_stored(bundles, extents)
 
 
@@ -465,8 +465,9 @@ def _start_over(client_index) -> Head:
     """No root anywhere and the user said the old head is gone: forget it
     and everything stored under it; the next backup begins a repository."""
     client_index.drop_stored([bid for bid, _ in client_index.bundle_rows()],
-                             [r["shares"][0][1] for _, r in client_index.extent_rows()
-                              if r["shares"]])
+                             [xid for xid in (extent_id_or_none(r)
+                                              for _, r in client_index.extent_rows())
+                              if xid is not None])
     client_index.remove_snapshots([s["id"] for s in client_index.snapshots()])
     client_index.set_meta(REPO_META, None)
     return Head()

@@ -12,8 +12,8 @@ import hashlib
 import json
 from typing import NamedTuple, Tuple
 
-from flud.client.records import Bundle, ShareHolder
-from flud.client.repository.tree_records import FORMAT_VERSION, BadRecord, BlobRef, is_hex, record_head
+from flud.client.records import BadRecord, BlobRef, Bundle, ShareHolder, is_hex
+from flud.client.repository.record_format import FORMAT_VERSION, record_head
 from flud.errors import FludError
 
 MAX_PAGES = 4096   # the index stays one blob of at most ~5 MB; writers merge pages long before

@@ -86,14 +86,6 @@ class StoredObject(NamedTuple):
     stored_at: Optional[float] = None
 
 
-class Checkpoint(NamedTuple):
-    """A running backup's newest checkpoint: what it stored or reused so far."""
-    backup: str
-    started: float
-    written: float
-    refs: frozenset
-
-
 class Mark(NamedTuple):
     """An object found unreferenced in run `run` (at time `seen`), and still so since."""
     run: int

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from twisted.internet import defer
 
 from flud.client.repository.version1_reader import fetch_manifest
-from flud.client.records import Bundle, extent_id, extent_stored_bytes
+from flud.client.records import Bundle, extent_id, extent_stored_bytes, extents_of, holder_rows
 from flud.client.repository.tree_records import DIRECTORY, DirectoryRecord, LargeRecord, LargeRef, SmallRef
 from flud.errors import FludError
 
@@ -168,7 +168,7 @@ class Reach:
         self._live(where[0], ref.key, where[1], where[2], "small:" + ref.method, size)
 
     def _large_content(self, content) -> None:
-        for extent in content.get("ext", ()):
+        for extent in extents_of(content):
             name = extent_id(extent)
             if name not in self.extents:
                 self.extents.add(name)
@@ -184,7 +184,7 @@ class Reach:
             self.bundles[bundle_id] = self.bundles.get(bundle_id, 0) + Bundle.from_wire(
                 record).length
         for content in manifest["contents"].values():
-            for extent in content.get("ext", ()):
+            for extent in extents_of(content):
                 self.extents.add(extent_id(extent))
 
 
@@ -201,11 +201,11 @@ def _stored(repo, client_index):
     home's index or the holder map knows, the index's first, then the map's
     newest rows (which win where both name one)."""
     for bundle_id, record in client_index.bundle_rows():
-        yield BUNDLE, bundle_id, json.loads(record)["shares"]
+        yield BUNDLE, bundle_id, holder_rows(json.loads(record))
     for bundle_id in repo.cache.bundle_ids():
-        yield BUNDLE, bundle_id, repo.cache.bundle_record(bundle_id)["shares"]
+        yield BUNDLE, bundle_id, holder_rows(repo.cache.bundle_record(bundle_id))
     for _, record in index_extents(client_index):
-        yield EXTENT, extent_id(record), record["shares"]
+        yield EXTENT, extent_id(record), holder_rows(record)
     for xid, holders in repo.cache.extent_rows():
         yield EXTENT, xid, holders
 

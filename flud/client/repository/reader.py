@@ -21,7 +21,8 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobDamaged, BlobSealer
 from flud.client.repository.bundle_ranges import BundleRangeReader
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage, RootRecord
-from flud.client.records import Bundle, ShareHolder, SmallContent
+from flud.client.records import (Bundle, ShareHolder, SmallContent, extents_of, holder_rows,
+                                 set_holder_rows)
 from flud.client.records import extent_id as extent_name
 from flud.client.repository.tree_records import (BadRecord, BlobRef, LargeRecord, NewerFormat,
                                                  SnapshotRecord)
@@ -283,10 +284,10 @@ class Repository:
         """A large file's content record (a tree's LargeRef) as written,
         with the map's newest holders of each extent (repair moved them)."""
         content = LargeRecord.decode((yield self.open_blob(ref.content))).content
-        for extent in content.get("ext", ()):
-            moved = self.cache.extent(extent_name(extent)) if extent["shares"] else None
+        for extent in extents_of(content):
+            moved = self.cache.extent(extent_name(extent)) if holder_rows(extent) else None
             if moved:
-                extent["shares"] = moved
+                set_holder_rows(extent, moved)
         return content
 
     @defer.inlineCallbacks

@@ -10,9 +10,10 @@ import zlib
 
 from twisted.internet import defer
 
+from flud.client.repository.blobs import open_json
 from flud.client.repository.holder_map import RootRecord, is_root_v1
 from flud.client.placement import rank
-from flud.crypto import derive_key, open_sealed, seal
+from flud.crypto import derive_key, seal
 from flud.errors import FludError
 from flud.protocol.errors import ErrorCode, RemoteError
 
@@ -37,10 +38,6 @@ def _compress_json(value) -> bytes:
 
 def _seal_json(secret, purpose, value) -> bytes:
     return seal(derive_key(secret, purpose), _compress_json(value))
-
-
-def open_json(secret, purpose, blob):
-    return json.loads(zlib.decompress(open_sealed(derive_key(secret, purpose), blob)))
 
 
 def root_place_key(network) -> bytes:

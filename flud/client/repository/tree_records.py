@@ -16,34 +16,18 @@ import json
 import os
 from typing import NamedTuple, Optional
 
-from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord: read from here too)
-    BadRecord, BlobRef, _is_int, _need, is_hex)
+from flud.client.records import (  # noqa: F401 (BlobRef, BadRecord, the kinds: read from here too)
+    BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, FILE, SPECIAL_KINDS, SYMLINK, BadRecord, BlobRef,
+    _is_int, _need, is_hex)
 from flud.client.repository.entry_meta import EMPTY_META, BadMeta, Meta
-from flud.errors import FludError
+from flud.client.repository.record_format import (  # noqa: F401 (read from here too)
+    CHUNKED_LARGE_VERSION, DIR_VERSION, FORMAT_VERSION, NewerFormat, record_head)
 
-FORMAT_VERSION = 2
-# Directory records are written at version 3 (each entry carries its
-# metadata: owner, xattrs, hard links, holes, device numbers; client/repository/entry_meta.py);
-# version 2 records (no metadata) keep reading. A large-content record of a
-# file cut into chunks (its runs) is version 3 too; fixed-extent ones stay 2.
-# Every other record is 2.
-DIR_VERSION = 3
-CHUNKED_LARGE_VERSION = 3
-_VERSIONS = {"dir": (2, 3), "large": (2, 3)}
 MAX_DIR_ENTRIES = 4096   # entries per directory record; more go to continuation records
-DIRECTORY, FILE, SYMLINK = "d", "f", "l"
-FIFO, CHAR_DEVICE, BLOCK_DEVICE = "p", "c", "b"
-SPECIAL_KINDS = (FIFO, CHAR_DEVICE, BLOCK_DEVICE)
 SMALL_REF, LARGE_REF = "S", "L"
 COMPRESSION_METHODS = ("", "zstd")
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
-
-
-class NewerFormat(FludError):
-    """A record written by a newer flud than this one."""
-
-    code = "NEWER_FORMAT"
 
 
 def check_name(name) -> str:
@@ -152,26 +136,6 @@ class DirEntry(NamedTuple):
         else:
             raise BadRecord(f"entry {name!r:.80}: unknown kind {kind!r:.20}")
         return cls(name, kind, mode, mtime_ns, size, ref, meta)
-
-
-def record_head(data: bytes, kind: str, newest: int = None) -> dict:
-    """The JSON object of a record of `kind`, its version checked (one this
-    flud reads: 2, or for a directory or a large content 2 or 3). newest:
-    kept for callers that name it; the table above decides."""
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRecord(f"a {kind} record that is not JSON") from None
-    _need(type(value) is dict, f"a {kind} record that is not an object")
-    version = value.get("v")
-    _need(type(version) is int, f"a {kind} record without a version")
-    known = _VERSIONS.get(kind, (FORMAT_VERSION,))
-    if version > known[-1]:
-        raise NewerFormat(f"a {kind} record of format version {version}: this flud reads "
-                          f"up to version {known[-1]}; upgrade flud")
-    _need(version in known and value.get("t") == kind,
-          f"not a version-{known[-1]} {kind} record")
-    return value
 
 
 class DirectoryRecord(NamedTuple):

@@ -23,7 +23,8 @@ The figures (restic's names where restic has the figure):
 """
 from twisted.internet import defer
 
-from flud.client.records import ExtentSegment, StoredSegment, extent_id, stored_bytes
+from flud.client.records import (StoredSegment, extent_id, extent_stream_length, extents_of,
+                                 holder_rows, stored_bytes, stored_segments_of)
 from flud.client.repository.tree_records import DIRECTORY, FILE, LargeRecord, LargeRef, SmallRef
 
 _ID_BYTES = 16   # of a content id kept to tell contents apart (128 bits)
@@ -114,12 +115,12 @@ class RepositoryStats:
             self._large_shares(content)
 
     def _large_shares(self, content: dict) -> None:
-        for extent in content.get("ext", ()):
-            moved = self.repo.cache.extent(extent_id(extent)) if extent["shares"] else None
-            stream = sum(ExtentSegment.from_wire(row).block_length for row in extent["segs"])
-            for holder in (moved or extent["shares"]):
+        for extent in extents_of(content):
+            moved = self.repo.cache.extent(extent_id(extent)) if holder_rows(extent) else None
+            stream = extent_stream_length(extent)
+            for holder in (moved or holder_rows(extent)):
                 self._count(holder[2], stream)
-        for row in content.get("segs", ()):
+        for row in stored_segments_of(content):
             segment = StoredSegment.from_wire(row)
             for holder in segment.holders:
                 self._count(holder.node, segment.block_length)

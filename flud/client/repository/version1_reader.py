@@ -12,7 +12,7 @@ old release wrote (tests/unit/client/data/).
 from twisted.internet import defer
 
 from flud.client.records import manifest_ref_segments
-from flud.client.repository.root_store import open_json
+from flud.client.repository.blobs import open_json
 from flud.client.repository.segments import fetch_segment
 
 MANIFEST_VERSION = 1

@@ -16,7 +16,7 @@ import os
 
 from twisted.internet import defer
 
-from flud.client.records import DIR, LARGE, SYMLINK, content_from_wire, content_kind
+from flud.client.records import DIRECTORY, LARGE, SYMLINK, content_from_wire, content_kind
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import RestoreError
 from flud.client.restore.in_place import (IN_FINAL, KEEP, LANDED, SegmentCheck, look_small,
@@ -77,7 +77,7 @@ class DryRun:
     def restore_batch(self, entries, contents):
         files = []
         for entry in entries:
-            if entry.kind == DIR:
+            if entry.kind == DIRECTORY:
                 self.summary["dirs"] += 1
             elif entry.kind == SYMLINK:
                 self.summary["symlinks"] += 1

@@ -24,8 +24,8 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.repository.snapshot_paths import snapshot_paths
-from flud.client.records import (DIR, EMPTY, FILE, LARGE, SMALL, content_from_wire,
-                                 entries_from_wire)
+from flud.client.records import (DIRECTORY, EMPTY, FILE, LARGE, SMALL, content_from_wire,
+                                 content_kind, entries_from_wire)
 from flud.client.restore.tree_restore import TreeContents
 from flud.client.restore.small_fetch import SmallFetch
 from flud.client.repository.segments import FetchFailed, fetch_segment_pieces
@@ -184,7 +184,7 @@ def tar_info(name: str, entry) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.mode = entry.mode & 0o7777
     info.mtime = entry.mtime_ns / 1e9
-    if entry.kind == DIR:
+    if entry.kind == DIRECTORY:
         info.type = tarfile.DIRTYPE
     elif entry.kind == FILE:
         info.type = tarfile.REGTYPE
@@ -239,14 +239,14 @@ class Dump:
         written, for a file)."""
         if self.as_tar:
             yield self.writer.member(tar_info(self._name(entry.rel), entry))
-        kind = {DIR: "dirs", FILE: "files"}.get(entry.kind, "symlinks")
+        kind = {DIRECTORY: "dirs", FILE: "files"}.get(entry.kind, "symlinks")
         self.summary[kind] += 1
         if entry.kind == FILE:
             yield self._file(entry, content_wire)
 
     @defer.inlineCallbacks
     def _file(self, entry, content_wire):
-        kind = content_wire["t"]
+        kind = content_kind(content_wire)
         if kind == EMPTY:
             return
         content = content_from_wire(content_wire)

@@ -66,8 +66,8 @@ class MeteredNetwork(NodeRequests):
     def mark_failed(self, node_id, why=None):
         return self._network.mark_failed(node_id, why)
 
-    def count_sends(self, monitor, keep=0):
-        return self._network.count_sends(monitor, keep)
+    def count_sends(self, monitor, plan=None):
+        return self._network.count_sends(monitor, plan)
 
     def close(self):
         return self._network.close()

@@ -43,7 +43,7 @@ from flud.client.context import JobContext
 from flud.client.directio import PositionalWriter
 from flud.client.gather import settle_all
 from flud.client.repository.snapshot_paths import snapshot_paths
-from flud.client.records import (DIR, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRecord,
+from flud.client.records import (DIRECTORY, EMPTY, LARGE, SMALL, SYMLINK, BadSegmentRecord,
                                  content_from_wire, content_kind, entries_from_wire)
 from flud.client.restore.block_restore import BlockRestore
 from flud.client.restore.block_buffers import BlockBuffers
@@ -200,8 +200,8 @@ class Restore:
             wanted.saw(entry.rel)
             if not wanted(entry.rel):
                 continue
-            if selection and not selection.wants(entry.rel, entry.kind == DIR):
-                if entry.kind == DIR and selection.descends(entry.rel):
+            if selection and not selection.wants(entry.rel, entry.kind == DIRECTORY):
+                if entry.kind == DIRECTORY and selection.descends(entry.rel):
                     self.maybe_dir(entry.rel, entry.mode, entry.mtime_ns)
                 continue
             entries.append(entry)
@@ -242,7 +242,7 @@ class Restore:
         self._contents = contents
         files = [e for e in entries if e.is_file]
         for entry in entries:
-            if entry.kind != DIR:
+            if entry.kind != DIRECTORY:
                 continue
             if self._made(entry.rel, self.dest.make_dir, entry.rel):
                 self.summary["dirs"] += 1

@@ -16,20 +16,17 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobDamaged
 from flud.client.repository.snapshot_paths import snapshot_paths
-from flud.client.records import DIR, FILE, SYMLINK, Entry
+from flud.client.records import DIRECTORY, FILE, SYMLINK, EmptyContent, Entry, SmallContent
 from flud.client.restore.delete_extra import check_delete_target, delete_extra
 from flud.client.restore.file_writer import RestoreError
 from flud.client.restore.meta_restore import LookOnlyMeta, TreeMeta
 from flud.client.restore.wanted_paths import Wanted
 from flud.client.restore.selection import Selection
-from flud.client.repository.tree_records import (BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO,
-                                                LargeRef, SmallRef)
+from flud.client.repository.tree_records import LargeRef, SmallRef
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
 BATCH_FILES = 2048   # files restored per batch: the runs of a batch share blocks
-_KINDS = {DIRECTORY: DIR, "f": FILE, "l": SYMLINK, FIFO: "fifo", CHAR_DEVICE: "chardev",
-          BLOCK_DEVICE: "blockdev"}
 EMPTY_ID = "empty"
 
 
@@ -49,9 +46,9 @@ class TreeContents:
     @defer.inlineCallbacks
     def entry(self, path: str, entry):
         """(Entry, (content id, content record) or None) of one entry."""
-        kind = _KINDS[entry.kind]
-        if kind == DIR:
-            return Entry(path, DIR, entry.mode, entry.mtime_ns, 0, ""), None
+        kind = entry.kind
+        if kind == DIRECTORY:
+            return Entry(path, DIRECTORY, entry.mode, entry.mtime_ns, 0, ""), None
         if kind == SYMLINK:
             return Entry(path, SYMLINK, entry.mode, entry.mtime_ns, 0, entry.ref), None
         if kind != FILE:   # a FIFO or a device: metadata alone
@@ -61,7 +58,7 @@ class TreeContents:
         # (restore/meta_restore.py puts them in place).
         size = entry.size if entry.meta.ranges is None else entry.meta.packed_size()
         if ref is None:
-            content = (EMPTY_ID, {"t": "E", "size": 0})
+            content = (EMPTY_ID, EmptyContent(0).to_wire())
         elif isinstance(ref, SmallRef):
             content = (ref.key, self.small(ref, size))
         else:
@@ -70,11 +67,8 @@ class TreeContents:
 
     def small(self, ref: SmallRef, size: int) -> dict:
         where = self.repo.small_range(ref)   # prune may have repacked it
-        record = {"t": "S", "size": size, "key": ref.key, "b": where.bundle, "o": where.offset,
-                  "l": where.length}
-        if ref.method:
-            record["z"] = ref.method
-        return record
+        return SmallContent(size, ref.key, where.bundle, where.offset, where.length,
+                            ref.method or None).to_wire()
 
     def large(self, ref: LargeRef):
         return self.repo.large_content(ref)   # with repair's newer extent holders
@@ -137,7 +131,7 @@ class TreeRestore:
             wanted.saw(path)
             if not self.selection.wants(path, entry.kind == DIRECTORY):
                 return
-            if entry.kind == "f":
+            if entry.kind == FILE:
                 counts[0] += 1
                 counts[1] += entry.size
             else:

@@ -4,7 +4,7 @@ import pytest
 
 from flud.aggregator.aggregator import Aggregator
 from flud.aggregator.records import BundleRecord, FileSlice
-from flud.aggregator.tarball import parse_members
+from tests.unit.aggregator.tar_members import parse_members
 from tests.unit.aggregator.fakes import (NODES, blake2b_32, file_bytes,
                                          rendezvous_place, xor_encoder)
 from tests.unit.aggregator.helpers import (K, N, SPARES, TEST_POLICY,

@@ -15,14 +15,6 @@ def test_defaults():
     assert policy.max_pending_bytes == DEFAULT_MAX_PENDING_BYTES == 32 * MIB
 
 
-def test_small_is_strictly_below_the_limit():
-    policy = FlushPolicy(small_file_limit=1000)
-    assert policy.is_small(0)
-    assert policy.is_small(999)
-    assert not policy.is_small(1000)
-    assert not policy.is_small(10**9)
-
-
 def test_bundle_and_tar_full_at_their_target():
     policy = FlushPolicy(bundle_target=100, tar_target=400,
                          max_pending_bytes=1000)
@@ -74,7 +66,7 @@ def test_tar_target_cannot_exceed_pending_bound():
 
 def test_negative_size_is_refused():
     with pytest.raises(ValueError, match="negative"):
-        FlushPolicy().is_small(-1)
+        FlushPolicy().bundle_full(-1)
 
 
 def test_policy_is_frozen():

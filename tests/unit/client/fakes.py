@@ -119,7 +119,7 @@ class FakeNetwork(NodeRequests):
     def blame(self, node_id, error):
         return self.health.blame(node_id, error)
 
-    def count_sends(self, monitor, keep=0):
+    def count_sends(self, monitor, plan=None):
         return _NothingQueued()
 
     def close(self):

@@ -8,7 +8,7 @@ from twisted.internet import defer
 from flud.client.backup.backup_job import Backup
 from flud.client.repository.blobs import BlobSealer
 from flud.client.progress import Progress
-from flud.client.records import Bundle
+from flud.client.records import FILE, Bundle
 from flud.client.backup.source_scan import scan
 from flud.memory import MemoryMonitor
 from flud.workers import CPUPool
@@ -48,7 +48,7 @@ def test_records_land_in_bundles_beside_small_files_and_read_back(tmp_path):
     def backup():
         small = job.small
         small.open(with_files=True)
-        entries = [e for e in scan([str(src)]).entries if e.kind == "file"]
+        entries = [e for e in scan([str(src)]).entries if e.kind == FILE]
         content_of = {}
         yield small.send_all(entries, content_of)
         for blob_id, sealed in records:

@@ -179,6 +179,7 @@ def test_a_stream_fed_again_from_an_extent_start_gives_the_file_chunks(tmp_path)
     from flud.chunker import ChunkSizes
     from flud.client.backup.chunked import ChunkFeeder, chunk_file
     from flud.client.backup.source_scan import Entry
+    from flud.client.records import FILE
     data = random.Random(8).randbytes(3 * MIB)
     path = str(tmp_path / "f.bin")
     _write(path, data)
@@ -186,7 +187,7 @@ def test_a_stream_fed_again_from_an_extent_start_gives_the_file_chunks(tmp_path)
     feeder = ChunkFeeder(b"s" * 32, sizes, key)
     for start, end in [(0, MIB), (MIB, 2 * MIB), (MIB, 2 * MIB), (2 * MIB, 3 * MIB)]:
         feeder.feed(start, data[start:end])
-    entry = Entry(path, "file", 0o644, os.stat(path).st_mtime_ns, len(data))
+    entry = Entry(path, FILE, 0o644, os.stat(path).st_mtime_ns, len(data))
     assert feeder.finish() == chunk_file(entry, b"s" * 32, sizes, key)
     with pytest.raises(ValueError):
         feeder.feed(4 * MIB, b"x")   # a gap: never silently skipped

@@ -7,6 +7,7 @@ import pytest
 from flud.client import index as index_module
 from flud.client.index import ClientIndex, FileState, IndexVersionError
 from flud.client.repository.tree_records import BlobRef
+from tests.unit.client.index_rows import file_states, record_files
 
 H = "ab" * 32
 
@@ -31,18 +32,18 @@ def test_a_schema_2_index_is_migrated_and_keeps_its_files(tmp_path):
     index = ClientIndex(path)
     assert index.states_in("/home/me/docs") == {"/home/me/docs/a": FileState(1, 2, 3, 4, "c1")}
     assert list(index.states_in("/home/me/docs/sub")) == ["/home/me/docs/sub/b"]
-    assert set(index.file_states()) == {"/home/me/docs/a", "/home/me/docs/sub/b"}
+    assert set(file_states(index)) == {"/home/me/docs/a", "/home/me/docs/sub/b"}
     assert index.db.execute("SELECT version FROM schema_version").fetchone()[0] == index_module.SCHEMA_VERSION
 
 
 def test_files_are_asked_for_one_directory_at_a_time(tmp_path):
     index = ClientIndex(str(tmp_path / "index.db"))
-    index.record_files([("/t/a", 1, 1, 1, 1, "x"), ("/t/d/b", 2, 2, 2, 2, "y"),
+    record_files(index, [("/t/a", 1, 1, 1, 1, "x"), ("/t/d/b", 2, 2, 2, 2, "y"),
                         ("/t/d/e/c", 3, 3, 3, 3, "z"), ("/t2/a", 4, 4, 4, 4, "w")])
     assert list(index.states_in("/t")) == ["/t/a"]
     assert list(index.states_in("/t/d")) == ["/t/d/b"]
     assert index.states_in("/nowhere") == {}
-    index.record_files([("/t/a", 9, 9, 9, 9, "x2")])
+    record_files(index, [("/t/a", 9, 9, 9, 9, "x2")])
     assert index.states_in("/t")["/t/a"].content_id == "x2"
 
 

@@ -5,15 +5,25 @@ idempotent. The interleavings of a backup and a prune, and prunes killed at
 every point, never lose what a snapshot references (injected times)."""
 import itertools
 import json
+from typing import NamedTuple
 
 import pytest
 
 from flud.client.repository.prune_books import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
-                                     TOMBSTONE_KEEP, Checkpoint, Outcome, PruneState,
+                                     TOMBSTONE_KEEP, Outcome, PruneState,
                                      PruneStateError, StoredObject, must_restore,
                                      deleted_copies, pending_object_ids, plan_run,
                                      stored_again,
                                      record_deletes, second_look)
+
+
+class Checkpoint(NamedTuple):
+    """A running backup's newest checkpoint: what it stored or reused so far."""
+    backup: str
+    started: float
+    written: float
+    refs: frozenset
+
 
 HOUR = 3600
 T0 = 1_800_000_000.0

@@ -12,8 +12,9 @@ import pytest
 
 from flud.client.repository import extents
 from tests.unit.client.v1_writer import build_manifest, manifest_ref_to_wire
-from flud.client.records import (BlockHolder, Bundle, Challenge, EmptyContent, Entry, Extent,
-                                 ExtentSegment, LargeContent, SegmentFetch, ShareHolder,
+from flud.client.records import (DIRECTORY, FILE, BlockHolder, Bundle, Challenge, EmptyContent,
+                                 Entry, Extent, ExtentSegment, LargeContent, SegmentFetch,
+                                 ShareHolder,
                                  SmallContent, StoredSegment, content_from_wire,
                                  entries_from_wire, manifest_ref_segments)
 from tests.unit.client.fakes import make_world
@@ -36,8 +37,8 @@ def golden():
 
 def test_each_record_writes_the_literal_shape():
     cases = [
-        (Entry("src/a", "file", 0o644, 5, 9, "cid"), '["src/a","file",420,5,9,"cid"]'),
-        (Entry("src", "dir", 0o755, 5, 0, ""), '["src","dir",493,5,0,""]'),
+        (Entry("src/a", FILE, 0o644, 5, 9, "cid"), '["src/a","file",420,5,9,"cid"]'),
+        (Entry("src", DIRECTORY, 0o755, 5, 0, ""), '["src","dir",493,5,0,""]'),
         (ShareHolder(3, K1, N1), f'[3,"{K1}","{N1}"]'),
         (EmptyContent(0), '{"t":"E","size":0}'),
         (SmallContent(7, K1, K2, 64, 7), f'{{"t":"S","size":7,"key":"{K1}","b":"{K2}","o":64,"l":7}}'),

@@ -8,13 +8,14 @@ from flud.client import index as index_module
 from flud.client.repository.head import REPO_META
 from flud.client.index import ClientIndex
 from flud.client.repository.tree_records import BlobRef
+from tests.unit.client.index_rows import file_states, record_files
 
 A, B, C = "aa" * 32, "bb" * 32, "cc" * 32
 
 
 def _published(index):
     """Rows a published snapshot left: a file, its content, a blob, an extent."""
-    index.record_files([("/t/a", 1, 1, 1, 1, A)])
+    record_files(index, [("/t/a", 1, 1, 1, 1, A)])
     index.add_contents([(A, {"t": "s", "b": "x"})])
     index.add_blobs([BlobRef(A, "x", 0, 10)])
     index.add_segment("E" + A, {"shares": [[0, A, "n1"]], "segs": []})
@@ -25,7 +26,7 @@ def _killed_run(path):
     index = ClientIndex(path)
     index.begin_run()
     index.begin_pending()
-    index.record_files([("/t/a", 2, 2, 2, 2, B), ("/t/b", 3, 3, 3, 3, C)])
+    record_files(index, [("/t/a", 2, 2, 2, 2, B), ("/t/b", 3, 3, 3, 3, C)])
     index.add_contents([(B, {"t": "s", "b": "y"}), (A, {"t": "s", "b": "x2"})])
     index.add_blobs([BlobRef(B, "y", 0, 5), BlobRef(A, "x3", 0, 10)])
     index.add_segment("E" + B, {"shares": [[0, B, "n2"]], "segs": []})
@@ -41,7 +42,7 @@ def test_a_killed_run_is_rolled_back_and_what_was_published_stays(tmp_path):
     _killed_run(path)
     index = ClientIndex(path)
     assert index.recover_run() == "rolled back"
-    assert index.file_states() == {"/t/a": (1, 1, 1, 1, A)}
+    assert file_states(index) == {"/t/a": (1, 1, 1, 1, A)}
     assert index.content(A) == {"t": "s", "b": "x"} and index.content(B) is None
     assert index.blob(A) == BlobRef(A, "x", 0, 10) and index.blob(B) is None
     assert index.segment("E" + A) is not None and index.segment("E" + B) is None

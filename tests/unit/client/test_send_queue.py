@@ -1,7 +1,8 @@
 """The TLS send queues inside the memory budget: an allowance reserved at
 the start of a run, held bytes only beyond it."""
 from flud.client.home import create_home
-from flud.client.network import SEND_ALLOWANCE_MAX, Network, SendQueue
+from flud.client.budget_plan import SEND_ALLOWANCE_MAX
+from flud.client.network import Network, SendQueue
 from flud.memory import MemoryMonitor
 from tests.unit.client.fakes import FakeReactor
 
@@ -71,7 +72,7 @@ def test_count_sends_reserves_a_share_of_the_budget_for_the_run(tmp_path):
 
 def test_the_connections_state_is_reserved_per_known_node_within_a_share(tmp_path):
     from flud.protocol.client import NodeAddress
-    from flud.client.network import CONNECTION_BYTES, CONNECTIONS_SHARE
+    from flud.client.budget_plan import CONNECTION_BYTES, CONNECTIONS_SHARE
 
     home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1))
     network = Network(FakeReactor(), home.path, [])
@@ -94,7 +95,7 @@ def test_the_connections_state_is_reserved_per_known_node_within_a_share(tmp_pat
 
 
 def test_the_network_share_always_leaves_room_for_what_the_run_keeps():
-    from flud.client.network import network_share
+    from flud.client.budget_plan import network_share
 
     assert sum(network_share(64 * MIB, 50, keep=4 * MIB).values()) < 60 * MIB
     assert network_share(5 * MIB, 50, keep=4 * MIB) == {"allowance": 5 * MIB // 16,

@@ -4,6 +4,7 @@ import os
 import socket
 
 from flud.client.backup.source_scan import scan
+from flud.client.records import FIFO
 from flud.client.backup.source_walk import list_children, walk
 
 
@@ -38,7 +39,7 @@ def test_each_directory_lists_its_own_entries_as_the_whole_scan_sees_them(tmp_pa
     assert [e.size for e in listed[str(tmp_path / "a/b/c")].entries] == [3]
     assert skipped == [str(tmp_path / "a/sock")]
     assert [e.kind for e in listed[str(tmp_path / "a")].entries if e.path.endswith("pipe")] \
-        == ["fifo"]
+        == [FIFO]
 
 
 def test_excludes_and_unreadable_directories_are_left_out_and_said(tmp_path):

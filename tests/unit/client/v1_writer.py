@@ -4,7 +4,7 @@ version 1 (flud/client/repository/version1_reader.py)."""
 import json
 import zlib
 
-from flud.client.records import bundle_of, entries_to_wire, holder_keys_from_wire
+from flud.client.records import bundle_of
 from flud.client.repository.root_store import COMPRESS_LEVEL
 from flud.errors import FludError
 
@@ -111,3 +111,20 @@ def build_manifest(index, head: dict, entries: list, history: list,
 def manifest_ref_to_wire(size: int, segments) -> dict:
     """Where a manifest is: {"size": sealed bytes, "segs": [stored segment]}."""
     return {"size": size, "segs": [s.to_wire() for s in segments]}
+
+
+# Test-only writers of the version-1 shapes (the release that wrote them is gone).
+def entries_to_wire(entries) -> list:
+    return [e.to_wire() for e in entries]
+
+
+def holder_keys_from_wire(content_or_bundle) -> list:
+    """The share keys a content or bundle record, as written, uses (for the
+    manifest's challenges: read without making the records)."""
+    keys = []
+    for seg in content_or_bundle.get("segs", ()):
+        keys.extend(s[1] for s in seg[3])
+    for extent in content_or_bundle.get("ext", ()):
+        keys.extend(s[1] for s in extent["shares"])
+    keys.extend(s[1] for s in content_or_bundle.get("shares", ()))
+    return keys

@@ -199,8 +199,8 @@ def test_crypt_ctr_in_place_refuses_read_only_buffers():
         crypt_ctr_in_place(bytes(32), b"abc")
 
 
-def test_sealing_in_place_is_sealing_and_opens_in_place():
-    from flud.crypto import GCM_NONCE_LENGTH, open_in_place, seal_in_place
+def test_sealing_in_place_is_sealing():
+    from flud.crypto import GCM_NONCE_LENGTH, seal_in_place
 
     key = bytes(range(32))
     plaintext = random.Random(9).randbytes(100_003)
@@ -208,12 +208,9 @@ def test_sealing_in_place_is_sealing_and_opens_in_place():
     sealed = seal_in_place(key, buffer, b"ctx")
     assert sealed is buffer and len(sealed) == len(plaintext) + SEALED_OVERHEAD
     assert open_sealed(key, bytes(sealed), b"ctx") == plaintext  # the same format as seal()
-    again = bytearray(seal(key, plaintext, b"ctx"))
-    view = open_in_place(key, again, b"ctx")
-    assert view.obj is again and bytes(view) == plaintext
     tampered = bytearray(sealed)
     tampered[GCM_NONCE_LENGTH + 5] ^= 1
     with pytest.raises(IntegrityError):
-        open_in_place(key, tampered, b"ctx")
+        open_sealed(key, bytes(tampered), b"ctx")
     with pytest.raises(IntegrityError):
-        open_in_place(key, bytearray(sealed), b"other context")
+        open_sealed(key, bytes(sealed), b"other context")

@@ -107,7 +107,7 @@ def test_deferreds_and_coroutines_work_without_asyncio_then_real_asyncio_imports
 def test_annotation_names_import_asyncio_on_first_use():
     out = run("""
         import sys
-        from flud.lean import import_defer_without_asyncio
+        from flud.lean import _defer_stand_ins, import_sparing; import_defer_without_asyncio = lambda: import_sparing("twisted.internet.defer", "asyncio", _defer_stand_ins, lazy=("AbstractEventLoop", "Future"))  # noqa: E731,E501
         assert import_defer_without_asyncio() is True
         from twisted.internet import defer
         assert "asyncio" not in sys.modules
@@ -128,7 +128,7 @@ def test_falls_back_to_the_real_asyncio_if_the_stand_in_cannot_be_built():
             raise OSError("no coroutines.py")
 
         lean._stdlib_iscoroutine = broken
-        assert lean.import_defer_without_asyncio() is False
+        assert lean.import_sparing("twisted.internet.defer", "asyncio", lean._defer_stand_ins, lazy=("AbstractEventLoop", "Future")) is False
         from twisted.internet import defer
         import asyncio
         assert defer.iscoroutine is asyncio.iscoroutine and defer.Future is asyncio.Future
@@ -140,7 +140,7 @@ def test_falls_back_to_the_real_asyncio_if_the_stand_in_cannot_be_built():
 def test_nothing_to_do_when_defer_or_asyncio_is_already_imported():
     out = run("""
         import asyncio
-        from flud.lean import import_defer_without_asyncio
+        from flud.lean import _defer_stand_ins, import_sparing; import_defer_without_asyncio = lambda: import_sparing("twisted.internet.defer", "asyncio", _defer_stand_ins, lazy=("AbstractEventLoop", "Future"))  # noqa: E731,E501
         assert import_defer_without_asyncio() is False
         from twisted.internet import defer
         assert defer.iscoroutine is asyncio.iscoroutine

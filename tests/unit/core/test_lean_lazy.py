@@ -86,7 +86,7 @@ def test_plain_import_leaves_a_lazy_module_unloaded_and_any_attribute_loads_it(t
     (tmp_path / "slowmod.py").write_text("import time\nLOADS = []\ntime.sleep(0.2)\nLOADS.append(1)\nVALUE = 42\n")
     out = run("""
         import sys, threading
-        from flud.lean import lazy_import
+        from flud.lean import _LAZY, _install_hook; import importlib; lazy_import = lambda name: (_LAZY.add(name), _install_hook(), importlib.import_module(name))[-1]  # noqa: E731,E501
         lazy_import("slowmod")
         import slowmod
         assert type(sys.modules["slowmod"]).__name__ == "_LazyModule"
@@ -113,7 +113,7 @@ def test_lazy_submodule_from_its_package_and_setattr_load_it(tmp_path):
     (pkg / "sub.py").write_text("X = 1\n")
     out = run("""
         import sys
-        from flud.lean import lazy_import
+        from flud.lean import _LAZY, _install_hook; import importlib; lazy_import = lambda name: (_LAZY.add(name), _install_hook(), importlib.import_module(name))[-1]  # noqa: E731,E501
         lazy_import("lazypkg.sub")
         from lazypkg import sub
         assert type(sub).__name__ == "_LazyModule"

@@ -2,7 +2,15 @@ from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.records import Bundle, ShareHolder
 from flud.client.repair.object_health import StoredObject
 from flud.client.repair.repair_plan import (
-    by_node, map_page, moved_rows, objects_from_map, place)
+    by_node, map_page, objects_from_map, place)
+
+
+def moved_rows(placements) -> dict:
+    """{object id: [(index, share key, new node)]}, what the caller records."""
+    rows = {}
+    for p in placements:
+        rows.setdefault(p.object_id, []).append((p.index, p.key, p.node))
+    return {oid: sorted(r) for oid, r in rows.items()}
 
 
 def hexid(i: int) -> str:
