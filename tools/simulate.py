@@ -29,7 +29,20 @@ def main(argv=None) -> int:
                         help="simulated days per history instead of a number of steps")
     parser.add_argument("--quiet", action="store_true", help="no line per history")
     parser.add_argument("--stop", action="store_true", help="stop at the first violation")
+    parser.add_argument("--profile", metavar="FILE", default=None,
+                        help="write cProfile statistics of the run to FILE (pstats format)")
     args = parser.parse_args(argv)
+    if args.profile:
+        import cProfile
+        profiler = cProfile.Profile()
+        try:
+            return profiler.runcall(_run, args)
+        finally:
+            profiler.dump_stats(args.profile)
+    return _run(args)
+
+
+def _run(args) -> int:
     faults = parse_faults(args.faults) if args.faults else faults_from_env()
     length = f"{args.days:g} days" if args.days else f"{args.steps} steps"
     print(f"simulate: seeds {args.start}..{args.start + args.seeds - 1}, {length} each, "

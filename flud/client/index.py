@@ -470,6 +470,21 @@ class ClientIndex(run_rows.OpenRun):
                 self.db.execute("DELETE FROM dirs")
         return len(dropped)
 
+    def forget_blobs(self, blob_ids) -> None:
+        """Forget records whose holder map rows prune drops (before its first
+        DELETE), whatever bundle this index names for them: the map's newest
+        row may name another copy than this index does (a home that adopted
+        back after another stored the record again), and a record the map
+        does not locate must not be deduplicated against (seed 50020). The
+        directory cache goes too: a directory it keeps may name one."""
+        blob_ids = list(blob_ids)
+        if not blob_ids:
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM blobs WHERE blob_id=?", ((b,) for b in blob_ids))
+            self.db.execute("DELETE FROM dirs")
+
     def remove_snapshots(self, snapshot_ids) -> None:
         with self.db:
             self.db.execute("BEGIN")

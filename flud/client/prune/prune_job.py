@@ -159,7 +159,11 @@ class Prune:
         """The plan carried out: state, index, DELETEs, repack, map."""
         ctx, s = self.ctx, self.summary
         self._save(plan.state)                 # decided deletes are pending from here on
+        self._dying = {oid[2:] for oid in plan.delete if oid.startswith(BUNDLE + ":")}
+        dropped = sorted(ref.blob_id for ref in repo.cache.blob_rows()
+                         if ref.bundle in self._dying)
         self._unindex(plan.delete)             # ... and no backup counts on them: both first
+        ctx.index.forget_blobs(dropped)        # nor on a record whose map row goes (50020)
         # Repacked files' rows that point into a bundle this run deletes leave
         # the map before its first DELETE, even where a DELETE fails and the
         # bundle stays pending, or the run is killed before its map write: a
@@ -167,8 +171,7 @@ class Prune:
         # reader must not follow the row to a bundle that is half deleted
         # (seed 50001). A page of dropped rows, not the whole map: a whole
         # map a run kept the 30-day retention bound from holding.
-        self._dying = {oid[2:] for oid in plan.delete if oid.startswith(BUNDLE + ":")}
-        yield self._drop_rows(repo)
+        yield self._drop_rows(repo, dropped)
         outcomes = yield self._delete(plan.delete, objects)
         state = record_deletes(plan.state, outcomes, self.now())
         self._save(state)
@@ -270,13 +273,11 @@ class Prune:
         return outcomes
 
     @defer.inlineCallbacks
-    def _drop_rows(self, repo):
-        """A head whose map has one more page: the blob rows that point into
-        bundles this run deletes, dropped (MapPage.dropped). No kept snapshot
-        reaches those bundles, so no reader needs the rows; the map written
-        at the end leaves them out again and this page with them."""
-        dropped = sorted(ref.blob_id for ref in repo.cache.blob_rows()
-                         if ref.bundle in self._dying)
+    def _drop_rows(self, repo, dropped):
+        """A head whose map has one more page: `dropped`, the blob rows that
+        point into bundles this run deletes, dropped (MapPage.dropped). No
+        kept snapshot reaches those bundles, so no reader needs the rows; the
+        map written at the end leaves them out again and this page with them."""
         if not dropped:
             return
         ctx = self.ctx

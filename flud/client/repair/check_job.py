@@ -326,7 +326,13 @@ class CheckJob:
                     made[obj.object_id] = (obj, value, landed.pop(obj.object_id, {}))
                 else:
                     error = value if ok else value.getErrorMessage()
-                    results[obj.object_id] = results[obj.object_id]._replace(error=error)
+                    # the fetch saw what the challenges did not (a share
+                    # confirmed earlier and gone since): the object is
+                    # reported as the book has it now, not as it was believed
+                    # (seed 70055: "at risk" while a restore could not read it)
+                    health = self.state.book.classify(obj, self.now(), self.policy)
+                    results[obj.object_id] = results[obj.object_id]._replace(
+                        health=health, error=error)
             for object_id, done in landed.items():   # all streamed, or the rest failed
                 self._record(objects_by_id[object_id], done, self._short.get(object_id, set()),
                              results)

@@ -16,12 +16,34 @@ from flud.client.repair.repository_check import Check
 from flud.client.repository.head import adopt
 from flud.client.repository.head_chain import Saved
 from flud.client.repository.root_store import _root_rank, find_root, root_holders
-from tests.unit.client.fakes import make_world, run_until, snapshot_manifest
+from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_check_run import ctx_of
-from tests.unit.client.test_head_chain import _all_up, _second_home
+from tests.unit.client.test_head_chain import _all_up
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import write
 from tools.treecmp import compare_trees
+
+
+def _world(tmp_path):
+    """12 nodes, 2-of-8: with the 6 of the root's 10 holders that make a
+    majority away, every object still has 2 shares up (8 distinct nodes of
+    12), whatever the random placement."""
+    from flud.client.home import create_home
+    from tests.unit.client.fakes import FakeNetwork, FakeReactor
+    clock = FakeReactor()
+    home = create_home(str(tmp_path / "home"), join=("127.0.0.1", 1), overrides={"k": 2, "n": 8})
+    network = FakeNetwork(clock, nodes=12)
+    network.client_id = home.identity.node_id
+    return clock, home, network
+
+
+def _second_home(world, tmp_path, name="home-b"):
+    """A home from the key alone, beside the first (its coding too)."""
+    from flud.client.home import create_home
+    clock, home, network = world
+    other = create_home(str(tmp_path / name), join=("127.0.0.1", 1), identity=home.identity,
+                        secret=home.secret, overrides={"k": 2, "n": 8})
+    return clock, other, network
 
 
 def _tree(tmp_path):
@@ -46,7 +68,7 @@ def _away(network, node_ids):
 
 
 def test_a_replaced_home_hearing_a_minority_never_outranks_the_handover(tmp_path):
-    world = make_world(tmp_path, nodes=12)
+    world = _world(tmp_path)
     clock, home, network = world
     src = _tree(tmp_path)
     run_backup(world, [src])
@@ -72,7 +94,7 @@ def test_a_replaced_home_hearing_a_minority_never_outranks_the_handover(tmp_path
 
 
 def test_a_home_hearing_a_minority_records_its_repairs_for_every_reader(tmp_path):
-    world = make_world(tmp_path, nodes=12)
+    world = _world(tmp_path)
     clock, home, network = world
     src = _tree(tmp_path)
     run_backup(world, [src])

@@ -4,6 +4,7 @@ from flud.client.repair.object_health import (AT_RISK, CORRUPT, DAY, DEGRADED, H
 from flud.client.repair.rotation import parse_subset
 from flud.client.repair.check_state import CheckState
 from flud.protocol.messages import KIND_ARCHIVE, KIND_SHARE
+from flud.storage.errors import NotFound
 from tests.unit.client.repair.world import World
 
 
@@ -337,3 +338,25 @@ def test_no_free_node_at_all_fetches_nothing_and_says_so():
     assert result.repaired == () and result.unplaced == 3 and result.state == AT_RISK
     assert world.network.calls.get("retrieve", 0) == fetched_before
     assert report.recreated_shares == 0
+
+
+def test_a_repair_that_cannot_fetch_k_shares_says_unavailable_not_at_risk():
+    """Seed 70055 over a year: two shares an earlier run confirmed were gone
+    (not challenged again in this run's part of the cycle); the repair found
+    that fetching them, yet the object was still reported by what the run
+    believed before it ('at risk'), though a restore could not read it now."""
+    world = World(nodes=12)
+    obj = world.add()
+    for share in obj.shares[:2]:
+        # confirmed by this run's challenge, gone when fetched (in the
+        # simulation: confirmed by an earlier run, not challenged again)
+        def gone(owner, key, *args, **kwargs):
+            raise NotFound.for_key()
+        world.node(share.node).retrieve = gone
+    for share in obj.shares[5:]:                      # and three holders away
+        world.node(share.node).up = False
+    report = world.check([obj], repair=True)
+    result = report.objects[0]
+    assert result.error and "could be fetched" in result.error
+    assert result.state == UNAVAILABLE, result
+    assert report.unreadable() == 1
