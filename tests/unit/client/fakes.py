@@ -84,7 +84,8 @@ class FakeNetwork(NodeRequests):
         return [n for n in self.nodes if n not in self.failed]
 
     def place(self, object_id, count):
-        return rank(object_id, self.alive_ids())[:count]
+        full = self.health.quota
+        return rank(object_id, [n for n in self.alive_ids() if n not in full])[:count]
 
     def call(self, node_id, method, *args, **kwargs):
         self.calls[method] = self.calls.get(method, 0) + 1
