@@ -87,7 +87,7 @@ class QuotaKeeper:
             if not ledger.admit_claim(self.terms, held, size):
                 self.counters["refused"] += 1
                 raise RemoteError(ErrorCode.QUOTA, (
-                    f"quota: this node keeps at most {self.terms.claim_allowance} bytes of "
+                    f"this node keeps at most {self.terms.claim_allowance} bytes of "
                     f"claims for another node; it holds {held} for you and this store is {size}"))
         else:
             refusal = ledger.admit(self.terms, owner, held, self._given.get(owner, 0), size)

@@ -58,10 +58,10 @@ class QuotaRefusal:
 
     def message(self) -> str:
         if self.explicit:
-            return (f"quota: this node holds {self.held} bytes for you ({format_size(self.held)}); "
+            return (f"this node holds {self.held} bytes for you ({format_size(self.held)}); "
                     f"this store of {self.size} would pass the quota its operator set for you, "
                     f"{self.credit} bytes ({format_size(self.credit)})")
-        return (f"quota: this node holds {self.held} bytes for you ({format_size(self.held)}); "
+        return (f"this node holds {self.held} bytes for you ({format_size(self.held)}); "
                 f"this store of {self.size} would pass your credit of {self.credit} bytes = "
                 f"grant {self.grant} + ratio {self.ratio:g} x given {self.given} (what your linked "
                 f"nodes were seen to hold for this node). Run a node and link it "
