@@ -139,11 +139,12 @@ class LedgerStore:
         return [Claim(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), r[8]) for r in rows]
 
     def placed(self, owner: bytes) -> int:
-        """Bytes of claims placed for `owner` that have not failed their
-        last check (verified, or waiting for their first)."""
+        """Bytes of claims placed for `owner` and not dropped. A claim that
+        failed its checks still counts here until it is dropped, so a holder
+        that loses claims is not sent a new one every round."""
         with self._lock:
             return self._db.execute("SELECT COALESCE(SUM(size), 0) FROM claims "
-                                    "WHERE owner = ? AND failures = 0", (owner,)).fetchone()[0]
+                                    "WHERE owner = ?", (owner,)).fetchone()[0]
 
     def placed_on(self, holder: bytes) -> int:
         with self._lock:
