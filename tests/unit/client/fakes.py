@@ -33,8 +33,12 @@ class FakeNode:
         self.up = True
         self.corrupt = set()   # keys whose bytes this node flips on read
         self.lease_seconds = 365 * 86400.0
+        self.quota = None      # bytes an owner may hold here (QUOTA past it), None: no limit
 
     def store_(self, owner, key, data, kind=0):
+        if self.quota is not None and self.store.owner_bytes(owner) + len(data) > self.quota:
+            raise RemoteError(ErrorCode.QUOTA, f"this node holds {self.store.owner_bytes(owner)} "
+                                               f"bytes for you; credit {self.quota}")
         self.store.put(key, owner, bytes(data), KIND_NAMES[kind])
 
     def retrieve(self, owner, key, offset=0, length=TO_END, into=None):
