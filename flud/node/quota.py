@@ -68,6 +68,7 @@ class QuotaKeeper:
         self._given = self.db.given()
         self._told = set()         # peers told our links since we started
         self._own_links = []
+        self._own_owners = set()   # owners linked to this node: its operator, never refused
         self._placing = False
         self._call = None
         self.counters = {"refused": 0, "links_learned": 0, "links_refused": 0,
@@ -82,6 +83,8 @@ class QuotaKeeper:
         owner = conn.peer_id
         if self.terms.unlimited and self.terms.explicit(owner) is None:
             return
+        if owner in self._own_owners and self.terms.explicit(owner) is None:
+            return              # the node's own operator: it gives this whole node
         held = self.held(owner)
         if self._is_node(conn) and self.terms.explicit(owner) is None:
             if not ledger.admit_claim(self.terms, held, size):
@@ -135,7 +138,7 @@ class QuotaKeeper:
             names = sorted(n for n in os.listdir(directory) if n.endswith(LINK_SUFFIX))
         except FileNotFoundError:
             return 0
-        links = []
+        links, owners = [], set()
         for name in names[:MAX_OWN_LINKS]:
             try:
                 with open(os.path.join(directory, name), "rb") as f:
@@ -151,7 +154,8 @@ class QuotaKeeper:
             if self.db.add_link(link.owner_id, link.node_id, raw, self.clock.seconds()):
                 self._told.clear()          # a new link: tell everyone again
             links.append(raw)
-        self._own_links = links
+            owners.add(link.owner_id)
+        self._own_links, self._own_owners = links, owners
         return len(links)
 
     # ---- the tick ----------------------------------------------------------

@@ -60,6 +60,7 @@ def test_a_home_with_no_node_is_refused_after_its_grant_and_a_linked_one_keeps_s
     assert sum(s["stats"]["ledger"]["refused"] for s in stats) >= 1
     kept = flud("backup", str(tmp_path / "src-b"), "--home", homes["b"])
     assert kept.returncode == 0, output(kept)
+    assert "reduced redundancy" not in kept.stdout, output(kept)   # every share placed
 
     # A link signed by one key only, and one whose signature was tampered with.
     links = os.path.join(homes["b"], "links")

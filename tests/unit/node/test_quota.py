@@ -131,6 +131,14 @@ def test_own_links_are_read_from_the_home_and_others_skipped(tmp_path):
         with open(os.path.join(own_links_dir(str(tmp_path)), name + ".link"), "wb") as f:
             f.write(sign_link(Identity.generate(), node, 1).encode())
     assert k.load_own_links() == 1
+    k.admit(FakeConn(mine_owner(tmp_path)), 10 ** 12)     # its own operator is never refused
+
+
+def mine_owner(tmp_path):
+    from flud.trust.link import read_link
+    directory = own_links_dir(str(tmp_path))
+    with open(os.path.join(directory, "mine.link"), "rb") as f:
+        return read_link(f.read()).owner_id
 
 
 def linked_world(tmp_path, holder_store):
