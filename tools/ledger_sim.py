@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     parser.add_argument("--days", type=int, default=365)
     parser.add_argument("--grant", type=parse_size, default=4 << 20)
     parser.add_argument("--ratio", type=float, default=1.0)
-    parser.add_argument("--capacity", type=parse_size, default=8 << 30)
+    parser.add_argument("--capacity", type=parse_size, default=32 << 30)
     parser.add_argument("--daily", type=parse_size, default=16 << 20)
     parser.add_argument("--free-riders", type=float, default=0.10)
     parser.add_argument("--liars", type=float, default=0.10)

@@ -37,7 +37,7 @@ class SimConfig:
     liars: float = 0.10
     grant: int = 4 << 20
     ratio: float = 1.0
-    capacity: int = 8 << 30
+    capacity: int = 32 << 30
     daily: int = 16 << 20       # bytes of backup an owner adds each day (before coding)
     k: int = 4
     n: int = 8
