@@ -42,6 +42,7 @@ CHECK_PERIODS = 6                 # a claim is checked every CHECK_PERIODS ticks
 MAX_FAILURES = 3
 HELD_REFRESH = 30.0               # seconds a cached held(owner) is trusted
 MAX_OWN_LINKS = 64
+STATS_OWNERS = 32
 
 
 def own_links_dir(home: str) -> str:
@@ -295,5 +296,7 @@ class QuotaKeeper:
         return {"grant": self.terms.grant, "ratio": self.terms.ratio,
                 "owner_quotas": len(self.terms.owner_quotas),
                 "links": self.db.link_count(), "own_links": len(self._own_links),
-                "given": {o.hex(): n for o, n in sorted(self._given.items())},
+                # the owners credited most (STATS stays small on a big network)
+                "given": {o.hex(): n for o, n in sorted(self._given.items(),
+                                                        key=lambda item: -item[1])[:STATS_OWNERS]},
                 **self.db.claim_totals(), **self.counters}
