@@ -57,7 +57,9 @@ def add_quota_arguments(parser, grant_default) -> None:
     """--grant and the give-to-get knobs (docs/quotas.md)."""
     parser.add_argument("--grant", type=grant_arg, default=grant_default, metavar="SIZE",
                         help="bytes every owner may store here for nothing; more needs credit "
-                             "from a linked node ('unlimited': no quota)")
+                             "from a linked node ('unlimited': no quota; default "
+                             + ("none" if grant_default is None else f"{grant_default >> 30}G")
+                             + ")")
     parser.add_argument("--give-ratio", type=float, default=NodeConfig.give_ratio, metavar="R",
                         help="bytes of credit per byte an owner's linked nodes were seen to "
                              "hold for this node (default 1)")
