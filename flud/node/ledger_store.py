@@ -138,6 +138,12 @@ class LedgerStore:
                                     "ORDER BY checked_at LIMIT ?", (before, limit)).fetchall()
         return [Claim(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), r[8]) for r in rows]
 
+    def newest_claim(self, owner: bytes) -> Claim | None:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM claims WHERE owner = ? ORDER BY placed_at DESC "
+                                 "LIMIT 1", (owner,)).fetchone()
+        return Claim(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), r[8]) if r else None
+
     def placed(self, owner: bytes) -> int:
         """Bytes of claims placed for `owner` and not dropped. A claim that
         failed its checks still counts here until it is dropped, so a holder

@@ -71,10 +71,11 @@ class QuotaKeeper:
         self._own_links = []
         self._own_owners = set()   # owners linked to this node: its operator, never refused
         self._placing = False
+        self._resting = {}         # holder -> until when no claim is offered to it (it refused)
         self._call = None
         self.counters = {"refused": 0, "links_learned": 0, "links_refused": 0,
                          "claims_placed": 0, "claims_failed_to_place": 0,
-                         "checks_passed": 0, "checks_failed": 0, "claims_dropped": 0,
+                         "checks_passed": 0, "checks_failed": 0, "claims_dropped": 0, "claims_released": 0,
                          "links_pushed": 0}
 
     # ---- STORE -------------------------------------------------------------
@@ -215,23 +216,45 @@ class QuotaKeeper:
     # ---- claims ------------------------------------------------------------
 
     def owners_short(self) -> list[tuple[bytes, int]]:
-        """(owner, size of the next claim) for owners whose claims fall short."""
+        """(owner, size of the next claim) for owners whose claims fall
+        short; an owner with claims to spare has its newest released."""
         short = []
         for owner in self.db.linked_owners():
             if owner == self.node_id or len(owner) != NODE_ID_LENGTH:
                 continue
             wanted = ledger.claims_wanted(self.terms, owner, self.held(owner))
-            size = ledger.next_claim_size(wanted, self.db.placed(owner))
+            placed = self.db.placed(owner)
+            if ledger.claims_surplus(wanted, placed):
+                self.release_claim(self.db.newest_claim(owner))
+                continue
+            size = ledger.next_claim_size(wanted, placed)
             if size:
                 short.append((owner, size))
         return short
+
+    def release_claim(self, claim: Claim) -> None:
+        """Forget a claim and ask its holder to delete it (best effort: a
+        holder that does not hear it keeps it until this node's lease on it
+        ends)."""
+        self.db.drop_claim(claim.key)
+        self._given = self.db.given()
+        self.counters["claims_released"] += 1
+        peer = self.membership.peers.get(claim.holder) if self.membership else None
+        if peer is None:
+            return
+        d = self.pool.get(claim.holder, peer.host, peer.port)
+        d.addCallback(lambda conn: PeerClient(conn).delete(claim.key))
+        d.addErrback(lambda f: log.debug("claim release on %s: %s", claim.holder.hex()[:12],
+                                         f.getErrorMessage()))
 
     def place_claims(self) -> None:
         if self._placing or self.membership is None:
             return
         for owner, size in self.owners_short():
+            now = self.clock.seconds()
             holders = [n for n in self.db.linked_nodes(owner)
-                       if n != self.node_id and n in self.membership.peers]
+                       if n != self.node_id and n in self.membership.peers
+                       and self._resting.get(n, 0.0) <= now]
             if not holders:
                 continue
             holder = min(holders, key=lambda n: (self.db.placed_on(n), n))
@@ -255,6 +278,8 @@ class QuotaKeeper:
             del data
         except Exception as err:
             self.counters["claims_failed_to_place"] += 1
+            # full, refusing or away: not offered another claim for a while
+            self._resting[holder] = self.clock.seconds() + CHECK_PERIODS * self.interval
             log.info("a claim of %d bytes on %s (for owner %s) failed: %s", size,
                      holder.hex()[:12], owner.hex()[:12], err)
             return

@@ -116,3 +116,11 @@ def next_claim_size(wanted: int, placed: int) -> int:
     if missing <= 0:
         return 0
     return min(MAX_CLAIM, max(MIN_CLAIM, -(-missing // MIN_CLAIM) * MIN_CLAIM))
+
+
+def claims_surplus(wanted: int, placed: int) -> bool:
+    """True when the claims placed for an owner exceed what is wanted by
+    more than one claim (it deleted data), or none are wanted (it holds
+    nothing here any more): one is released, so a holder does not keep
+    claims nobody needs."""
+    return placed > 0 and (wanted == 0 or placed - wanted > MAX_CLAIM)

@@ -45,6 +45,9 @@ class FakePeer:
         return defer.maybeDeferred(self.stores[self.holder].verify, key, self.asker, nonce,
                                    offset, length)
 
+    def delete(self, key):
+        return defer.maybeDeferred(self.stores[self.holder].delete, key, self.asker)
+
 
 class FakePool:
     def __init__(self, asker):
@@ -207,3 +210,40 @@ def test_the_ledger_survives_a_reopen_and_refuses_a_newer_schema(tmp_path):
     db.close()
     with pytest.raises(RuntimeError, match="newer"):
         LedgerStore(path, durable=False)
+
+
+def test_a_holder_that_refuses_a_claim_is_not_offered_another_for_a_while(tmp_path, monkeypatch):
+    class Full(FakePeer):
+        tried = 0
+
+        def store(self, key, data):
+            Full.tried += 1
+            return defer.fail(RemoteError(ErrorCode.NO_SPACE, "full"))
+
+    monkeypatch.setattr(quota_module, "PeerClient", Full)
+    k, owner, holder = linked_world(tmp_path, MemoryShareStore(1 << 30))
+    for _ in range(3):
+        k.tick()
+        k.clock.advance(1)
+    assert Full.tried == 1 and k.stats()["claims_failed_to_place"] == 1
+    k.clock.advance(quota_module.CHECK_PERIODS)
+    k.tick()
+    assert Full.tried == 2 and k.stats()["given"] == {}
+
+
+def test_claims_nobody_needs_are_released_on_the_holder(tmp_path, monkeypatch):
+    monkeypatch.setattr(quota_module, "PeerClient", FakePeer)
+    holder_store = MemoryShareStore(1 << 30)
+    k, owner, holder = linked_world(tmp_path, holder_store)
+    for _ in range(12):                               # the owner grows to ~20 MiB held here
+        put(k.store, owner, 2 << 20, seed=len(k.store.keys(owner)) + 1)
+        k._held.clear()
+        k.tick()
+    assert holder_store.owner_bytes(k.node_id) > 16 << 20
+    for key in k.store.keys(owner):                   # ... then deletes everything
+        k.store.delete(key, owner)
+    k._held.clear()
+    for _ in range(16):                               # one released a round
+        k.tick()
+    assert k.stats()["claims_released"] >= 2
+    assert holder_store.owner_bytes(k.node_id) == k.stats()["claim_bytes"] == 0

@@ -60,3 +60,9 @@ def test_claim_allowance_for_other_nodes():
     terms = QuotaTerms(grant=MIB, claim_allowance=8 * MIB)
     assert ledger.admit_claim(terms, 7 * MIB, MIB)
     assert not ledger.admit_claim(terms, 7 * MIB, MIB + 1)
+
+
+def test_surplus_claims_are_released_down_to_one_spare_or_all_when_none_are_wanted():
+    assert not ledger.claims_surplus(10 * MIB, 10 * MIB + ledger.MAX_CLAIM)
+    assert ledger.claims_surplus(10 * MIB, 10 * MIB + ledger.MAX_CLAIM + 1)
+    assert ledger.claims_surplus(0, 1) and not ledger.claims_surplus(0, 0)
