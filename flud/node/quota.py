@@ -100,7 +100,14 @@ class QuotaKeeper:
                 self.counters["refused"] += 1
                 log.info("STORE of %d refused for %s: %s", size, owner.hex()[:12], refusal.message())
                 raise RemoteError(ErrorCode.QUOTA, refusal.message())
-        self._held[owner][0] += size    # counted at once: uploads in flight add up
+
+    def admitted(self, owner: bytes, size: int) -> None:
+        """An upload admit() let through has opened: count it at once, so
+        uploads in flight add up (the next refresh reads the store again,
+        which forgets the ones that never finished)."""
+        entry = self._held.get(owner)
+        if entry is not None:
+            entry[0] += size
 
     def _is_node(self, conn) -> bool:
         """A peer that said it is a node and that membership knows by its

@@ -212,6 +212,8 @@ class NodeHandler:
             group = self._groups[conn] = ReservationGroup(name="this connection")
         upload = self.store.open_upload(key, conn.peer_id, message.size, message.kind_name,
                                         group=group)
+        if self.quota is not None:
+            self.quota.admitted(conn.peer_id, message.size)
         transfer = None
         if self.monitor is not None:
             name = key.hex()[:16] if key is not None else "streamed"

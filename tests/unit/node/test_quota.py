@@ -86,7 +86,9 @@ def test_a_store_past_the_grant_is_refused_with_the_numbers(tmp_path):
     owner = b"\x01" * 32
     put(store, owner, 200 * KIB)
     k = keeper(tmp_path, QuotaTerms(grant=GRANT), store)
-    k.admit(FakeConn(owner), 56 * KIB)              # exactly the grant
+    k.admit(FakeConn(owner), 56 * KIB)              # exactly the grant ...
+    k.admit(FakeConn(owner), 56 * KIB)              # ... until an upload opens with it
+    k.admitted(owner, 56 * KIB)
     with pytest.raises(RemoteError) as err:
         k.admit(FakeConn(owner), 1)                  # uploads in flight count at once
     assert err.value.code == ErrorCode.QUOTA
@@ -98,6 +100,7 @@ def test_an_explicit_quota_overrides(tmp_path):
     friend = b"\x02" * 32
     k = keeper(tmp_path, QuotaTerms(grant=GRANT, owner_quotas={friend: 10 << 20}))
     k.admit(FakeConn(friend), 9 << 20)
+    k.admitted(friend, 9 << 20)
     with pytest.raises(RemoteError):
         k.admit(FakeConn(friend), 2 << 20)
 
@@ -109,6 +112,7 @@ def test_a_node_known_to_membership_may_store_claims_within_its_allowance(tmp_pa
         k.admit(FakeConn(node, messages.ROLE_NODE), GRANT + 1)
     k.membership.peers[node] = object()
     k.admit(FakeConn(node, messages.ROLE_NODE), 1 << 20)
+    k.admitted(node, 1 << 20)
     with pytest.raises(RemoteError):
         k.admit(FakeConn(node, messages.ROLE_NODE), 1)
 
