@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_node_commands(sub)
     add_testnet_commands(sub)
+    from flud.cli.link import add_link_command
+    add_link_command(sub)
     try:
         from flud.cli.client import add_client_commands
     except ImportError:

@@ -1,7 +1,8 @@
 """`flud node run`: its arguments, made into a NodeConfig, and the node
 process run on it."""
 from flud.node import process
-from flud.node.config import DAY, DEFAULT_CAPACITY, MIN_LEASE, MIN_TRASH, NodeConfig
+from flud.node.config import (DAY, DEFAULT_CAPACITY, DEFAULT_GRANT, MIN_LEASE, MIN_TRASH,
+                              NodeConfig)
 
 def _size(text: str) -> int:
     """A size in flud's grammar (flud/units.py): '500M', '10G', '64MiB', or
@@ -29,6 +30,46 @@ def _at_least(minimum: float, why: str):
         return seconds
     parse.__name__ = "_duration"  # what argparse names in "invalid ... value"
     return parse
+
+
+def grant_arg(text: str):
+    """A grant: a size, or 'unlimited' (no quota at all)."""
+    if text.strip().lower() in ("unlimited", "none"):
+        return None
+    return _size(text)
+
+
+def owner_quota_arg(text: str):
+    """'OWNER_ID_HEX=SIZE' -> (owner id bytes, bytes)."""
+    import argparse
+    owner, sep, size = text.partition("=")
+    try:
+        owner_id = bytes.fromhex(owner.strip())
+    except ValueError:
+        owner_id = b""
+    if not sep or len(owner_id) != 32:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not OWNER=SIZE with OWNER a 64-hex-digit owner id")
+    return owner_id, _size(size)
+
+
+def add_quota_arguments(parser, grant_default) -> None:
+    """--grant and the give-to-get knobs (docs/quotas.md)."""
+    parser.add_argument("--grant", type=grant_arg, default=grant_default, metavar="SIZE",
+                        help="bytes every owner may store here for nothing; more needs credit "
+                             "from a linked node ('unlimited': no quota; default "
+                             + ("none" if grant_default is None else f"{grant_default >> 30}G")
+                             + ")")
+    parser.add_argument("--give-ratio", type=float, default=NodeConfig.give_ratio, metavar="R",
+                        help="bytes of credit per byte an owner's linked nodes were seen to "
+                             "hold for this node (default 1)")
+    parser.add_argument("--owner-quota", type=owner_quota_arg, action="append", default=[],
+                        metavar="OWNER=SIZE",
+                        help="an explicit quota for one owner (a friend), overriding the "
+                             "formula; repeat for more")
+    parser.add_argument("--ledger-interval", type=_duration, default=NodeConfig.ledger_interval,
+                        metavar="DURATION", help="seconds between ledger rounds: links pushed, "
+                                                 "claims placed and checked (default 10min)")
 
 
 def parse_address(text: str):
@@ -63,6 +104,10 @@ def add_node_commands(sub) -> None:
                           "(default 30d; at least 14d)")
     run.add_argument("--lease-sweep-interval", type=_duration, default=3600.0, metavar="DURATION",
                      help="how often leases are checked (default 1h)")
+    add_quota_arguments(run, DEFAULT_GRANT)
+    run.add_argument("--claim-allowance", type=_size, default=NodeConfig.claim_allowance,
+                     metavar="SIZE", help="bytes of claims one other node may keep here "
+                                          "(default 4G)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=cmd_node_run)
 
@@ -74,7 +119,11 @@ def node_config(args) -> NodeConfig:
                       capacity=args.capacity, memory_log=args.memory_log,
                       memory_budget=args.memory_budget, verbose=args.verbose,
                       lease_seconds=args.lease, trash_seconds=args.trash_time,
-                      lease_sweep_interval=args.lease_sweep_interval)
+                      lease_sweep_interval=args.lease_sweep_interval,
+                      grant=args.grant, give_ratio=args.give_ratio,
+                      owner_quotas=tuple(args.owner_quota),
+                      claim_allowance=args.claim_allowance,
+                      ledger_interval=args.ledger_interval)
 
 
 def cmd_node_run(args) -> int:

@@ -26,6 +26,9 @@ def add_testnet_commands(sub) -> None:
     up.add_argument("--dir", required=True)
     up.add_argument("--base-port", type=int, default=0, help="node i listens on BASE+i (default: OS-chosen)")
     up.add_argument("--capacity", type=_size, default="10G")
+    from flud.cli.node import add_quota_arguments
+    # A testnet has no quota unless --grant says one (docs/quotas.md).
+    add_quota_arguments(up, None)
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     up.add_argument("--memory-log", action="store_true", help="each node writes memory.csv in its home")
     up.add_argument("--spawn", choices=("fork", "exec"), default="fork",
@@ -36,6 +39,12 @@ def add_testnet_commands(sub) -> None:
         p = testnet.add_parser(name, help=text)
         p.add_argument("--dir", required=True)
         p.set_defaults(handler=handler)
+
+
+def quota_options(args) -> dict:
+    """The NodeConfig fields `testnet up`'s give-to-get flags set."""
+    return {"grant": args.grant, "give_ratio": args.give_ratio,
+            "owner_quotas": tuple(args.owner_quota), "ledger_interval": args.ledger_interval}
 
 
 def cmd_up(args) -> int:
@@ -55,7 +64,8 @@ def cmd_up(args) -> int:
     deadline = started + args.timeout
     try:
         nodes = net.start(args.nodes, args.capacity, memory_log=args.memory_log,
-                          base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline)
+                          base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline,
+                          options=quota_options(args))
         processes_ready = time.monotonic() - started
         print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for membership...")
         # Imported once the nodes are forked, so that they do not inherit

@@ -179,7 +179,10 @@ class Network(NodeRequests):
         return [nid for nid in self.nodes if nid not in self.failed]
 
     def place(self, object_id: bytes, count: int) -> list:
-        return rank(object_id, self.alive_ids())[:count]
+        """The first `count` nodes for object_id: not failed, and not one
+        that refused this home for quota (QUOTA) this run."""
+        full = self.health.quota
+        return rank(object_id, [n for n in self.alive_ids() if n not in full])[:count]
 
     def address(self, node_id: bytes) -> NodeAddress:
         return self.nodes[node_id]

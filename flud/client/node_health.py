@@ -22,6 +22,11 @@ def _error_of(error) -> BaseException:
     return error.value if isinstance(error, Failure) else error
 
 
+def is_quota(error) -> bool:
+    err = _error_of(error)
+    return isinstance(err, RemoteError) and err.code == ErrorCode.QUOTA
+
+
 def is_cancel(error) -> bool:
     err = _error_of(error)
     return isinstance(err, RemoteError) and err.code == ErrorCode.CANCELLED
@@ -32,6 +37,9 @@ class NodeHealth:
         self.failed = set()      # node ids no work goes to for the rest of the run
         self.why = {}            # node id -> why it failed, as first said
         self._mismatches = {}    # node id -> streams it found not matching their key
+        # node id -> its QUOTA message: it refused to hold more for us (docs/quotas.md).
+        # Not failed: it still serves what it holds; nothing new is placed there.
+        self.quota = {}
 
     def blame(self, node_id: bytes, error) -> bool:
         """Count `error` (an exception or Failure from that node's request)
@@ -39,6 +47,12 @@ class NodeHealth:
         err = _error_of(error)
         if is_cancel(err):
             return False
+        if is_quota(err):
+            if node_id not in self.quota:
+                log.warning("node %s holds no more for this home (%s); placing elsewhere",
+                            node_id.hex()[:12], err.message)
+            self.quota[node_id] = err.message
+            return True
         if isinstance(err, RemoteError) and err.code == ErrorCode.HASH_MISMATCH:
             strikes = self._mismatches.get(node_id, 0) + 1
             self._mismatches[node_id] = strikes
@@ -48,6 +62,14 @@ class NodeHealth:
                 return False
         self.mark_failed(node_id, err)
         return True
+
+    def quota_note(self) -> str:
+        """What to add to a 'too few nodes' error when nodes refused for quota."""
+        if not self.quota:
+            return ""
+        node, message = next(iter(self.quota.items()))
+        return (f"; {len(self.quota)} node(s) refused with QUOTA (node {node.hex()[:12]}: "
+                f"QUOTA: {message})")
 
     def mark_failed(self, node_id: bytes, why=None) -> None:
         if node_id not in self.failed:

@@ -15,6 +15,11 @@ CLIENT_RENEWAL_PERIOD = 7 * DAY
 MIN_TRASH = 2 * CLIENT_RENEWAL_PERIOD
 # A lease shorter than this would trash clients that renew on time.
 MIN_LEASE = 2 * CLIENT_RENEWAL_PERIOD
+# Give to get (docs/quotas.md). `flud node run` gives every owner this
+# much for nothing; a NodeConfig made in code (the testnet) has no quota
+# unless it says so (grant None).
+DEFAULT_GRANT = 1024 ** 3
+DEFAULT_CLAIM_ALLOWANCE = 4 * 1024 ** 3
 
 
 @dataclass(frozen=True)
@@ -31,3 +36,9 @@ class NodeConfig:
     lease_seconds: float = 365 * DAY  # an owner not seen this long goes to the trash
     trash_seconds: float = 30 * DAY   # ... and is deleted after this much more
     lease_sweep_interval: float = 3600.0  # seconds between sweeps
+    # Give to get (flud/node/quota.py, docs/quotas.md):
+    grant: int | None = None      # bytes each owner may store for nothing; None: no quota
+    give_ratio: float = 1.0       # bytes of credit per byte its linked nodes were seen to hold
+    owner_quotas: tuple = ()      # ((owner id, bytes), ...): explicit quotas, override the formula
+    claim_allowance: int = DEFAULT_CLAIM_ALLOWANCE  # bytes of claims one other node may keep here
+    ledger_interval: float = 600.0  # seconds between ledger rounds (links, claims, checks)

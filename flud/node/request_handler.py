@@ -113,6 +113,7 @@ class NodeHandler:
         self.roots = roots
         self.stats = stats or (lambda: {})
         self.monitor = monitor
+        self.quota = None    # a QuotaKeeper (flud/node/quota.py): STORE credit, LINK
         self.listeners = []  # told of every connection made ready or lost
         self._uploads = {}  # (connection, rid) -> _OpenUpload
         self._groups = {}   # connection -> ReservationGroup of its open uploads
@@ -131,6 +132,7 @@ class NodeHandler:
             Op.DELETE: self._delete,
             Op.ROOT_PUT: self._root_put,
             Op.ROOT_GET: self._root_get,
+            Op.LINK: self._link,
         }
 
     # ---- connection events -------------------------------------------------
@@ -203,11 +205,15 @@ class NodeHandler:
 
     def _store(self, conn, rid, message, end):
         key = message.content_key  # None for a streamed share: checked at commit
+        if self.quota is not None:
+            self.quota.admit(conn, message.size)   # QUOTA beyond the owner's credit
         group = self._groups.get(conn)
         if group is None:
             group = self._groups[conn] = ReservationGroup(name="this connection")
         upload = self.store.open_upload(key, conn.peer_id, message.size, message.kind_name,
                                         group=group)
+        if self.quota is not None:
+            self.quota.admitted(conn.peer_id, message.size)
         transfer = None
         if self.monitor is not None:
             name = key.hex()[:16] if key is not None else "streamed"
@@ -351,6 +357,12 @@ class NodeHandler:
         if self.roots is None:
             raise RemoteError(ErrorCode.NOT_FOUND, "no root record for you here")
         conn.respond(rid, messages.Record(self.roots.get(conn.peer_id)))
+
+    def _link(self, conn, rid, message, end):
+        if self.quota is None:
+            raise RemoteError(ErrorCode.UNKNOWN_OP, "this node keeps no ledger")
+        self.quota.learn_link(message.link)
+        conn.respond(rid, messages.Empty())
 
     def _fail(self, conn, rid, err):
         self.counters["errors"] += 1

@@ -18,6 +18,7 @@ from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.own_record import OwnRecord
 from flud.node.peers import Membership
+from flud.node.quota import QuotaKeeper
 from flud.node.roots import RootStore
 from flud.protocol import messages
 from flud.protocol.party import load_party
@@ -25,6 +26,7 @@ from flud.protocol.pool import ConnectionPool
 from flud.node.request_handler import NodeHandler
 from flud.storage.archives import STEP_COPYING
 from flud.storage.leases import LeaseTerms
+from flud.trust.ledger import QuotaTerms
 
 STORE_WORKERS = 4
 # Developer switch: a file holding seconds added to the node's lease clock
@@ -43,6 +45,11 @@ def compaction_pause_hook(seconds: float):
     return hook
 
 
+
+
+def quota_terms(config: NodeConfig) -> QuotaTerms:
+    return QuotaTerms(config.grant, config.give_ratio, dict(config.owner_quotas),
+                      config.claim_allowance)
 
 
 def write_json_atomically(path: str, value) -> None:
@@ -142,10 +149,15 @@ class NodeService(Service):
             read_offset=offset_file_reader(clock_file) if clock_file else None,
             on_purged=self.roots.remove, monotonic=time.monotonic)
         self.compactions = CompactionScheduler(self.store, self.reactor, self.workers.run)
+        self.quota = QuotaKeeper(quota_terms(self.config), self.home, self.store,
+                                 self.local.identity, self.reactor, self.workers.run,
+                                 self.config.ledger_interval, random.Random(self.rng.random()),
+                                 durable=os.environ.get("FLUD_UNSAFE_NO_FSYNC") != "1")
         self.handler = NodeHandler(self.store, self.workers.run, roots=self.roots,
                                    stats=self.stats, monitor=self.monitor, inline_commits=True,
                                    on_request=self.leases.seen,
                                    on_delete=self.compactions.deleted)
+        self.handler.quota = self.quota
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
         self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
@@ -155,6 +167,7 @@ class NodeService(Service):
         self.membership = Membership(self.own_record, self.reactor, self.rng,
                                      connect=self.pool.get, node_id=self.node_id)
         self.handler.membership = self.membership
+        self.quota.membership, self.quota.pool = self.membership, self.pool
         self.handler.listeners = [self.pool, self.membership]
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
@@ -162,6 +175,7 @@ class NodeService(Service):
         self.membership.start()
         self.leases.start()
         self.compactions.start()
+        self.quota.start()
         if self.join_address:
             host, port = self.join_address
             d = self.membership.join(host, port)
@@ -182,6 +196,7 @@ class NodeService(Service):
         self.membership.stop()
         self.leases.stop()
         self.compactions.stop()
+        self.quota.stop()
         self.monitor.stop_sampling()
         self.monitor.close_log()
         self.pool.close_all()
@@ -215,6 +230,7 @@ class NodeService(Service):
             "store": store,
             "leases": self.leases.stats(),
             "compaction": self.compactions.stats(),
+            "ledger": self.quota.stats(),
             "roots": self.roots.count(),
             "cpu_seconds": round(times.user + times.system, 3),
             "memory": {k: v for k, v in snap.items() if k != "transfers"},

@@ -38,6 +38,7 @@ class Op(enum.IntEnum):
     DELETE = 13
     ROOT_PUT = 20
     ROOT_GET = 21
+    LINK = 60       # a client-node link record (docs/quotas.md)
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

@@ -358,6 +358,24 @@ class Record:
         return cls(payload)
 
 
+MAX_LINK_BODY = 1024
+
+
+@dataclass(slots=True)
+class LinkBody:
+    """LINK: one client-node link record (flud/trust/link.py checks it)."""
+    link: bytes
+
+    def encode(self) -> bytes:
+        return self.link
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "LinkBody":
+        if len(payload) > MAX_LINK_BODY:
+            raise RemoteError(ErrorCode.TOO_LARGE, f"link record is over {MAX_LINK_BODY} bytes")
+        return cls(bytes(payload))
+
+
 @dataclass(slots=True)
 class ErrorBody:
     code: int  # on the wire: ErrorCode.X.wire (an ErrorCode is taken too)
@@ -392,6 +410,7 @@ BODIES = {
     Op.DELETE: (KeyOnly, Empty),
     Op.ROOT_PUT: (Record, Empty),
     Op.ROOT_GET: (Empty, Record),
+    Op.LINK: (LinkBody, Empty),
 }
 
 # Ops whose messages may continue in DATA frames.

@@ -252,6 +252,12 @@ class ShareStore:
         with self._locked():
             return self._index.keys(owner)
 
+    def owner_bytes(self, owner: bytes) -> int:
+        """Bytes held for owner (its shares and archive members)."""
+        owner = check_owner(owner)
+        with self._locked():
+            return self._index.owner_bytes(owner)
+
     def stats(self) -> dict[str, int]:
         """Counts come from sqlite COUNT(*): cheap, but not free on a huge index."""
         with self._locked():

@@ -141,6 +141,11 @@ class Index:
     def keys(self, owner: bytes) -> list[bytes]:
         return [row[0] for row in self._db.execute("SELECT key FROM holdings WHERE owner = ? ORDER BY key", (owner,))]
 
+    def owner_bytes(self, owner: bytes) -> int:
+        """Bytes of data held for owner (shares and archive members)."""
+        return self._db.execute("SELECT COALESCE(SUM(length), 0) FROM holdings WHERE owner = ?",
+                                (owner,)).fetchone()[0]
+
     def share_length(self, key: bytes) -> int | None:
         row = self._db.execute("SELECT length FROM shares WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None

@@ -98,6 +98,10 @@ class IShareStore(Interface):
     def keys(owner):
         """Sorted list of keys owner holds."""
 
+    def owner_bytes(owner):
+        """Bytes of data held for owner (its shares and archive members):
+        what a node's quota counts (docs/quotas.md)."""
+
     def stats():
         """Dict: shares, members, bytes_stored, capacity, free, reserved,
         garbage_bytes, archives (the disk store adds leases, trashed_owners

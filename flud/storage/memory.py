@@ -167,6 +167,11 @@ class MemoryShareStore:
         with self._lock:
             return sorted(k for (k, o) in self._places if o == owner)
 
+    def owner_bytes(self, owner: bytes) -> int:
+        owner = check_owner(owner)
+        with self._lock:
+            return sum(p.length for (k, o), p in self._places.items() if o == owner)
+
     def compact(self, owner: bytes) -> int:
         owner = check_owner(owner)
         with self._lock:

@@ -148,6 +148,16 @@ def node_run_args(config: NodeConfig) -> list:
                                   NodeConfig.lease_sweep_interval)):
         if value != default:
             args += [flag, repr(float(value))]
+    # `flud node run` has a finite grant by default; a NodeConfig's None is none.
+    args += ["--grant", "unlimited" if config.grant is None else str(config.grant)]
+    if config.give_ratio != NodeConfig.give_ratio:
+        args += ["--give-ratio", repr(config.give_ratio)]
+    for owner, size in config.owner_quotas:
+        args += ["--owner-quota", f"{owner.hex()}={size}"]
+    if config.claim_allowance != NodeConfig.claim_allowance:
+        args += ["--claim-allowance", str(config.claim_allowance)]
+    if config.ledger_interval != NodeConfig.ledger_interval:
+        args += ["--ledger-interval", repr(float(config.ledger_interval))]
     return args
 
 
@@ -274,7 +284,7 @@ class Testnet:
         return [n for n in self.nodes if node_running(n)]
 
     def start(self, count: int, capacity: int, memory_log: bool = False, base_port: int = 0,
-              fork: bool = True, deadline: float = None) -> list:
+              fork: bool = True, deadline: float = None, options: dict | None = None) -> list:
         """Start the first node, then the others joining through it; wait
         until every one is ready (LaunchError past deadline, a monotonic
         time); write testnet.json; return its nodes. On failure, abort()
@@ -290,7 +300,8 @@ class Testnet:
             home = node_home(self.directory, index)
             return NodeConfig(home=home, port=base_port + index if base_port else 0,
                               join=join, capacity=capacity,
-                              memory_log=os.path.join(home, "memory.csv") if memory_log else None)
+                              memory_log=os.path.join(home, "memory.csv") if memory_log else None,
+                              **(options or {}))
 
         self.processes[0] = spawn_node(config(0, None), fork)
         first = self._wait_ready({0: self.processes[0]}, deadline)[0]

@@ -101,6 +101,16 @@ def test_put_then_read_round_trip(store):
     assert store.keys(ALICE) == [key]
 
 
+def test_owner_bytes_counts_each_owners_data_alone(store):
+    a, b = random_bytes(10_000), random_bytes(3_000)
+    store.put(key_of(a), ALICE, a)
+    store.put(key_of(b), ALICE, b)
+    store.put(key_of(a), BOB, a)
+    assert (store.owner_bytes(ALICE), store.owner_bytes(BOB)) == (13_000, 10_000)
+    store.delete(key_of(a), ALICE)
+    assert (store.owner_bytes(ALICE), store.owner_bytes(BOB)) == (3_000, 10_000)
+
+
 def test_empty_share(store):
     key = key_of(b"")
     store.put(key, ALICE, b"")

@@ -29,10 +29,10 @@ def testnet_factory(tmp_path_factory):
     """make(nodes) -> a running Testnet, reaped at the end of the test."""
     made = []
 
-    def make(nodes: int, name="net") -> Testnet:
+    def make(nodes: int, name="net", extra=()) -> Testnet:
         net = Testnet(tmp_path_factory.mktemp(name))
         made.append(net)
-        proc = net.up(nodes)
+        proc = net.up(nodes, *extra)
         assert proc.returncode == 0, output(proc)
         assert len(net.nodes) == nodes
         return net

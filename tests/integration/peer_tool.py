@@ -19,6 +19,7 @@ its own short-lived process. Each command prints JSON on stdout.
                                                   STORE one tar of MEMBERS members of SIZE
                                                   bytes each; prints their keys in order
     peer_tool.py delete HOST:PORT HOME KEYFILE    DELETE each key in turn: {key: ok | code}
+    peer_tool.py link HOST:PORT HOME FILE         send FILE's bytes as a LINK: ok | code
     peer_tool.py check HOST:PORT HOME KEYFILE     RETRIEVE and VERIFY each key:
                                                   {key: ok | corrupt | code}
 """
@@ -331,7 +332,23 @@ def cmd_check(addr, home, keyfile):
     out(with_peer(addr, home, job))
 
 
+def cmd_link(addr, home, path):
+    with open(path, "rb") as f:
+        raw = f.read()
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        try:
+            yield peer.conn.request(Op.LINK, messages.LinkBody(raw))
+            return {"result": "ok"}
+        except RemoteError as err:
+            return {"result": error_name(err), "message": err.message}
+
+    out(with_peer(addr, home, job))
+
+
 COMMANDS = {
+    "link": cmd_link,
     "put-archive": cmd_put_archive,
     "delete": cmd_delete,
     "check": cmd_check,

@@ -401,7 +401,8 @@ class LargeFiles:
         nodes = self.ctx.network.place(prep.share_keys[0], self.n)
         if len(nodes) < self.n:
             raise StoreFailed(f"only {len(nodes)} nodes are reachable; {self.n} are needed "
-                              f"for a large file. Start more nodes or lower n.")
+                              f"for a large file. Start more nodes or lower n"
+                              f"{self.ctx.network.health.quota_note()}.")
         hashes = [StreamHashes(self.ctx.secret, stream_id(prep.share_keys[0], i), stream_size)
                   for i in range(self.n)]
         return nodes, hashes

@@ -201,7 +201,8 @@ class BundleSender:
             # share of a bundle: reduced redundancy, said in the summary).
             nodes = self.ctx.network.place(bundle_id, count)
             if len(nodes) < k:
-                raise StoreFailed(_too_few(len(nodes), k, n))
+                raise StoreFailed(_too_few(len(nodes), k, n)
+                                  + self.ctx.network.health.quota_note())
             return [nid.hex() for nid in nodes]
 
         return Aggregator(self.policy, k, n, encode=encode,
@@ -367,7 +368,8 @@ class BundleSender:
                     moves = self.aggregator.replace(tar)
             except PlacementExhausted:
                 live = len(self.ctx.network.alive_ids())
-                raise StoreFailed(_too_few(live, self.k, self.n)) from None
+                raise StoreFailed(_too_few(live, self.k, self.n)
+                                  + self.ctx.network.health.quota_note()) from None
             self._apply_moves(moves)
             self._account_small()
             self._send_sealed()

@@ -156,7 +156,8 @@ class SegmentUpload:
         ranked = network.place(place_key or prep.share_keys[0], keep * 3)
         if len(ranked) < keep:
             raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
-                              f"for one segment. Start more nodes or lower n.")
+                              f"for one segment. Start more nodes or lower n"
+                              f"{network.health.quota_note()}.")
         self.spare = iter(ranked[keep:])
         self.first = ranked[:keep]
         self.sizes = {}         # share index -> bytes
@@ -269,7 +270,8 @@ class SegmentUpload:
         self.done.errback(err or StoreFailed(
             f"only {len(self.landed)} of {self.keep} shares of a segment could be stored: "
             f"too few nodes are reachable ({len(self.network.alive_ids())} answering). "
-            f"Start more nodes, or make a client home with a lower --n"))
+            f"Start more nodes, or make a client home with a lower --n"
+            f"{self.network.health.quota_note()}"))
 
 
 def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None,

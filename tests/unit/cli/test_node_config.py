@@ -6,7 +6,7 @@ import pytest
 
 from flud.cli.main import build_parser
 from flud.cli.node import node_config
-from flud.node.config import DEFAULT_CAPACITY, NodeConfig
+from flud.node.config import DEFAULT_CAPACITY, DEFAULT_GRANT, NodeConfig
 from flud.testnet.launch import node_run_args
 
 
@@ -15,7 +15,9 @@ def parse(*argv) -> NodeConfig:
 
 
 def test_defaults_are_the_configs_own():
-    assert parse("--home", "h") == NodeConfig(home="h")
+    # `node run` has a finite grant (docs/quotas.md); a NodeConfig made in code none
+    assert parse("--home", "h") == NodeConfig(home="h", grant=DEFAULT_GRANT)
+    assert NodeConfig(home="h").grant is None
     assert NodeConfig(home="h").capacity == DEFAULT_CAPACITY == 10 * 1024 ** 3
     assert NodeConfig(home="h").join is None and NodeConfig(home="h").memory_budget is None
 
@@ -29,7 +31,7 @@ def test_every_option():
                                 capacity=500 * 1024 ** 2, memory_log="m.csv",
                                 memory_budget=64 * 1024 ** 2, verbose=True,
                                 lease_seconds=30 * 86400, trash_seconds=15 * 86400,
-                                lease_sweep_interval=0.5)
+                                lease_sweep_interval=0.5, grant=DEFAULT_GRANT)
 
 
 def test_lease_defaults_are_a_year_and_30_days_swept_hourly():
@@ -108,6 +110,8 @@ def test_the_config_is_frozen():
     NodeConfig(home="/x", host="0.0.0.0", memory_budget=1 << 20, verbose=True),
     NodeConfig(home="/y", lease_seconds=400.5 * 86400, trash_seconds=20 * 86400,
                lease_sweep_interval=0.2),
+    NodeConfig(home="/q", grant=5 << 20, give_ratio=0.5, owner_quotas=((b"\x01" * 32, 7 << 20),),
+               claim_allowance=1 << 30, ledger_interval=0.25),
 ])
 def test_an_exec_spawned_node_gets_the_config_a_forked_one_would(config):
     args = build_parser().parse_args(node_run_args(config))
@@ -119,3 +123,24 @@ def test_testnet_up_capacity_is_a_size():
     assert args.capacity == 10 * 1024 ** 3
     args = build_parser().parse_args(["testnet", "up", "--dir", "d", "--capacity", "12M"])
     assert args.capacity == 12 * 1024 ** 2
+
+
+def test_grant_and_quota_flags():
+    config = parse("--home", "h", "--grant", "2M", "--give-ratio", "0.5",
+                   "--owner-quota", "ab" * 32 + "=1G", "--ledger-interval", "30s")
+    assert (config.grant, config.give_ratio, config.ledger_interval) == (2 << 20, 0.5, 30.0)
+    assert config.owner_quotas == ((b"\xab" * 32, 1 << 30),)
+    assert parse("--home", "h", "--grant", "unlimited").grant is None
+
+
+def test_a_bad_owner_quota_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        parse("--home", "h", "--owner-quota", "abc=1G")
+    assert "64-hex-digit owner id" in capsys.readouterr().err
+
+
+def test_testnet_up_has_no_quota_unless_grant_is_given():
+    args = build_parser().parse_args(["testnet", "up", "--dir", "d"])
+    assert args.grant is None
+    args = build_parser().parse_args(["testnet", "up", "--dir", "d", "--grant", "3M"])
+    assert args.grant == 3 << 20

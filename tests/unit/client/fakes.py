@@ -33,8 +33,12 @@ class FakeNode:
         self.up = True
         self.corrupt = set()   # keys whose bytes this node flips on read
         self.lease_seconds = 365 * 86400.0
+        self.quota = None      # bytes an owner may hold here (QUOTA past it), None: no limit
 
     def store_(self, owner, key, data, kind=0):
+        if self.quota is not None and self.store.owner_bytes(owner) + len(data) > self.quota:
+            raise RemoteError(ErrorCode.QUOTA, f"this node holds {self.store.owner_bytes(owner)} "
+                                               f"bytes for you; credit {self.quota}")
         self.store.put(key, owner, bytes(data), KIND_NAMES[kind])
 
     def retrieve(self, owner, key, offset=0, length=TO_END, into=None):
@@ -84,7 +88,8 @@ class FakeNetwork(NodeRequests):
         return [n for n in self.nodes if n not in self.failed]
 
     def place(self, object_id, count):
-        return rank(object_id, self.alive_ids())[:count]
+        full = self.health.quota
+        return rank(object_id, [n for n in self.alive_ids() if n not in full])[:count]
 
     def call(self, node_id, method, *args, **kwargs):
         self.calls[method] = self.calls.get(method, 0) + 1
