@@ -373,7 +373,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         record_retrieves[0] += n
     from flud.client.pathmatch import PatternError
     from flud.client.restore.selection import Selection
-    found = yield _find(ctx, args.snapshot, count_retrieves=count)
+    found = yield _find(ctx, args.snapshot, count_retrieves=count, cached=True)
     steer = {"overwrite": getattr(args, "overwrite", "never")}
     include, exclude = getattr(args, "include", []), getattr(args, "exclude", [])
     if getattr(args, "dry_run", False):
@@ -472,7 +472,7 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
                         "to a file or a pipe (`flud dump ... > out.tar`)")
     ctx = _context(reactor, home, network, pool, monitor, progress)
     start = reactor.seconds()
-    found = yield _find(ctx, args.snapshot)
+    found = yield _find(ctx, args.snapshot, cached=True)
     try:
         dump = yield dump_snapshot(ctx, found, args.path, out)
     except DumpError as err:

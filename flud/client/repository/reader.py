@@ -165,8 +165,12 @@ class Repository:
     first; close() removes the map cache."""
 
     def __init__(self, ctx, report_bad=lambda node, key, why: None,
-                 count_retrieves=lambda n: None):
-        self.unconfirmed = ""   # why its root may not be the newest (a reader's), or ""
+                 count_retrieves=lambda n: None, record_cache=None):
+        """record_cache: a RecordCache (repository/record_cache.py) for a
+        reader: blobs are looked for there first, and those fetched put
+        there; None (a writer, check, verify): the nodes alone."""
+        self.unconfirmed = ""
+        self.record_cache = record_cache   # why its root may not be the newest (a reader's), or ""
         self.ctx = ctx
         self.sealer = BlobSealer(ctx.secret)
         self.cache = MapCache(ctx.home.path)
@@ -178,6 +182,8 @@ class Repository:
 
     def close(self) -> None:
         self.cache.close()
+        if self.record_cache is not None:
+            self.record_cache.close()
 
     def _checked(self, content, stored):
         """A blob's sealed bytes if they are the ones its address names."""
@@ -253,11 +259,24 @@ class Repository:
         return self.sealer.open(bytes.fromhex(ref.blob_id), data)
 
     def fetch_sealed(self, blob_id: str):
-        """Deferred: the sealed bytes of a blob, located by the map."""
+        """Deferred: the sealed bytes of a blob, from the record cache (if
+        this reader has one, and they are the bytes its address names) or
+        located by the map."""
+        if self.record_cache is not None:
+            data = self.record_cache.get(blob_id)
+            if data is not None and self.sealer.blob_id(data).hex() == blob_id:
+                return defer.succeed(data)
         ref = self.cache.blob(blob_id)
         if ref is None:
             return defer.fail(BlobMissing(f"record {blob_id[:16]} is not in the holder map"))
-        return self.sealed(ref)
+        fetched = self.sealed(ref)
+        if self.record_cache is not None:
+            fetched.addCallback(self._keep, blob_id)
+        return fetched
+
+    def _keep(self, data, blob_id: str):
+        self.record_cache.put(blob_id, data)
+        return data
 
     @defer.inlineCallbacks
     def open_blob(self, blob_id: str) -> bytes:
