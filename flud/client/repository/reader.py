@@ -28,6 +28,9 @@ from flud.client.repository.tree_records import (BadRecord, BlobRef, LargeRecord
 from flud.errors import FludError
 
 
+SNAPSHOTS_AT_ONCE = 16   # snapshot records asked for at once by snapshots()
+
+
 class BlobMissing(FludError):
     """The holder map does not say where a record is."""
 
@@ -316,11 +319,16 @@ class Repository:
         """[(blob id, SnapshotRecord)] of the snapshots kept, oldest first; a
         record that cannot be read is reported and left out."""
         found = []
-        for blob_id in self.index.snapshots:
-            try:
-                record = yield self.snapshot(blob_id)
-            except (BlobDamaged, BadRecord, NewerFormat, FludError) as err:
-                on_damaged(blob_id, str(err))
-                continue
-            found.append((blob_id, record))
+        ids = list(self.index.snapshots)
+        for start in range(0, len(ids), SNAPSHOTS_AT_ONCE):   # fetched a window at a time
+            chunk = ids[start:start + SNAPSHOTS_AT_ONCE]
+            results = yield defer.DeferredList([self.snapshot(b) for b in chunk],
+                                               consumeErrors=True)
+            for blob_id, (ok, result) in zip(chunk, results):
+                if ok:
+                    found.append((blob_id, result))
+                elif result.check(BlobDamaged, BadRecord, NewerFormat, FludError):
+                    on_damaged(blob_id, str(result.value))
+                else:
+                    result.raiseException()
         return found
