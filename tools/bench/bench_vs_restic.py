@@ -162,17 +162,21 @@ def _one_tree(args, tn, base, label, paths, binary, who) -> list:
     return _tree_rows(label, paths, nbytes, nfiles, fl, rs, who), fl
 
 
+def _cpu_of(runs) -> str:
+    return f"{common.median([r.cpu for r in runs]):.2f} s"
+
+
 def _fixed(args, tn, base, tree, home) -> list:
     rows = []
     mix = common.gen_mix(os.path.join(base, "mix"))
-    walls = []
+    runs = []
     for i in range(args.repeat):
         h = common.new_home(os.path.join(base, f"mix-home{i}"), tn.dir)
-        walls.append(common.flud("backup", mix, "--home", h).check("mix backup").wall)
+        runs.append(common.flud("backup", mix, "--home", h).check("mix backup"))
         shutil.rmtree(h, ignore_errors=True)
-    rows.append(Row("51-file mix: backup, whole command", walls, "s", 0.4, "<=", "-",
-                    "a fresh home each time (start-up, root lookup, lease renewal, head "
-                    "and map writes included)"))
+    rows.append(Row("51-file mix: backup, whole command", [r.wall for r in runs], "s", 0.4,
+                    "<=", "-", f"client CPU {_cpu_of(runs)}; a fresh home each time (start-up, "
+                    "root lookup, lease renewal, head and map writes included)"))
     snapshots = args.snapshots or (10 if args.quick else 100)
     h = common.new_home(os.path.join(base, "ls-home"), tn.dir)
     small = os.path.join(base, "ls-src")
@@ -182,32 +186,39 @@ def _fixed(args, tn, base, tree, home) -> list:
         with open(os.path.join(small, "note.txt"), "w") as f:
             f.write(f"snapshot {i}\n")
         common.flud("backup", small, "--home", h).check("ls-home backup")
-    walls = [common.flud("ls", "--home", h).check("flud ls").wall for _ in range(3)]
-    rows.append(Row(f"`flud ls` of a home with {snapshots} snapshots", walls, "s", 0.3, "<=",
-                    "-", "the snapshot list, whole command"))
-    walls = [common.flud("ls", "--home", home, "--dir", "/").check("flud ls --dir").wall
-             for _ in range(3)]
-    rows.append(Row("`flud ls --dir /` of the generated snapshot", walls, "s", None, None, "-",
-                    "root, map, and the top directory's record (record cache)"))
+    runs = [common.flud("ls", "--home", h).check("flud ls") for _ in range(3)]
+    rows.append(Row(f"`flud ls` of a home with {snapshots} snapshots", [r.wall for r in runs],
+                    "s", 0.3, "<=", "-", f"client CPU {_cpu_of(runs)}; the snapshot list, "
+                    "whole command"))
+    runs = [common.flud("ls", "--home", home, "--dir", "/").check("flud ls --dir")
+            for _ in range(3)]
+    rows.append(Row("`flud ls --dir /` of the generated snapshot", [r.wall for r in runs], "s",
+                    None, None, "-", f"client CPU {_cpu_of(runs)}; root, map, and the top "
+                    "directory's record (record cache)"))
     one = None
     for dirpath, _, names in os.walk(tree):
         if names and dirpath != tree:
             one = os.path.join(os.path.basename(tree), os.path.relpath(dirpath, tree), names[0])
             break
-    walls = []
+    runs = []
     for i in range(3):
         dest = os.path.join(base, f"one{i}")
         shutil.rmtree(dest, ignore_errors=True)
-        walls.append(common.flud("restore", "--home", home, "--to", dest, one)
-                     .check("one-file restore").wall)
+        runs.append(common.flud("restore", "--home", home, "--to", dest, one)
+                    .check("one-file restore"))
         ok = os.path.isfile(os.path.join(dest, one))
         shutil.rmtree(dest, ignore_errors=True)
-    rows.append(Row("one file out of the generated snapshot, whole command", walls, "s", 1.0,
-                    "<=", "-", f"{one}; {'restored' if ok else 'NOT RESTORED'}"))
+    rows.append(Row("one file out of the generated snapshot, whole command",
+                    [r.wall for r in runs], "s", 1.0, "<=", "-",
+                    f"client CPU {_cpu_of(runs)}; {one}; "
+                    f"{'restored' if ok else 'NOT RESTORED'}"))
     return rows
 
 
 def run(args) -> list:
+    # bytecode compiled ahead (as `make bench` does): where PYTHONDONTWRITEBYTECODE
+    # is set, every command would compile its modules again
+    common.run([common.PY, "-m", "compileall", "-q", "-o", "0", "-o", "2", "flud", "tools"])
     files = args.vs_files or (2000 if args.quick else 50_000)
     base = os.path.join(common.RUN_DIR, "vs_restic")
     shutil.rmtree(base, ignore_errors=True)

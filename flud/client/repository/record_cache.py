@@ -47,7 +47,7 @@ class RecordCache:
             self._db = self._fresh()
 
     def _open(self):
-        db = sqlite3.connect(self.path, timeout=2, isolation_level=None,
+        db = sqlite3.connect(self.path, timeout=0.5, isolation_level=None,
                              check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
