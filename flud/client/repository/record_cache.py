@@ -51,6 +51,7 @@ class RecordCache:
                              check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-256")   # 256 KiB of pages: a job's memory bound
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER)")
         row = db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
         if row is None:
