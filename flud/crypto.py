@@ -13,14 +13,39 @@ import hashlib
 import hmac
 import secrets
 
+import sys
+
 import blake3
 
-from Crypto.Cipher import AES
-from Crypto.Hash import SHA256
-from Crypto.Protocol.KDF import HKDF
 
-from flud import libcrypto
-from flud.errors import IntegrityError
+def _pycryptodome_on_ctypes() -> None:
+    """pycryptodome binds its C parts with cffi where cffi is installed
+    (cryptography brings it), and cffi's inline mode parses every module's
+    C declarations with pycparser at import: ~100 ms of every command's
+    start-up (profiled, issue 27), against ~20 ms through ctypes, which it
+    uses where cffi cannot be imported. It picks once, at its first import:
+    cffi is hidden for that moment only."""
+    if "Crypto.Util._raw_api" in sys.modules:
+        return
+    saved = sys.modules.get("cffi")
+    sys.modules["cffi"] = None   # `from cffi import FFI` raises ImportError
+    try:
+        import Crypto.Util._raw_api  # noqa: F401
+    finally:
+        if saved is None:
+            del sys.modules["cffi"]
+        else:
+            sys.modules["cffi"] = saved
+
+
+_pycryptodome_on_ctypes()
+
+from Crypto.Cipher import AES  # noqa: E402
+from Crypto.Hash import SHA256  # noqa: E402
+from Crypto.Protocol.KDF import HKDF  # noqa: E402
+
+from flud import libcrypto  # noqa: E402
+from flud.errors import IntegrityError  # noqa: E402
 
 __all__ = [
     "IntegrityError",
@@ -236,10 +261,23 @@ SIV_KEY_LENGTH = 64
 SIV_TAG_LENGTH = 16
 
 
+def _openssl_siv() -> bool:
+    if not _OPENSSL_SIV:
+        _OPENSSL_SIV.append(libcrypto.siv_available())
+    return _OPENSSL_SIV[0]
+
+
+_OPENSSL_SIV = []   # OpenSSL's AES-SIV: the same bytes as pycryptodome's, ~9x faster a record
+
+
 def seal_deterministic(key: bytes, plaintext, associated: bytes = b"") -> bytes:
     """AES-256-SIV: tag (16) | ciphertext; the same input gives the same bytes."""
+    plaintext = bytes(plaintext)
+    if plaintext and len(key) == SIV_KEY_LENGTH and _openssl_siv():
+        tag, ciphertext = libcrypto.aes256_siv(key, plaintext, associated)
+        return tag + ciphertext
     cipher = _siv(key, associated)
-    ciphertext, tag = cipher.encrypt_and_digest(bytes(plaintext))
+    ciphertext, tag = cipher.encrypt_and_digest(plaintext)
     return tag + ciphertext
 
 
@@ -248,6 +286,12 @@ def open_deterministic(key: bytes, blob, associated: bytes = b"") -> bytes:
     if len(blob) < SIV_TAG_LENGTH:
         raise IntegrityError(f"sealed record is {len(blob)} bytes, shorter than its own "
                              f"header: truncated")
+    if len(blob) > SIV_TAG_LENGTH and len(key) == SIV_KEY_LENGTH and _openssl_siv():
+        plain = libcrypto.aes256_siv(key, bytes(blob[SIV_TAG_LENGTH:]), associated,
+                                     bytes(blob[:SIV_TAG_LENGTH]))
+        if plain is None:
+            raise IntegrityError(_ALTERED)
+        return plain
     cipher = _siv(key, associated)
     try:
         return cipher.decrypt_and_verify(bytes(blob[SIV_TAG_LENGTH:]), bytes(blob[:SIV_TAG_LENGTH]))

@@ -44,7 +44,7 @@ def list_local(index) -> int:
 @defer.inlineCallbacks
 def _repository(ctx):
     try:
-        root, repo = yield open_repository(ctx, reading=True)
+        root, repo = yield open_repository(ctx, reading=True, cached=True)
     except ManifestMissing as err:
         raise UserError(str(err))
     if repo is None:

@@ -366,7 +366,7 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         record_retrieves[0] += n
     from flud.client.pathmatch import PatternError
     from flud.client.restore.selection import Selection
-    found = yield _find(ctx, args.snapshot, count_retrieves=count)
+    found = yield _find(ctx, args.snapshot, count_retrieves=count, cached=True)
     cfg = RestoreConfig.from_args(args)
     steer = cfg.steer
     include, exclude = cfg.include, cfg.exclude
@@ -462,7 +462,7 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
                         "to a file or a pipe (`flud dump ... > out.tar`)")
     ctx = _context(reactor, home, network, pool, monitor, progress)
     start = reactor.seconds()
-    found = yield _find(ctx, args.snapshot)
+    found = yield _find(ctx, args.snapshot, cached=True)
     try:
         dump = yield dump_snapshot(ctx, found, args.path, out)
     except DumpError as err:

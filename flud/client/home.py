@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 
+from flud.chunker import AVERAGE
 from flud.client.index import ClientIndex
 from flud.crypto import new_user_secret
 from flud.errors import FludError
@@ -23,12 +24,12 @@ DEFAULTS = {
     "n": 8,
     "segment_size": 2 * 1024 * 1024,
     "small_file_limit": 1024 * 1024,
-    # A large file's content-defined chunks, on average (flud/chunker.py), e.g.
-    # 524288; 0: none, large files go in fixed extents only (a change stores the
-    # rest of the extent). Off by default until a resumed restore (--overwrite
-    # if-changed) can check a chunked file in place (it fetches it whole) --
-    # set it in the home's config.json to have changed bytes, not files, sent.
-    "chunk_size": 0,
+    # A large file's content-defined chunks, on average (flud/chunker.py: 256 KiB
+    # to 4 MiB around 512 KiB); 0: none, large files go in fixed extents only (a
+    # change stores the rest of the extent). A home whose config.json names no
+    # chunk_size (made before chunks) takes this one: its old snapshots still
+    # restore, its next backups send changed chunks; one that says 0 keeps it.
+    "chunk_size": AVERAGE,
     "bootstrap": [],              # [[host, port], ...]
     "testnet": None,              # a testnet directory to read node addresses from
 }

@@ -367,11 +367,15 @@ class LargeContent(NamedTuple):
     """A large file: its extents, or (written before extents) its segments.
     With `runs` (a file cut into content-defined chunks), the file is the
     runs' bytes back to back, each run (extent position, offset, length)
-    a range of an extent's plaintext; without, every segment in order."""
+    a range of an extent's plaintext; without, every segment in order.
+    chunked_id: a chunked file's content id (client/repository/chunk_ids.py:
+    the hash of its chunk ids), so a restore can check a file in place by
+    cutting it again; None in records written before it was kept."""
     size: int
     extents: Optional[Tuple[Extent, ...]] = None
     segments: Optional[Tuple[StoredSegment, ...]] = None
     runs: Optional[Tuple[Tuple[int, int, int], ...]] = None
+    chunked_id: Optional[str] = None
     kind = LARGE
 
     def to_wire(self) -> dict:
@@ -381,6 +385,8 @@ class LargeContent(NamedTuple):
         record = {"t": LARGE, "size": self.size, "ext": [e.to_wire() for e in self.extents]}
         if self.runs is not None:
             record["runs"] = [list(run) for run in self.runs]
+            if self.chunked_id is not None:
+                record["cid"] = self.chunked_id
         return record
 
     def segment_fetches(self):
@@ -453,8 +459,12 @@ def content_from_wire(record):
                                 segments=tuple(StoredSegment.from_wire(s)
                                                for s in record["segs"]))
         extents = tuple(Extent.from_wire(e) for e in record["ext"])
-        return LargeContent(record["size"], extents=extents,
-                            runs=_runs_from_wire(record.get("runs"), len(extents)))
+        runs = _runs_from_wire(record.get("runs"), len(extents))
+        chunked_id = record.get("cid") if runs is not None else None
+        if chunked_id is not None and (type(chunked_id) is not str or len(chunked_id) > 80):
+            raise BadSegmentRecord("a chunked file's content id is not a short string: the "
+                                   "record is damaged")
+        return LargeContent(record["size"], extents=extents, runs=runs, chunked_id=chunked_id)
     if kind == EMPTY:
         return EmptyContent(record["size"])
     raise ValueError(f"unknown content record kind {kind!r}")

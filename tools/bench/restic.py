@@ -90,8 +90,8 @@ class Restic:
         os.makedirs(os.path.dirname(self.repo), exist_ok=True)
         return self.run("init")
 
-    def backup(self, source: str) -> CmdResult:
-        return self.run("backup", "--host", HOST, source)
+    def backup(self, *sources: str) -> CmdResult:
+        return self.run("backup", "--host", HOST, *sources)
 
     def restore(self, dest: str) -> CmdResult:
         return self.run("restore", "latest", "--target", dest)

@@ -32,7 +32,7 @@ BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_
            ("repair", "bench_repair"), ("check", "bench_check"),
            ("retention", "bench_retention"), ("prune", "bench_prune"),
            ("excludes", "bench_excludes"), ("restore", "bench_restore"),
-           ("cdc", "bench_cdc")]
+           ("cdc", "bench_cdc"), ("vs_restic", "bench_vs_restic")]
 
 
 def main() -> int:

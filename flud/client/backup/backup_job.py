@@ -38,6 +38,7 @@ from flud.client.context import JobContext
 from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
 from flud.client.repository.head import adopt_head
+from flud.client.repository.record_cache import RecordCache
 from flud.client.lease_renewal import renew_leases
 from flud.client.records import DIRECTORY, FILE, EmptyContent
 from flud.client.backup.source_scan import Entry, entry_of
@@ -151,10 +152,15 @@ class Backup:
                 yield self.small.finish()
                 self._save_contents()
                 self._landed(content_of)
+                records = RecordCache(ctx.home.path)
                 writer = TreeWriter(index, BlobSealer(ctx.secret), self.small,
                                     {path for path, _ in self.skipped}, self._save_contents,
-                                    links=self._links, on_problem=self._skip)
-                tree = yield writer.build(roots, excludes)
+                                    links=self._links, on_problem=self._skip,
+                                    record_cache=records)
+                try:
+                    tree = yield writer.build(roots, excludes)
+                finally:
+                    records.close()
                 yield self.small.finish()
                 self._save_contents()
                 elapsed = ctx.clock() - started

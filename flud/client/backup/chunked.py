@@ -3,8 +3,8 @@
 A large file this home backed up before (under its path) is read once in
 the pool before it is sent (`chunk_file`): the chunker (flud/chunker.py)
 cuts it where its content says, and each chunk is named by a keyed BLAKE3
-of its plaintext (the key from the user secret, as
-every other name of content here). The client index knows the chunks of
+of its plaintext (client/repository/chunk_ids.py: restore cuts a file in
+place the same way to check it). The client index knows the chunks of
 the extents this home published ("C" + chunk id -> where its bytes are: an
 extent's row and a range of its plaintext, in one or two extents), so a
 file changed by an insert, an append or a moved region is planned as
@@ -34,64 +34,18 @@ chunk's row names its extent's id too, so a row left pointing at another
 extent of the same first segment is not used.
 """
 import dataclasses
-import hashlib
-import mmap
 from bisect import bisect_right
 
-import blake3
-
-from flud.chunker import Chunker, ChunkSizes
+from flud.chunker import ChunkSizes
 from flud.client.backup.file_reading import FileChanged
-from flud.client.directio import SequentialReader
 from flud.client.records import Extent, LargeContent, extent_id
-from flud.crypto import derive_key
+from flud.client.repository import chunk_ids
+from flud.client.repository.chunk_ids import (ChunkFeeder, ShortRead, chunk_id_key,  # noqa: F401
+                                              chunked_content_id)
 
 CHUNK_PREFIX = "C"          # a chunk's index row: "C" + its id (hex)
 EXTENT_PREFIX = "E"         # as large_files.py's: "E" + its first segment's key
-PURPOSE_CHUNK_ID = "chunk-id-v1"
-CONTENT_LABEL = b"flud-chunked-v1"
-READ_PIECE = 1024 * 1024    # the chunk pass reads this much at a time
 PROBE_CHUNKS = 2            # a new file's first bytes looked up: this x the average
-
-
-def chunk_id_key(secret: bytes) -> bytes:
-    return derive_key(secret, PURPOSE_CHUNK_ID)
-
-
-class ChunkFeeder:
-    """A stream's chunks, [(offset, length, chunk id)], from its bytes fed
-    in order (feed(offset, data); bytes fed again, as an extent sent again
-    reads them, are skipped). Used from one thread at a time."""
-
-    def __init__(self, secret: bytes, sizes: ChunkSizes, id_key: bytes):
-        self._chunker = Chunker(secret, sizes)
-        self._id_key = id_key
-        self._hasher = blake3.blake3(key=id_key)
-        self._start = self._fed = 0
-        self.chunks = []
-
-    def feed(self, offset: int, data) -> None:
-        data = memoryview(data).cast("B")
-        if offset + len(data) <= self._fed:
-            return
-        if offset > self._fed:
-            raise ValueError(f"chunker fed at {offset} with {self._fed} bytes seen")
-        data = data[self._fed - offset:]
-        at = 0
-        for cut in self._chunker.cuts(data):
-            self._hasher.update(data[at:cut])
-            end = self._fed + cut
-            self.chunks.append((self._start, end - self._start, self._hasher.digest()))
-            self._start, at = end, cut
-            self._hasher = blake3.blake3(key=self._id_key)
-        self._hasher.update(data[at:])
-        self._fed += len(data)
-
-    def finish(self) -> list:
-        if self._start < self._fed:
-            self.chunks.append((self._start, self._fed - self._start, self._hasher.digest()))
-            self._start = self._fed
-        return self.chunks
 
 
 class FeedingReader:
@@ -118,26 +72,13 @@ class FeedingReader:
 
 
 def chunk_file(entry, secret: bytes, sizes: ChunkSizes, id_key: bytes, limit=None) -> list:
-    """(pool) [(offset, length, chunk id)] of the file, read front to back a
-    READ_PIECE at a time into one buffer (a chunk is never held whole).
-    limit: only the whole chunks of its first `limit` bytes (a probe)."""
-    feeder = ChunkFeeder(secret, sizes, id_key)
-    piece = mmap.mmap(-1, READ_PIECE)
-    view = memoryview(piece)
-    done = 0
-    end = entry.size if limit is None else min(limit, entry.size)
+    """(pool) [(offset, length, chunk id)] of the scanned file (the chunk
+    pass of client/repository/chunk_ids.py). limit: only the whole chunks
+    of its first `limit` bytes (a probe)."""
     try:
-        with SequentialReader(entry.path) as f:
-            while done < end:
-                want = min(READ_PIECE, end - done)
-                if f.readinto(view[:want]) != want:
-                    raise FileChanged(f"{entry.path} changed while it was backed up")
-                feeder.feed(done, view[:want])
-                done += want
-    finally:
-        view.release()
-        piece.close()
-    return feeder.finish() if end == entry.size else feeder.chunks
+        return chunk_ids.chunk_file(entry.path, entry.size, secret, sizes, id_key, limit)
+    except ShortRead:
+        raise FileChanged(f"{entry.path} changed while it was backed up") from None
 
 
 def knows_any(index, chunks) -> bool:
@@ -217,7 +158,7 @@ class FilePlan:
         return PackReader(raw, self.spans)
 
     def content_id(self) -> str:
-        return "L" + hashlib.sha256(CONTENT_LABEL + b"".join(self.chunk_ids)).hexdigest()
+        return chunked_content_id(self.chunk_ids)
 
     def content(self, sent, extent_plain: int) -> LargeContent:
         """The file's content record: `sent` are the Extent records of its
@@ -247,7 +188,8 @@ class FilePlan:
                 merged[-1][2] += run[2]
             else:
                 merged.append(run)
-        return LargeContent(self.size, extents=tuple(used), runs=tuple(map(tuple, merged)))
+        return LargeContent(self.size, extents=tuple(used), runs=tuple(map(tuple, merged)),
+                            chunked_id=self.content_id())
 
     def chunk_rows(self, sent, extent_plain: int) -> list:
         """The index rows of the new chunks: ("C" + id hex, [[extent row

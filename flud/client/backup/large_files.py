@@ -190,7 +190,7 @@ class LargeFiles:
             # file: a half claimed alone could wait on a budget its other
             # half holds.
             yield transfer.reserve(self.segment_footprint, "segment")
-            # The chunk pass's read buffer (chunked.READ_PIECE) lives inside the
+            # The chunk pass's read buffer (repository/chunk_ids.READ_PIECE) lives inside the
             # footprint just claimed: the segment buffers are made after it.
             # A file with holes is sent as its data ranges (client/sparse.py):
             # it keeps fixed extents (the chunk pass would read the holes).

@@ -23,10 +23,14 @@ counts with its result.
 from twisted.internet import defer
 
 from flud.client.backup.file_reading import FileChanged, read_small, why_skipped
+from flud.client.gather import settle_all
 from flud.client.records import SmallContent
 from flud.client.repository.bundle_sender import SMALL_BATCH, SMALL_BATCH_BYTES, BundleSender
 from flud.client.repository.small_contents import seal_small
 from flud.crypto import content_digest, convergent_key
+
+
+LANES = 2   # small-file batches in the pool at once (this machine's cores: two)
 
 
 def _batches(entries):
@@ -60,7 +64,35 @@ class SmallFiles(BundleSender):
 
     @defer.inlineCallbacks
     def send_all(self, small, content_of):
-        for batch in _batches(small):
+        """LANES loops take the batches in turn: one reads, hashes,
+        compresses and encrypts in a worker while the other does (the GIL is
+        let go in hashlib, zstd and OpenSSL's AES for all but the smallest
+        buffers), so the client's small-file work runs on both cores; the
+        aggregator is theirs in turn (its lock). Each lane reserves its own
+        credit and work: memory follows the lanes, still bounded."""
+        batches = _batches(small)
+        failed = []   # a lane that failed stops the others at their next batch
+        yield settle_all([self._lane(batches, content_of, failed) for _ in range(LANES)])
+        # No more small files: what is open goes out now, not after the large
+        # files (which may be waiting for the budget these tars hold).
+        with self._aggregator_lock:
+            self.aggregator.flush()
+        self._account_small()
+        self._send_sealed()
+
+    @defer.inlineCallbacks
+    def _lane(self, batches, content_of, failed):
+        try:
+            yield self._lane_batches(batches, content_of, failed)
+        except BaseException:
+            failed.append(True)
+            raise
+
+    @defer.inlineCallbacks
+    def _lane_batches(self, batches, content_of, failed):
+        for batch in batches:   # one iterator, shared: each batch goes to one lane
+            if failed:
+                return
             while batch:
                 with self._aggregator_lock:
                     tars = sum(1 for *_, sealed in self.aggregator.pending_tars().values()
@@ -71,14 +103,14 @@ class SmallFiles(BundleSender):
                 self._credit += (yield self._reserve_small(work + credit))
                 self.ctx.monitor.hand_over(work, self._bundle_memory, "work")
                 self._credit -= work
-                self._small_call = True
+                self._small_calls += 1
                 try:
                     batch, drain, dedup, read = yield self.ctx.pool.run(
                         self._aggregate, batch, credit, content_of)
                     self.summary["dedup"] += dedup
                     self.counters["bytes_read"] += read
                 finally:
-                    self._small_call = False
+                    self._small_calls -= 1
                     self._account_small()
                 self._send_sealed()
                 if batch and drain:  # over the aggregator's own bound: let tars land
@@ -88,12 +120,6 @@ class SmallFiles(BundleSender):
                         self._account_small()
                         self._send_sealed()
                     yield self._wait_one_tar()
-        # No more small files: what is open goes out now, not after the large
-        # files (which may be waiting for the budget these tars hold).
-        with self._aggregator_lock:
-            self.aggregator.flush()
-        self._account_small()
-        self._send_sealed()
 
     def _aggregate(self, batch, credit, content_of):
         """In a worker: read, encrypt and add small files one at a time while
@@ -140,6 +166,12 @@ class SmallFiles(BundleSender):
                 with self._aggregator_lock:
                     if aggregator.must_drain():  # tars moved here meanwhile
                         return batch[i:], True, dedup, read
+                    if content_id in self._pending_small:   # the other lane took it
+                        dedup += 1
+                        content_of[entry.path] = content_id
+                        read += entry.size
+                        done.append(entry.size)
+                        continue
                     before = aggregator.pending_bytes
                     self._pending_small[content_id] = (key.hex(), entry.size, method)
                     aggregator.add(content_id, data)

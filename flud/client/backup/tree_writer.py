@@ -52,12 +52,15 @@ class TreeWriter:
     run could not read."""
 
     def __init__(self, index, sealer: BlobSealer, small, skipped, save=lambda: None,
-                 links=None, on_problem=_quiet):
+                 links=None, on_problem=_quiet, record_cache=None):
         """save(): what landed goes to the index (called every SAVE_EVERY
         records, so what this run stored is not all held in memory).
         links: {(dev, inode): path} of the first link of each file with
         more than one (the first walk's); on_problem(path, why): what of an
-        entry could not be kept (an xattr, a file's holes)."""
+        entry could not be kept (an xattr, a file's holes). record_cache: a
+        RecordCache the new records also go to (repository/record_cache.py:
+        readers of this home then need no network for them), or None."""
+        self._record_cache = record_cache
         self.links = links or {}
         self._on_problem = on_problem
         self._meta = MetaReader(on_problem)
@@ -86,6 +89,8 @@ class TreeWriter:
     @defer.inlineCallbacks
     def _hand_over(self):
         outgoing, self._outgoing = self._outgoing, []
+        if self._record_cache is not None and outgoing:
+            self._record_cache.put_many(outgoing)
         for blob_id, sealed in outgoing:
             yield self.small.add_blob(blob_id, sealed)
         if len(self._unsaved) >= SAVE_EVERY:

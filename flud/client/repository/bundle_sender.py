@@ -82,7 +82,7 @@ class BundleSender:
         self._credit = 0            # budget reserved for the aggregator to grow into
         self._bundle_memory = None  # the open bundle's memory transfer
         self._tar_memory = {}       # tar serial -> its memory transfer
-        self._small_call = False    # a pool call is adding to the aggregator
+        self._small_calls = 0       # pool calls adding to the aggregator now
         self.aggregator = None
 
     def open(self, with_files: bool) -> None:
@@ -294,7 +294,7 @@ class BundleSender:
                     memory.release(held, "building")
                 memory.hand_over(memory.reserved("building"), "building", to_what="sealed")
             self._attribute(memory, "sealed" if sealed else "building", size)
-        if not self._small_call:  # what the last call did not use goes back
+        if not self._small_calls:  # what the last call did not use goes back
             work = self._bundle_memory.reserved("work")
             if work:
                 self._bundle_memory.unreserve(work, "work")

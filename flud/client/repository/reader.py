@@ -29,6 +29,9 @@ from flud.client.repository.tree_records import (BadRecord, BlobRef, LargeRecord
 from flud.errors import FludError
 
 
+SNAPSHOTS_AT_ONCE = 16   # snapshot records asked for at once by snapshots()
+
+
 class BlobMissing(FludError):
     """The holder map does not say where a record is."""
 
@@ -171,8 +174,12 @@ class Repository:
     first; close() removes the map cache."""
 
     def __init__(self, ctx, report_bad=lambda node, key, why: None,
-                 count_retrieves=lambda n: None):
-        self.unconfirmed = ""   # why its root may not be the newest (a reader's), or ""
+                 count_retrieves=lambda n: None, record_cache=None):
+        """record_cache: a RecordCache (repository/record_cache.py) for a
+        reader: blobs are looked for there first, and those fetched put
+        there; None (a writer, check, verify): the nodes alone."""
+        self.unconfirmed = ""
+        self.record_cache = record_cache   # why its root may not be the newest (a reader's), or ""
         self.ctx = ctx
         self.sealer = BlobSealer(ctx.secret)
         self.cache = MapCache(ctx.home.path)
@@ -184,6 +191,8 @@ class Repository:
 
     def close(self) -> None:
         self.cache.close()
+        if self.record_cache is not None:
+            self.record_cache.close()
 
     def _checked(self, content, stored):
         """A blob's sealed bytes if they are the ones its address names."""
@@ -259,11 +268,24 @@ class Repository:
         return self.sealer.open(bytes.fromhex(ref.blob_id), data)
 
     def fetch_sealed(self, blob_id: str):
-        """Deferred: the sealed bytes of a blob, located by the map."""
+        """Deferred: the sealed bytes of a blob, from the record cache (if
+        this reader has one, and they are the bytes its address names) or
+        located by the map."""
+        if self.record_cache is not None:
+            data = self.record_cache.get(blob_id)
+            if data is not None and self.sealer.blob_id(data).hex() == blob_id:
+                return defer.succeed(data)
         ref = self.cache.blob(blob_id)
         if ref is None:
             return defer.fail(BlobMissing(f"record {blob_id[:16]} is not in the holder map"))
-        return self.sealed(ref)
+        fetched = self.sealed(ref)
+        if self.record_cache is not None:
+            fetched.addCallback(self._keep, blob_id)
+        return fetched
+
+    def _keep(self, data, blob_id: str):
+        self.record_cache.put(blob_id, data)
+        return data
 
     @defer.inlineCallbacks
     def open_blob(self, blob_id: str) -> bytes:
@@ -303,11 +325,16 @@ class Repository:
         """[(blob id, SnapshotRecord)] of the snapshots kept, oldest first; a
         record that cannot be read is reported and left out."""
         found = []
-        for blob_id in self.index.snapshots:
-            try:
-                record = yield self.snapshot(blob_id)
-            except (BlobDamaged, BadRecord, NewerFormat, FludError) as err:
-                on_damaged(blob_id, str(err))
-                continue
-            found.append((blob_id, record))
+        ids = list(self.index.snapshots)
+        for start in range(0, len(ids), SNAPSHOTS_AT_ONCE):   # fetched a window at a time
+            chunk = ids[start:start + SNAPSHOTS_AT_ONCE]
+            results = yield defer.DeferredList([self.snapshot(b) for b in chunk],
+                                               consumeErrors=True)
+            for blob_id, (ok, result) in zip(chunk, results):
+                if ok:
+                    found.append((blob_id, result))
+                elif result.check(BlobDamaged, BadRecord, NewerFormat, FludError):
+                    on_damaged(blob_id, str(result.value))
+                else:
+                    result.raiseException()
         return found

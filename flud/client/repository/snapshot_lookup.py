@@ -15,6 +15,7 @@ from flud.client.repository.holder_map import RootRecord
 from flud.client.repository.root_store import ManifestMissing, RootUnconfirmed, find_root
 from flud.client.repository.version1_reader import fetch_manifest
 from flud.client.repository.reader import Repository
+from flud.client.repository.record_cache import RecordCache
 from flud.errors import FludError
 
 log = logging.getLogger("flud.client")
@@ -43,7 +44,7 @@ class Found:
 @defer.inlineCallbacks
 def open_repository(ctx, report_bad=lambda node, key, why: None,
                     count_retrieves=lambda n: None, reading=False, root=None,
-                    least=None):
+                    least=None, cached=False):
     """(root, Repository or None): the newest root record on the nodes
     (or `root`, as given); a Repository (opened) if it is version 2.
     The nodes' root is judged against this home's head
@@ -52,13 +53,16 @@ def open_repository(ctx, report_bad=lambda node, key, why: None,
     of the root's holders; a reader (reading=True) gets this home's own
     head where the nodes' is older. least: how many of the root's holders
     a writer must hear (None: a majority; `check --repair` asks for one,
-    repository/head.py CHECK_LEAST says why)."""
+    repository/head.py CHECK_LEAST says why). cached: a reader that may
+    read records from this home's record cache (restore, ls, find, diff;
+    never verify or a writer: they judge what the nodes hold)."""
     unconfirmed = ""
     if root is None:
         root, unconfirmed = yield _judged_root(ctx, reading, least)
     if not isinstance(root, RootRecord):
         return root, None
-    repo = Repository(ctx, report_bad, count_retrieves)
+    repo = Repository(ctx, report_bad, count_retrieves,
+                      RecordCache(ctx.home.path) if cached and reading else None)
     repo.unconfirmed = unconfirmed
     try:
         yield repo.open(root)
@@ -120,8 +124,9 @@ def _judged_root(ctx, reading, least=None):
 
 @defer.inlineCallbacks
 def find_snapshot(ctx, snapshot=None, report_bad=lambda node, key, why: None,
-                  count_retrieves=lambda n: None):
-    """The snapshot `snapshot` (an id) or the newest, as a Found."""
+                  count_retrieves=lambda n: None, cached=False):
+    """The snapshot `snapshot` (an id) or the newest, as a Found. cached:
+    its records may come from the home's record cache (open_repository)."""
     index = ctx.index
     known = index.snapshots()
     if known and (snapshot is None or any(s["id"] == snapshot for s in known)):
@@ -129,7 +134,8 @@ def find_snapshot(ctx, snapshot=None, report_bad=lambda node, key, why: None,
         manifest = index.manifest(chosen["id"])
         if manifest is not None:
             return Found(manifest=manifest)
-    root, repo = yield open_repository(ctx, report_bad, count_retrieves, reading=True)
+    root, repo = yield open_repository(ctx, report_bad, count_retrieves, reading=True,
+                                       cached=cached)
     if repo is None:
         manifest = yield fetch_manifest(ctx.network, ctx.pool, ctx.coder, ctx.secret,
                                         root["manifest"])

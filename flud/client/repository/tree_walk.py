@@ -9,6 +9,11 @@ subtree is skipped; the walk goes on with the rest. A directory that names
 one of its own ancestors (a cycle: only a hostile record can make one, since
 an address is the hash of what it holds) is refused the same way.
 
+A walk fetches ahead: once a directory is listed, the records of its
+subdirectories to be walked are asked for at once (at most PREFETCH held or
+in flight, the walk's memory bound), so a tree read from the nodes costs
+round trips in parallel, not one directory after another.
+
 diff() walks two trees side by side and never goes into a subtree whose
 record is the same blob in both: its cost follows the change.
 """
@@ -37,17 +42,49 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
+PREFETCH = 16   # directory records a walk fetches ahead (held or in flight)
+
+
+class _Failed:
+    """A fetch ahead that failed, held until the walk takes it."""
+
+    def __init__(self, failure):
+        self.failure = failure
+
+    @staticmethod
+    def unwrap(result):
+        return result.failure if isinstance(result, _Failed) else result
+
+
 class TreeReader:
     """fetch(blob id hex) -> Deferred[the blob's sealed bytes] (the caller
     finds where it is: the holder map); sealer: a BlobSealer of the user's key."""
 
-    def __init__(self, fetch: Callable, sealer):
+    def __init__(self, fetch: Callable, sealer, prefetch: int = PREFETCH):
         self._fetch = fetch
         self._sealer = sealer
+        self._prefetch = prefetch
+        self._ahead = {}   # blob id -> Deferred[sealed bytes], fetched ahead of the walk
+
+    def _fetch_ahead(self, blob_ids) -> None:
+        for blob_id in blob_ids:
+            if len(self._ahead) >= self._prefetch:
+                return
+            if blob_id not in self._ahead:
+                # a failure is held as a value (never an unhandled error if
+                # the walk does not get there) and raised when taken
+                self._ahead[blob_id] = defer.maybeDeferred(self._fetch, blob_id).addErrback(
+                    _Failed)
+
+    def _take(self, blob_id: str):
+        ahead = self._ahead.pop(blob_id, None)
+        if ahead is None:
+            return self._fetch(blob_id)
+        return ahead.addCallback(_Failed.unwrap)
 
     @defer.inlineCallbacks
     def _record(self, blob_id: str) -> DirectoryRecord:
-        sealed = yield self._fetch(blob_id)
+        sealed = yield self._take(blob_id)
         return DirectoryRecord.decode(self._sealer.open(bytes.fromhex(blob_id), sealed))
 
     @defer.inlineCallbacks
@@ -55,6 +92,7 @@ class TreeReader:
         """Every entry of one directory, its continuation records' too."""
         first = yield self._record(blob_id)
         found = list(first.entries)
+        self._fetch_ahead(first.more)
         for more in first.more:
             record = yield self._record(more)
             if record.more:
@@ -108,6 +146,8 @@ class TreeReader:
             on_damaged(Damaged(prefix or ".", f"cannot be fetched: {err}"))
             return
         ancestors.add(blob_id)
+        self._fetch_ahead(entry.ref for entry in entries if entry.kind == DIRECTORY
+                          and wanted(_join(prefix, entry.name)))
         try:
             if listed is not None:
                 yield listed(prefix, entries)
@@ -121,6 +161,9 @@ class TreeReader:
                                      descend, listed)
         finally:
             ancestors.discard(blob_id)
+            for entry in entries:   # fetched ahead, not walked into: the slot is freed
+                if entry.kind == DIRECTORY:
+                    self._ahead.pop(entry.ref, None)
 
     @defer.inlineCallbacks
     def diff(self, old_id: str, new_id: str, report: Callable, on_damaged: Callable,

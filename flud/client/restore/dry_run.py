@@ -19,8 +19,8 @@ from twisted.internet import defer
 from flud.client.records import DIRECTORY, LARGE, SYMLINK, content_from_wire, content_kind
 from flud.client.restore.destdir import SafeDest, UnsafePath
 from flud.client.restore.file_writer import RestoreError
-from flud.client.restore.in_place import (IN_FINAL, KEEP, LANDED, SegmentCheck, look_small,
-                                         newer_in_place)
+from flud.client.restore.in_place import (IN_FINAL, KEEP, LANDED, SegmentCheck, chunk_averages,
+                                         chunked_match, look_small, newer_in_place)
 from flud.client.restore.overwrite import IF_CHANGED, IF_NEWER, NEVER, Overwrite, resume_temp
 
 LOOK_CHUNK = 64
@@ -134,17 +134,28 @@ class DryRun:
             return ("beside" if mode == NEVER else "replaced"), entry.size
 
     def _large(self, place, entry, content, there) -> tuple:
-        records = list(content_from_wire(content).segment_fetches())
+        large = content_from_wire(content)
+        if large.chunked_id is not None:   # cut into chunks: checked whole first (in_place.py)
+            averages = chunk_averages(self.ctx.home.config)
+            if chunked_match(place, None, entry, large.chunked_id, self.ctx.secret, averages,
+                             dry=True):
+                return "unchanged", 0
+            if chunked_match(place, resume_temp(place.name, entry.last), entry,
+                             large.chunked_id, self.ctx.secret, averages, dry=True):
+                return ("replaced" if there else "resumed"), 0
+        # whole segments checked by their keys; a range of one is fetched
+        pieces = [(record, length, start == 0 and length == record.length)
+                  for record, start, length in large.pieces()]
         final = place.open_file()
         temp = place.open_file(resume_temp(place.name, entry.last))
-        buffer = bytearray(max((r.length for r in records), default=1))
+        buffer = bytearray(max((r.length for r, _, whole in pieces if whole), default=1))
         try:
             check = SegmentCheck(self.ctx.secret, final[0] if final else None,
                                  temp[0] if temp else None, buffer)
             where, offset = [], 0
-            for record in records:
-                where.append(check.where(offset, record.length, record.key))
-                offset += record.length
+            for record, length, whole in pieces:
+                where.append(check.where(offset, length, record.key) if whole else None)
+                offset += length
         finally:
             for opened in (final, temp):
                 if opened is not None:
@@ -152,7 +163,7 @@ class DryRun:
         if final is not None and final[1].st_size == entry.size and \
                 all(w == IN_FINAL for w in where):
             return "unchanged", 0
-        fetch = sum(r.length for r, w in zip(records, where) if w is None)
+        fetch = sum(length for (_, length, _), w in zip(pieces, where) if w is None)
         if there:
             return "replaced", fetch
         return ("resumed" if fetch < entry.size else "new"), fetch

@@ -15,6 +15,12 @@ costs one segment's fetch, and one whose size is the same and mtime too but
 whose bytes are not is still caught (the fast path of size and mtime
 decides nothing here).
 
+A file cut into content-defined chunks (a version-3 record with runs) is
+checked whole: cut again with the same keyed chunker, its content id (the
+hash of its chunk ids, kept in its record) must be the record's; then (or
+for a record written before the id was kept) its whole segments one by
+one, as any large file's; a range of a segment has no key and is fetched.
+
 A segment stored before segment keys were made from BLAKE3 (an old
 snapshot's) never matches and is fetched: slower, never wrong.
 """
@@ -24,6 +30,8 @@ from typing import NamedTuple, Optional
 
 from twisted.internet import defer
 
+from flud.chunker import AVERAGE, ChunkSizes
+from flud.client.repository.chunk_ids import ShortRead, content_id_of_fd
 from flud.client.restore.destdir import UnsafePath
 from flud.client.restore.file_writer import set_meta
 from flud.client.restore.overwrite import resume_temp
@@ -196,6 +204,61 @@ def look_files(dest, files, contents: dict, secret: bytes, newer_only: bool) -> 
     return looks
 
 
+def chunk_averages(config) -> list:
+    """The average chunk sizes a file of this home may have been cut with:
+    its setting, then flud's default (a home that changed its setting)."""
+    averages = []
+    for average in (config.get("chunk_size"), AVERAGE):
+        if average and average not in averages:
+            averages.append(average)
+    return averages
+
+
+def chunked_match(place, name: Optional[str], entry, content_id: str, secret: bytes,
+                  averages, dry: bool = False) -> bool:
+    """(pool) The file `name` in place (None: the file itself) holds the
+    chunked content `content_id`: cut again with the keyed chunker, its
+    content id comes out the same (client/repository/chunk_ids.py). Its
+    mode and times are set when it does (not when dry: --dry-run)."""
+    opened = place.open_file(name) if name is not None else place.open_file()
+    if opened is None:
+        return False
+    fd, info = opened
+    try:
+        if info.st_size != entry.size:
+            return False
+        for average in averages:
+            try:
+                if content_id_of_fd(fd, entry.size, secret, ChunkSizes(average)) == content_id:
+                    if not dry:
+                        set_meta(fd, entry)
+                    return True
+            except ShortRead:   # it shrank meanwhile
+                return False
+        return False
+    finally:
+        os.close(fd)
+
+
+@defer.inlineCallbacks
+def _chunked_whole(ctx, place, temp: str, entry, content):
+    """if-changed, a file cut into chunks: its content id is the hash of
+    its chunk ids, so the file in place (or a killed run's temp) is first
+    checked whole: KEEP, or every piece skipped (the temp holds it all), or
+    None (look segment by segment: large_in_place)."""
+    if content.chunked_id is None:   # written before the id was kept
+        return None
+    averages = chunk_averages(ctx.home.config)
+    if (yield ctx.pool.run(chunked_match, place, None, entry, content.chunked_id, ctx.secret,
+                           averages)):
+        return KEEP
+    if (yield ctx.pool.run(chunked_match, place, temp, entry, content.chunked_id, ctx.secret,
+                           averages)):
+        pieces = sum(1 for _ in content.pieces())
+        return frozenset(range(pieces)), entry.size
+    return None
+
+
 @defer.inlineCallbacks
 def large_in_place(ctx, place, temp: str, out, entry, content, transfer):
     """if-changed, a large file (content: its LargeContent): KEEP if the
@@ -205,11 +268,15 @@ def large_in_place(ctx, place, temp: str, out, entry, content, transfer):
     the temp's PositionalWriter. Reads one segment at a time, on ctx's
     pool, into a buffer of one segment counted on `transfer`."""
     if getattr(content, "runs", None) is not None:
-        # A file cut into chunks is ranges of segments, not whole ones in
-        # order: the segment-by-segment check does not apply; it is fetched.
-        return frozenset(), 0
-    records = list(content.segment_fetches())
-    size = max((r.length for r in records), default=0)
+        whole = yield _chunked_whole(ctx, place, temp, entry, content)
+        if whole is not None:
+            return whole
+    # (segment, its range in the file, checkable): a piece that is a whole
+    # segment is checked against its key; a range of one (a chunked file's
+    # run) has no key of its own and is fetched.
+    pieces = [(record, length, start == 0 and length == record.length)
+              for record, start, length in content.pieces()]
+    size = max((r.length for r, _, whole in pieces if whole), default=0)
     yield transfer.reserve(size, "check")
     final = temp_read = None
     buffer = mmap.mmap(-1, max(size, 1))
@@ -219,21 +286,22 @@ def large_in_place(ctx, place, temp: str, out, entry, content, transfer):
         check = SegmentCheck(ctx.secret, final[0] if final else None,
                              temp_read[0] if temp_read else None, buffer)
         where, offset = [], 0
-        for record in records:
-            where.append((yield ctx.pool.run(check.where, offset, record.length, record.key)))
-            offset += record.length
+        for record, length, whole in pieces:
+            where.append((yield ctx.pool.run(check.where, offset, length, record.key))
+                         if whole else None)
+            offset += length
         if (final is not None and final[1].st_size == entry.size
                 and all(w == IN_FINAL for w in where)):
             yield ctx.pool.run(set_meta, final[0], entry)
             return KEEP
         offset, skip, reused = 0, set(), 0
-        for position, (record, found) in enumerate(zip(records, where)):
+        for position, ((record, length, _), found) in enumerate(zip(pieces, where)):
             if found == IN_FINAL:
-                yield ctx.pool.run(copy_range, final[0], out.fd, offset, record.length, buffer)
+                yield ctx.pool.run(copy_range, final[0], out.fd, offset, length, buffer)
             if found is not None:
                 skip.add(position)
-                reused += record.length
-            offset += record.length
+                reused += length
+            offset += length
     finally:
         for opened in (final, temp_read):
             if opened is not None:

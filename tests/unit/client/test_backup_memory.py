@@ -57,7 +57,7 @@ class CheckedSmallFiles(SmallFiles):
             assert memory.current_bytes == size
             label = "sealed" if sealed else "building"
             assert memory.reserved(label) + memory.held(label) == size
-        if not self._small_call:
+        if not self._small_calls:
             assert self._credit == 0 and self._bundle_memory.reserved("work") == 0
         CheckedSmallFiles.checks += 1
 
