@@ -45,7 +45,9 @@ class TrustView:
         out = []
         for node_id in ids:
             standing = self.reputation.standing(node_id, now)
-            out.append(Candidate(node_id, nodes[node_id].host, standing.score(now),
+            # a node known without an address (an in-memory network) is this machine
+            host = getattr(nodes[node_id], "host", "127.0.0.1")
+            out.append(Candidate(node_id, host, standing.score(now),
                                  standing.vetted(now), node_id in self.trusted))
         return out
 

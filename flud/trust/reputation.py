@@ -8,17 +8,19 @@ is ever taken. In the spirit of Sia's host scoring, the score is a product
 of factors in [0, 1], each a ratio of decayed counts with a prior:
 
     uptime    (up + 3)       / (up + down + 3)          half-life 14 days
-    verify    (passed + 1)   / (passed + 1 + 4 failed)  half-life 90 days
+    verify    ((passed + 1)  / (passed + 1 + failed))^12  half-life 90 days
     requests  (ok + 3)       / (ok + failed + 3)        half-life 14 days
 
 Decay is what forgives: an outage or a burst of failed requests weighs less
 every day and is gone from the score in a few weeks, so a home machine that
-was off for a weekend comes back to full standing. A lost or corrupt share
-weighs four passes and fades slowly (90 days): losing data is what a
-storage node must not do. The priors keep one bad event from condemning a
-node nobody has seen much of: one failed VERIFY with nothing else known
-gives 0.2 (below MIN_SCORE: the node held a share and lost it), three
-outages in a row with nothing else 0.5.
+was off for a weekend comes back to full standing. Losing data is what a
+storage node must not do, so the verify ratio is raised to the 12th power
+and fades slowly (90 days): a node that lost one share of those it was asked
+for (one of nine) scores 0.28, below MIN_SCORE (0.3), and its data is moved; one that
+lost one in forty keeps 0.75. A node that failed its only VERIFY scores
+0.0002. The uptime and request priors keep a few bad runs from condemning
+a node nobody has seen much of: three outages in a row with nothing else
+known give 0.5.
 
 Vetting: a node is vetted once it passed VETTED_VERIFIES verifies of this
 client and this client first saw it VETTED_DAYS ago or more. Why 10 over 7
@@ -39,7 +41,7 @@ DAY = 86400.0
 UPTIME_HALF_LIFE = 14 * DAY
 VERIFY_HALF_LIFE = 90 * DAY
 REQUEST_HALF_LIFE = 14 * DAY
-VERIFY_FAIL_WEIGHT = 4.0
+VERIFY_POWER = 12
 UPTIME_PRIOR = 3.0
 REQUEST_PRIOR = 3.0
 VETTED_VERIFIES = 10
@@ -88,7 +90,8 @@ class NodeStanding:
         c = self.at(now).counts
         return {
             "uptime": (c[UP] + UPTIME_PRIOR) / (c[UP] + c[DOWN] + UPTIME_PRIOR),
-            "verify": (c[VERIFY_OK] + 1) / (c[VERIFY_OK] + 1 + VERIFY_FAIL_WEIGHT * c[VERIFY_FAILED]),
+            "verify": ((c[VERIFY_OK] + 1)
+                       / (c[VERIFY_OK] + 1 + c[VERIFY_FAILED])) ** VERIFY_POWER,
             "requests": ((c[REQUEST_OK] + REQUEST_PRIOR)
                          / (c[REQUEST_OK] + c[REQUEST_FAILED] + REQUEST_PRIOR)),
         }
