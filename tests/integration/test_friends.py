@@ -1,0 +1,130 @@
+"""Friends' grids with real node processes (issue 31): a home that keeps to
+friends places only on the nodes its user key certified; a forged
+certificate is refused with a stable code; a friend's node is certified
+by a short code over a magic-wormhole mailbox run here, on 127.0.0.1."""
+import json
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from tests.integration.helpers import (
+    PYTHON, ROOT, flud, flud_popen, init_client, output, wait_until, write_random)
+
+pytestmark = pytest.mark.integration
+
+K, N = 2, 3
+
+
+def _bytes_held(net) -> dict:
+    return {row["node_id"]: row["stats"]["store"]["bytes_stored"] for row in net.stats()}
+
+
+def test_a_friends_only_home_stores_on_certified_nodes_only(testnet_factory, tmp_path):
+    net = testnet_factory(5)
+    home = str(tmp_path / "home")
+    init_client(home, net, None, "--k", str(K), "--n", str(N))
+    friends = [net.nodes[i] for i in (1, 2, 4)]
+    for node in friends:
+        proc = flud("friends", "add", "--home", home, "--node-home", node["home"])
+        assert proc.returncode == 0, output(proc)
+    proc = flud("friends", "only", "--home", home, "on")
+    assert proc.returncode == 0 and "3 certified" in proc.stdout, output(proc)
+
+    src = tmp_path / "src"
+    write_random(src / "big.bin", 3 * 1024 * 1024, 7)
+    for i in range(30):
+        (src / f"small{i}.txt").write_text(f"file {i}\n" * (i + 1))
+    proc = flud("backup", "--home", home, str(src))
+    assert proc.returncode == 0, output(proc)
+    held = _bytes_held(net)
+    certified = {node["node_id"] for node in friends}
+    assert all(held[nid] > 0 for nid in certified), held
+    assert all(held[nid] == 0 for nid in held if nid not in certified), held
+
+    # revoked: a backup that needs n = 3 friends now says so, and stores nothing
+    proc = flud("friends", "revoke", "--home", home, friends[0]["node_id"])
+    assert proc.returncode == 0, output(proc)
+    (src / "new.txt").write_text("more\n")
+    proc = flud("backup", "--home", home, str(src))
+    assert proc.returncode != 0 and "certified" in proc.stderr, output(proc)
+    listed = json.loads(flud("friends", "list", "--home", home, "--json").stdout)
+    assert listed["friends_only"] and len(listed["friends"]) == 2
+
+
+def test_a_forged_certificate_is_refused_with_a_stable_code(tmp_path):
+    mine, other = str(tmp_path / "mine"), str(tmp_path / "other")
+    init_client(mine, None, "127.0.0.1:9")     # no node needed: certificates are local
+    init_client(other, None, "127.0.0.1:9")
+    node_id = "ab" * 32
+    made = flud("friends", "add", "--home", other, node_id)
+    cert = made.stdout.split("certificate: ")[1].split()[0]
+    proc = flud("friends", "add", "--home", mine, "--certificate", cert)
+    assert proc.returncode != 0 and "[CERTIFICATE_WRONG_ISSUER]" in proc.stderr, output(proc)
+    mine_cert = flud("friends", "add", "--home", mine, node_id).stdout.split(
+        "certificate: ")[1].split()[0]
+    flipped = mine_cert[:-4] + ("0000" if mine_cert[-4:] != "0000" else "1111")
+    proc = flud("friends", "add", "--home", mine, "--certificate", flipped)
+    assert proc.returncode != 0 and "[CERTIFICATE_BAD_SIGNATURE]" in proc.stderr, output(proc)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mailbox(tmp_path):
+    """A magic-wormhole mailbox server on 127.0.0.1, stopped at the end."""
+    pytest.importorskip("wormhole_mailbox_server",
+                        reason="needs magic-wormhole-mailbox-server (the test extra)")
+    port = _free_port()
+    twist = os.path.join(os.path.dirname(PYTHON), "twist")
+    proc = subprocess.Popen([twist, "wormhole-mailbox", f"--port=tcp:{port}:interface=127.0.0.1",
+                             f"--channel-db={tmp_path / 'mailbox.sqlite'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        def listening():
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+        wait_until(listening, 20, "the wormhole mailbox to listen")
+        yield f"ws://127.0.0.1:{port}/v1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_an_invite_by_code_certifies_the_friends_node(testnet_factory, tmp_path, mailbox):
+    net = testnet_factory(1, name="invite")
+    home = str(tmp_path / "home")
+    init_client(home, net)
+    node = net.nodes[0]
+    invite = flud_popen("friends", "invite", "--node-home", node["home"], "--mailbox", mailbox,
+                        "--timeout", "60")
+    try:
+        line = invite.stdout.readline()
+        assert line.startswith("invite code: "), line + invite.stderr.read()
+        code = line.split(": ", 1)[1].strip()
+        assert len(code.split("-")) == 3      # "7-guitarist-revenge"
+        proc = flud("friends", "accept", "--home", home, code, "--mailbox", mailbox,
+                    "--timeout", "60")
+        assert proc.returncode == 0, output(proc)
+        assert node["node_id"] in proc.stdout
+        rest, err = invite.communicate(timeout=30)
+        assert invite.returncode == 0, err
+        assert "accepted" in rest
+    finally:
+        if invite.poll() is None:
+            invite.kill()
+            invite.wait(10)
+    listed = json.loads(flud("friends", "list", "--home", home, "--json").stdout)
+    assert [f["node_id"] for f in listed["friends"] if f["valid"]] == [node["node_id"]]
+    with open(os.path.join(home, "config.json")) as f:
+        assert [node["host"], node["port"]] in json.load(f)["bootstrap"]
