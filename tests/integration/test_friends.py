@@ -22,8 +22,13 @@ def _bytes_held(net) -> dict:
     return {row["node_id"]: row["stats"]["store"]["bytes_stored"] for row in net.stats()}
 
 
-def test_a_friends_only_home_stores_on_certified_nodes_only(testnet_factory, tmp_path):
-    net = testnet_factory(5)
+@pytest.fixture(scope="module")
+def net(module_testnet_factory):
+    """Six nodes shared by the tests here (each with its own home)."""
+    return module_testnet_factory(6, name="friends")
+
+
+def test_a_friends_only_home_stores_on_certified_nodes_only(net, tmp_path):
     home = str(tmp_path / "home")
     init_client(home, net, None, "--k", str(K), "--n", str(N))
     friends = [net.nodes[i] for i in (1, 2, 4)]
@@ -33,6 +38,7 @@ def test_a_friends_only_home_stores_on_certified_nodes_only(testnet_factory, tmp
     proc = flud("friends", "only", "--home", home, "on")
     assert proc.returncode == 0 and "3 certified" in proc.stdout, output(proc)
 
+    before = _bytes_held(net)
     src = tmp_path / "src"
     write_random(src / "big.bin", 3 * 1024 * 1024, 7)
     for i in range(30):
@@ -41,8 +47,8 @@ def test_a_friends_only_home_stores_on_certified_nodes_only(testnet_factory, tmp
     assert proc.returncode == 0, output(proc)
     held = _bytes_held(net)
     certified = {node["node_id"] for node in friends}
-    assert all(held[nid] > 0 for nid in certified), held
-    assert all(held[nid] == 0 for nid in held if nid not in certified), held
+    assert all(held[nid] > before[nid] for nid in certified), (before, held)
+    assert all(held[nid] == before[nid] for nid in held if nid not in certified), (before, held)
 
     # revoked: a backup that needs n = 3 friends now says so, and stores nothing
     proc = flud("friends", "revoke", "--home", home, friends[0]["node_id"])
@@ -101,8 +107,7 @@ def mailbox(tmp_path):
             proc.wait(10)
 
 
-def test_an_invite_by_code_certifies_the_friends_node(testnet_factory, tmp_path, mailbox):
-    net = testnet_factory(1, name="invite")
+def test_an_invite_by_code_certifies_the_friends_node(net, tmp_path, mailbox):
     home = str(tmp_path / "home")
     init_client(home, net)
     node = net.nodes[0]
@@ -128,3 +133,49 @@ def test_an_invite_by_code_certifies_the_friends_node(testnet_factory, tmp_path,
     assert [f["node_id"] for f in listed["friends"] if f["valid"]] == [node["node_id"]]
     with open(os.path.join(home, "config.json")) as f:
         assert [node["host"], node["port"]] in json.load(f)["bootstrap"]
+
+
+def _check_summary(home, *extra):
+    proc = flud("check", "--home", home, "--json", *extra)
+    return proc, json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_check_repair_moves_every_share_off_a_node_that_failed_verify(net, tmp_path):
+    """Reputation: one share found corrupt on a node that holds few sinks its
+    score (this home saw it lose one share in a handful), and check --repair
+    moves its good shares too, not only the corrupt one."""
+    home = str(tmp_path / "home")
+    init_client(home, net, None, "--k", "2", "--n", "4")   # check needs n - k >= 2
+
+    def share_files(node):
+        root = os.path.join(node["home"], "store", "shares")
+        return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+    others = {node["node_id"]: share_files(node) for node in net.nodes}   # other homes'
+    src = tmp_path / "src"
+    write_random(src / "big.bin", 2 * 1024 * 1024, 11)
+    (src / "small.txt").write_text("small\n")
+    proc = flud("backup", "--home", home, str(src))
+    assert proc.returncode == 0, output(proc)
+    # the node holding the most of this home's standalone shares (extent streams)
+    mine = {node["node_id"]: sorted(share_files(node) - others[node["node_id"]])
+            for node in net.nodes}
+    victim = max(mine, key=lambda nid: len(mine[nid]))
+    path = mine[victim][0]
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        for i in range(0, len(data), 1024):      # any challenged range sees it
+            data[i] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    proc, first = _check_summary(home)           # a first check: every share challenged
+    assert {n["node"]: n["corrupt"] for n in first["nodes"]}[victim] == 1, output(proc)
+    held = {n["node"]: n["shares"] for n in first["nodes"]}
+    assert held[victim] >= 2, held
+    proc, repaired = _check_summary(home, "--repair")
+    assert proc.returncode in (0, 1), output(proc)
+    _, after = _check_summary(home)
+    left = {n["node"]: n["shares"] for n in after["nodes"]}
+    assert left.get(victim, 0) == 0, after["nodes"]          # all of its shares moved
+    counts = after["counts"]
+    assert counts["healthy"] > 0 and counts["degraded"] == counts["at_risk"] == \
+        counts["unavailable"] == counts["lost"] == 0, counts
