@@ -88,6 +88,8 @@ class TrustView:
         run; failed: the nodes the run gave up on. One event of each kind a
         node earned, per run: a big backup weighs as much as a small one."""
         now = self.clock()
+        if not any(ok for ok, _ in outcomes.values()):
+            return   # no node answered at all: this client was offline, not they
         for node_id, (ok, bad) in outcomes.items():
             if ok:
                 self.reputation.record(node_id, UP, now)

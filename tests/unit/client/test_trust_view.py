@@ -77,3 +77,10 @@ def test_end_of_run_records_up_down_and_failed_requests(tmp_path):
     assert counts[a]["up"] == 1 and counts[a]["request_ok"] == 1
     assert counts[b]["down"] == 1 and counts[b]["up"] == 0
     assert counts[c]["up"] == 1 and counts[c]["request_failed"] == 1
+
+
+def test_a_run_where_no_node_answered_says_nothing_of_them(tmp_path):
+    view = _view(tmp_path)
+    a, b = bytes([1]) * 32, bytes([2]) * 32
+    view.end_run({a: [0, 3], b: [0, 1]}, failed={a, b})   # the client was offline
+    assert view.reputation.known() == []
