@@ -581,6 +581,9 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     print(f"verify ({heading}): {describe_round(kind)}")
     per_node, bad = yield verify(network, home.secret, shares, round_number, args.sample,
                                  full=full)
+    trust = getattr(network, "trust", None)
+    if trust is not None:   # what this home saw its nodes keep, or lose
+        trust.verified(per_node)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
     totals = _verify_table(per_node)

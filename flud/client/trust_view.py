@@ -83,6 +83,18 @@ class TrustView:
         if kind is not None:
             self.reputation.record(node_id, kind, self.clock())
 
+    def verified(self, per_node: dict) -> None:
+        """`flud verify`'s counts per node (hex -> {"confirmed", "missing",
+        "corrupt", ...}): one event per kind and node, weighted by count."""
+        now = self.clock()
+        for node_hex, counts in per_node.items():
+            node_id = bytes.fromhex(node_hex)
+            if counts.get("confirmed"):
+                self.reputation.record(node_id, VERIFY_OK, now, counts["confirmed"])
+            lost = counts.get("missing", 0) + counts.get("corrupt", 0)
+            if lost:
+                self.reputation.record(node_id, VERIFY_FAILED, now, lost)
+
     def end_run(self, outcomes: dict, failed) -> None:
         """outcomes: {node id: [requests answered, requests failed]} of this
         run; failed: the nodes the run gave up on. One event of each kind a

@@ -84,3 +84,12 @@ def test_a_run_where_no_node_answered_says_nothing_of_them(tmp_path):
     a, b = bytes([1]) * 32, bytes([2]) * 32
     view.end_run({a: [0, 3], b: [0, 1]}, failed={a, b})   # the client was offline
     assert view.reputation.known() == []
+
+
+def test_verify_counts_feed_reputation(tmp_path):
+    view = _view(tmp_path)
+    a, b = bytes([1]) * 32, bytes([2]) * 32
+    view.verified({a.hex(): {"confirmed": 12, "missing": 0, "corrupt": 0},
+                   b.hex(): {"confirmed": 2, "missing": 1, "corrupt": 1}})
+    assert view.may_hold(a) and not view.may_hold(b)
+    assert view.reputation.standing(a, NOW).verifies_passed == 12
