@@ -16,8 +16,8 @@ def test_a_sybil_host_with_half_the_ids_never_holds_more_than_n_minus_k():
 
 
 def test_reputation_moves_data_off_flaky_nodes_and_they_lose_less():
-    off = simulate(nodes=150, days=90, seed=5, rules=False, objects_per_day=6)
-    on = simulate(nodes=150, days=90, seed=5, rules=True, objects_per_day=6)
+    off = simulate(nodes=100, days=60, seed=5, rules=False, objects_per_day=5)
+    on = simulate(nodes=100, days=60, seed=5, rules=True, objects_per_day=5)
     assert on["flaky_nodes_retired"] >= 1 and on["shares_moved_off_distrusted"] > 0
     assert off["flaky_nodes_retired"] == 0
     assert on["flaky_bytes_lost"] < off["flaky_bytes_lost"]
