@@ -149,8 +149,9 @@ class CheckJob:
         self.timeout, self.store_timeout = timeout, store_timeout
         self.stream_chunk = stream_chunk
         # client/trust_view.py: told what the challenges found (reputation),
-        # asked which nodes to move data off and where shares may go
-        self.trust = trust
+        # asked which nodes to move data off and where shares may go (the
+        # network's own, where it has one)
+        self.trust = trust if trust is not None else getattr(network, "trust", None)
         self._groups = None   # {node hex: diversity group} while a repair runs
         self._coders = {}
         self._short = {}   # object id -> indexes no node could take this run

@@ -125,8 +125,7 @@ class Check:
 
         job = CheckJob(ctx.reactor, ctx.network, state, challenge_of, ctx.pool.run,
                        policy=self.policy, cycle=self.cycle, interval=self.interval,
-                       on_progress=save, clock=self.clock,
-                       trust=getattr(ctx.network, "trust", None))
+                       on_progress=save, clock=self.clock)
         report = yield job.run(objects, repair=self.repair, subset=self.subset)
         save(state)
         if report.moved:
