@@ -122,9 +122,9 @@ def _job(reactor, home, args, job):
                       download_limit=getattr(args, "limit_download", 0))
     from flud.cli.bandwidth import follow_schedule
     schedule = follow_schedule(reactor, network, getattr(args, "limit_schedule", None))
+    load_job_code(job)
     from flud.client.trust_view import TrustView
     trust = network.trust = TrustView.of_home(home.path, home.identity, reactor.seconds)
-    load_job_code(job)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
     # identity and TLS contexts made), before any connection or transfer.
