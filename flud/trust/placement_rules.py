@@ -10,7 +10,9 @@ Candidates in, ranked and filtered destinations out. The rules, in order:
    (a node joining or leaving moves only what it wins or held).
 3. Diversity: at most one share of an object per *diversity group*: the
    /24 of an IPv4 address, the /48 of an IPv6 one, so nodes sharing a host
-   (one address) or a hosting operator's subnet count once. A node is
+   (one address) or a hosting operator's subnet count once, and the groups,
+   not the ids, are what the rendezvous draw ranks (group_rank): a host
+   with a hundred ids wins as many objects as a host with one. A node is
    identified by the address this client reaches it at, never by a host
    id the node states about itself: a Sybil would simply state a new one.
 4. Vetting: a node this client has not yet vetted (reputation.vetted: N
@@ -113,6 +115,25 @@ def unvetted_slots(object_id: bytes, count: int, share: float) -> int:
     return 1 if draw < fraction else 0
 
 
+def group_rank(object_id: bytes, candidates) -> list:
+    """One candidate per diversity group, the groups in score-weighted
+    rendezvous order of (object, group): a host or subnet is one ticket in
+    the draw however many ids it runs, so fake ids buy no extra objects.
+    Each group is represented by its best node for this object (a vetted
+    one where it has one), weighted by its best score."""
+    members = {}
+    for c in candidates:
+        members.setdefault(diversity_group(c.host), []).append(c)
+    picks = []
+    for group, nodes in members.items():
+        vetted = [c for c in nodes if c.vetted] or nodes
+        best = weighted_rank(object_id, vetted)[0]
+        picks.append((Candidate(group.encode(), best.host, max(c.score for c in vetted)), best))
+    order = weighted_rank(object_id, [ticket for ticket, _ in picks])
+    chosen = {ticket.node_id: best for ticket, best in picks}
+    return [chosen[ticket.node_id] for ticket in order]
+
+
 def choose(object_id: bytes, candidates, count: int,
            policy: PlacementPolicy = PlacementPolicy()) -> list:
     """Up to `count` node ids for an object's shares, best first (fewer when
@@ -121,32 +142,23 @@ def choose(object_id: bytes, candidates, count: int,
     diverse = diversity_on(candidates, policy)
     pool = [c for c in candidates
             if (c.certified or not policy.friends_only) and c.score >= policy.min_score]
-    ranked = weighted_rank(object_id, pool)
-    chosen, groups = [], set()
-
-    def take(c):
-        group = diversity_group(c.host)
-        if diverse and group in groups:
-            return False
-        groups.add(group)
-        chosen.append(c)
-        return True
-
-    unvetted = [c for c in ranked if not c.vetted]
+    ranked = group_rank(object_id, pool) if diverse else weighted_rank(object_id, pool)
+    chosen = []
     allowed = unvetted_slots(object_id, count, policy.vetting_share)
     for c in ranked:
         if len(chosen) == count:
             break
         if c.vetted:
-            take(c)
-        elif allowed and take(c):
+            chosen.append(c)
+        elif allowed:
+            chosen.append(c)
             allowed -= 1
     # Too few vetted groups: unvetted nodes fill the rest (a new home or grid).
-    for c in unvetted:
+    for c in ranked:
         if len(chosen) == count:
             break
-        if c not in chosen:
-            take(c)
+        if not c.vetted and c not in chosen:
+            chosen.append(c)
     # Keep the ranked order among what was chosen.
     order = {c.node_id: i for i, c in enumerate(ranked)}
     return [c.node_id for c in sorted(chosen, key=lambda c: order[c.node_id])]

@@ -36,6 +36,9 @@ def place(wanted, candidates, load: dict, avoid=None, groups=None) -> tuple:
     share it. None: every node is its own group.
     """
     avoid = avoid or {}
+    members = {}
+    for node, group in (groups or {}).items():
+        members.setdefault(group, []).append(node)
     placed, unplaced = [], []
     for obj, indexes in wanted:
         taken = obj.holder_nodes() | set(avoid.get(obj.object_id, ()))
@@ -55,13 +58,21 @@ def place(wanted, candidates, load: dict, avoid=None, groups=None) -> tuple:
             if not free:
                 unplaced.append((obj.object_id, index))
                 continue
-            node = min(free, key=lambda nd: load.get(nd, 0))
+            node = min(free, key=lambda nd: _load_of(nd, load, groups, members))
             free.remove(node)
             if groups is not None:
                 held.add(groups.get(node, node))
             load[node] = load.get(node, 0) + 1
             placed.append(Placement(obj.object_id, index, keys[index], node))
     return placed, unplaced
+
+
+def _load_of(node: str, load: dict, groups, members: dict) -> int:
+    """The shares a node's host (diversity group) holds: a host with many
+    ids, each lightly loaded, is one host and weighs as one."""
+    if not groups or node not in groups:
+        return load.get(node, 0)
+    return sum(load.get(member, 0) for member in members[groups[node]])
 
 
 def by_node(placements) -> dict:

@@ -108,3 +108,15 @@ def test_fewest_hosts_keeps_at_most_n_minus_k_shares_per_host(k, n, fewest):
     if n > k:
         assert most_per_host(n, fewest) <= n - k
         assert fewest == 1 or most_per_host(n, fewest - 1) > n - k
+
+
+def test_many_ids_on_one_host_win_no_more_objects_than_one_id():
+    honest = [Candidate(nid, f"198.18.{i}.10") for i, nid in enumerate(_ids(30, 16))]
+    sybil = [Candidate(nid, "198.19.7.1") for nid in _ids(300, 17)]
+    wins = Counter()
+    objects = 600
+    for obj in range(objects):
+        for nid in choose(obj.to_bytes(4, "big") * 8, honest + sybil, 10):
+            wins["sybil" if nid[0] == 17 else nid] += 1
+    honest_mean = sum(v for k, v in wins.items() if k != "sybil") / 30
+    assert wins["sybil"] < 1.5 * honest_mean     # one host, one ticket (~10/31 of objects)
