@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
 COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud tools
 
-.PHONY: venv demo test test-fast bench stress simulate clean man completions
+.PHONY: venv demo test test-fast bench stress simulate trust-sim clean man completions
 
 $(STAMP): pyproject.toml setup.py flud/_gf256.c flud/_cdc.c
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ FAULTS ?=
 simulate: $(STAMP)
 	$(PY) tools/simulate.py --seeds $(SEEDS) --from $(FROM) --steps $(STEPS) \
 		$(if $(DAYS),--days $(DAYS)) $(if $(FAULTS),--faults $(FAULTS)) $(SIM_ARGS)
+
+# Placement and reputation over a simulated year (docs/trust.md): 1,000
+# nodes, a Sybil operator with 10% of the ids on one host, flaky nodes.
+trust-sim: $(STAMP)
+	$(PY) tools/trust_sim.py $(TRUST_SIM_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

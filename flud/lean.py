@@ -54,6 +54,14 @@ LAZY_MODULES = {
     "textwrap": "see twisted.internet.process",
 }
 
+# Packages no flud process uses, kept out even where installed: pyOpenSSL
+# (which magic-wormhole brings, through twisted[tls]) would be imported by
+# twisted.internet.tcp, for startTLS, with cryptography and hashlib: 13 MB of
+# RSS in every process, measured here (44 against 31 MB for the reactor and
+# tcp alone). flud's TLS is its own (protocol/tls.py over libcrypto.py).
+# `flud friends invite|accept` let it in for a wss:// mailbox (allow_package).
+UNUSED_PACKAGES = ("OpenSSL",)
+
 _LAZY = set()   # names the hook makes lazy
 _PLANS = {}     # name -> (source, names, lazy): the hook imports it sparing source
 _SPARED = {}    # name -> whether its import did spare source
@@ -64,6 +72,8 @@ _PASS_THROUGH = frozenset(("__spec__", "__name__", "__dict__", "__class__"))
 
 def defer_unused_imports() -> None:
     """Install the hook (cheap: nothing is imported now)."""
+    for name in UNUSED_PACKAGES:
+        sys.modules.setdefault(name, None)   # an import of it raises ImportError
     _LAZY.update(LAZY_MODULES)
     _install_hook()
     spare_on_import("twisted.python.compat", "html", {}, lazy=("escape",))
@@ -92,6 +102,12 @@ class _LazyModule(types.ModuleType):
     def __delattr__(self, attr):
         _load(self)
         types.ModuleType.__delattr__(self, attr)
+
+
+def allow_package(name: str) -> None:
+    """Let an UNUSED_PACKAGES package be imported after all."""
+    if name in sys.modules and sys.modules[name] is None:
+        del sys.modules[name]
 
 
 def _load(module) -> None:

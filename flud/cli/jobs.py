@@ -124,6 +124,8 @@ def _job(reactor, home, args, job, config: RunConfig = None):
     from flud.cli.bandwidth import follow_schedule
     schedule = follow_schedule(reactor, network, config.limit_schedule)
     load_job_code(job)
+    from flud.client.trust_view import TrustView
+    trust = network.trust = TrustView.of_home(home.path, home.identity, reactor.seconds)
     release_free_memory()  # what start-up freed goes back to the OS
     # The static footprint: the client ready to work (its code loaded, its
     # identity and TLS contexts made), before any connection or transfer.
@@ -148,6 +150,13 @@ def _job(reactor, home, args, job, config: RunConfig = None):
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
+        if trust.friends_only and job == "backup":
+            friends = sum(1 for nid in network.nodes if nid in trust.trusted)
+            if friends < home.config["n"]:
+                raise UserError(f"this home keeps to friends, and only {friends} of the "
+                                f"{count} nodes known are certified; n={home.config['n']} "
+                                f"shares need that many. Certify more (`flud friends add`) "
+                                f"or allow others (`flud friends only off`).")
         runner = {"backup": _backup, "restore": _restore, "verify": _verify, "dump": _dump,
                   "ls": _browse, "find": _browse, "diff": _browse, "stats": _browse,
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
@@ -162,6 +171,9 @@ def _job(reactor, home, args, job, config: RunConfig = None):
         schedule.stop()
         network.close()
         pool.stop()
+        # what this run saw (a test's fake network counts no outcomes)
+        trust.end_run(getattr(network, "outcomes", {}), network.failed)
+        trust.close()
     return code
 
 
@@ -559,6 +571,9 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     print(f"verify ({heading}): {describe_round(kind)}")
     per_node, bad = yield verify(network, home.secret, shares, round_number, args.sample,
                                  full=full)
+    trust = getattr(network, "trust", None)
+    if trust is not None:   # what this home saw its nodes keep, or lose
+        trust.verified(per_node)
     if not full:  # a full check takes no turn from the rounds' spot/whole rotation
         home.index.set_meta("verify_round", round_number + 1)
     totals = _verify_table(per_node)

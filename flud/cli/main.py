@@ -28,8 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         add_client_commands(sub)
         from flud.cli.agent import add_agent_command
         from flud.cli.mount import add_mount_command
+        from flud.cli.friends import add_friends_command
         add_agent_command(sub)
         add_mount_command(sub)
+        add_friends_command(sub)
     from flud.cli.completion import add_completion_command
     add_completion_command(sub, parser)
     return parser

@@ -11,7 +11,7 @@ from flud.client.interfaces import INetwork
 from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.errors import FludError
-from flud.protocol.errors import ConnectionLost
+from flud.protocol.errors import ConnectionLost, RemoteError
 from flud.protocol.node_record import RecordRefused, check_record, newer
 from flud.client.budget_plan import BudgetPlan, plan_budget
 from flud.protocol.ratelimit import Throttle
@@ -120,6 +120,10 @@ class Network(NodeRequests):
         self.health = NodeHealth()
         self.failed = self.health.failed  # node ids that failed during this run
         self.watch = StallWatch(reactor, self.net.pool.connections, self._stalled)
+        # client/trust_view.py (set by the composition root): placement by
+        # the trust rules, and this run's request outcomes for reputation
+        self.trust = None
+        self.outcomes = {}    # node id -> [requests answered, requests failed]
 
     @property
     def client_id(self) -> bytes:
@@ -179,10 +183,14 @@ class Network(NodeRequests):
         return [nid for nid in self.nodes if nid not in self.failed]
 
     def place(self, object_id: bytes, count: int) -> list:
-        """The first `count` nodes for object_id: not failed, and not one
-        that refused this home for quota (QUOTA) this run."""
+        """The first `count` nodes for object_id: not failed, not one that
+        refused this home for quota (QUOTA) this run; with trust rules set,
+        chosen by them (diversity, reputation, vetting, friends)."""
         full = self.health.quota
-        return rank(object_id, [n for n in self.alive_ids() if n not in full])[:count]
+        ids = [n for n in self.alive_ids() if n not in full]
+        if self.trust is not None:
+            return self.trust.choose(object_id, self.nodes, ids, count)
+        return rank(object_id, ids)[:count]
 
     def address(self, node_id: bytes) -> NodeAddress:
         return self.nodes[node_id]
@@ -224,7 +232,18 @@ class Network(NodeRequests):
         """peer(node).method(*args, **kwargs)."""
         d = self.peer(node_id)
         d.addCallback(lambda p: getattr(p, method)(*args, **kwargs))
+        d.addBoth(self._count_outcome, node_id)
         return d
+
+    def _count_outcome(self, result, node_id):
+        """A request answered (an error the node sent is an answer too) or
+        not (the connection failed, stalled): what reputation is told."""
+        if isinstance(result, Failure) and result.check(defer.CancelledError):
+            return result    # this client gave up on it: nothing said of the node
+        counts = self.outcomes.setdefault(node_id, [0, 0])
+        answered = not isinstance(result, Failure) or result.check(RemoteError)
+        counts[0 if answered else 1] += 1
+        return result
 
     def open_store(self, node_id: bytes, size: int):
         """Fires with a StreamedStore of `size` bytes open on that node."""

@@ -32,6 +32,7 @@ from flud.client.repair.object_health import (
     CLASSES, CORRUPT, HEALTHY, LOST, OK, UNAVAILABLE, UNREACHABLE, Observation, RepairPolicy,
     object_class)
 from flud.client.repair.repair_plan import BUNDLE, by_node, place
+from flud.client.repair.retire import retiring
 from flud.client.repair.recode import recode, share_key
 from flud.client.repair.rotation import WEEK, plan_run, select_objects, slot
 from flud.client.repair.check_state import CheckState
@@ -138,7 +139,7 @@ class CheckJob:
                  interval: Optional[float] = None, rng: random.Random = None,
                  on_progress=None, timeout: float = REQUEST_TIMEOUT,
                  store_timeout: float = STORE_TIMEOUT, stream_chunk: int = STREAM_CHUNK,
-                 clock=None):
+                 clock=None, trust=None):
         self.reactor, self.network, self.state = reactor, network, state
         self.clock = clock or reactor.seconds
         self.challenge_of, self.run_cpu = challenge_of, run_cpu
@@ -147,6 +148,11 @@ class CheckJob:
         self.on_progress = on_progress or (lambda state: None)
         self.timeout, self.store_timeout = timeout, store_timeout
         self.stream_chunk = stream_chunk
+        # client/trust_view.py: told what the challenges found (reputation),
+        # asked which nodes to move data off and where shares may go (the
+        # network's own, where it has one)
+        self.trust = trust if trust is not None else getattr(network, "trust", None)
+        self._groups = None   # {node hex: diversity group} while a repair runs
         self._coders = {}
         self._short = {}   # object id -> indexes no node could take this run
         self._slots = defer.DeferredSemaphore(IN_FLIGHT)
@@ -212,6 +218,8 @@ class CheckJob:
         # else timed out on it: the unanswered ones are recorded first.
         for observation in sorted(seen, key=lambda o: o.outcome != UNREACHABLE):
             book.observe(observation)
+            if self.trust is not None:
+                self.trust.observed(bytes.fromhex(observation.node), observation.outcome)
         # A node that answered nothing this run is failed for the rest of it:
         # the repair's stores and the map page's bundle go to others at once
         # instead of each finding it down (and running out of spares).
@@ -283,6 +291,9 @@ class CheckJob:
         for obj in objects:
             for share in obj.shares:
                 load[share.node] = load.get(share.node, 0) + 1
+        if self.trust is not None:
+            self._groups = self.trust.groups(self.network.nodes)
+            healths = retiring(self.trust, objects, healths, candidates)
         todo = [(obj, h) for obj, h in zip(objects, healths) if h.to_recreate()]
         # Bundles (shares of a MiB or less) in batches, so one tar per node
         # carries many; extents a range at a time, REPAIR_IN_FLIGHT at once;
@@ -390,7 +401,7 @@ class CheckJob:
             wanted = [(made[oid][0], sorted(idx)) for oid, idx in pending.items() if idx]
             if not wanted:
                 break
-            placed, _ = place(wanted, candidates, load, avoid)
+            placed, _ = place(wanted, candidates, load, avoid, self._groups)
             sends, groups = [], []
             for p in placed:
                 avoid[p.object_id].add(p.node)   # never two shares of one object on a node

@@ -25,17 +25,27 @@ class Placement(NamedTuple):
     node: str        # the new holder, hex
 
 
-def place(wanted, candidates, load: dict, avoid=None) -> tuple:
+def place(wanted, candidates, load: dict, avoid=None, groups=None) -> tuple:
     """([Placement], [(object id, index)] that found no node).
 
     wanted: [(StoredObject, [index, ...])]; candidates: node ids (hex) that
     may take shares; load: {node: shares it holds}, updated as shares are
-    placed; avoid: {object id: nodes not to use for it (they failed it)}.
+    placed; avoid: {object id: nodes not to use for it (they failed it)};
+    groups: {node: its diversity group} (flud/trust/placement_rules.py):
+    no group takes a share of an object whose other holders (those staying)
+    share it. None: every node is its own group.
     """
     avoid = avoid or {}
+    members = {}
+    for node, group in (groups or {}).items():
+        members.setdefault(group, []).append(node)
     placed, unplaced = [], []
     for obj, indexes in wanted:
         taken = obj.holder_nodes() | set(avoid.get(obj.object_id, ()))
+        moving = set(indexes)
+        held = set()
+        if groups is not None:
+            held = {groups.get(s.node, s.node) for s in obj.shares if s.index not in moving}
         # In rendezvous order, so min() (which keeps the first of equals)
         # breaks ties between equally loaded nodes by rank.
         free = [node.hex() for node in rank(bytes.fromhex(obj.object_id),
@@ -43,14 +53,26 @@ def place(wanted, candidates, load: dict, avoid=None) -> tuple:
                                              if node not in taken])]
         keys = {share.index: share.key for share in obj.shares}
         for index in indexes:
+            if groups is not None:
+                free = [nd for nd in free if groups.get(nd, nd) not in held]
             if not free:
                 unplaced.append((obj.object_id, index))
                 continue
-            node = min(free, key=lambda nd: load.get(nd, 0))
+            node = min(free, key=lambda nd: _load_of(nd, load, groups, members))
             free.remove(node)
+            if groups is not None:
+                held.add(groups.get(node, node))
             load[node] = load.get(node, 0) + 1
             placed.append(Placement(obj.object_id, index, keys[index], node))
     return placed, unplaced
+
+
+def _load_of(node: str, load: dict, groups, members: dict) -> int:
+    """The shares a node's host (diversity group) holds: a host with many
+    ids, each lightly loaded, is one host and weighs as one."""
+    if not groups or node not in groups:
+        return load.get(node, 0)
+    return sum(load.get(member, 0) for member in members[groups[node]])
 
 
 def by_node(placements) -> dict:

@@ -38,7 +38,7 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
                and book.share_state(s, now, job.policy.grace) == OK]
     if len(sources) < obj.k or not length:
         return {}, wanted
-    placed, _ = place([(obj, sorted(wanted))], candidates, load)
+    placed, _ = place([(obj, sorted(wanted))], candidates, load, groups=job._groups)
     stores = {}
     opened = yield gather([job.open_store(p.node, length) for p in placed])
     for p, (ok, value) in zip(placed, opened):

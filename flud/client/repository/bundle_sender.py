@@ -39,6 +39,7 @@ from flud.client.repository.segments import StoreFailed
 from flud.client.repository.tree_records import BlobRef
 from flud.compression import working_bytes
 from flud.protocol.messages import KIND_ARCHIVE
+from flud.trust.placement_rules import most_per_host
 
 log = logging.getLogger("flud.client")
 
@@ -203,6 +204,11 @@ class BundleSender:
             if len(nodes) < k:
                 raise StoreFailed(_too_few(len(nodes), k, n)
                                   + self.ctx.network.health.quota_note())
+            if len(nodes) < n and _hosts_too_few(self.ctx.network, len(nodes), k, n):
+                raise StoreFailed(f"only {len(nodes)} distinct hosts (/24, /48) may take "
+                                  f"this bundle's {n} shares: one would hold more than "
+                                  f"n - k = {n - k}, and losing it would lose the bundle. "
+                                  f"Add nodes on other hosts or lower n.")
             return [nid.hex() for nid in nodes]
 
         return Aggregator(self.policy, k, n, encode=encode,
@@ -434,3 +440,12 @@ def _first_of(deferreds):
     for d in deferreds:
         d.addBoth(fired)
     return first
+
+
+def _hosts_too_few(network, hosts: int, k: int, n: int) -> bool:
+    """Where the trust rules keep one share of an object per host (not on a
+    loopback testnet), would n shares taking turns over `hosts` put more
+    than n - k on one (flud/trust/placement_rules.py)?"""
+    trust = getattr(network, "trust", None)
+    return (trust is not None and trust.diverse(network.nodes)
+            and most_per_host(n, hosts) > n - k)

@@ -94,3 +94,20 @@ def test_an_extents_stream_length_is_the_sum_of_its_segments_block_lengths():
     hmap = HolderMap([MapPage.of({}, {hexid(2): holders})])
     [obj] = objects_from_map(hmap, 4, {hexid(2): stream_length(extent)})
     assert obj.share_length == (512 << 10) + 250
+
+
+def test_with_groups_a_host_takes_one_share_of_an_object_and_weighs_its_ids_load():
+    obj = _object(1, list(range(1, 9)))
+    groups = {hexid(i): f"host{i}" for i in range(1, 9)}
+    groups.update({hexid(i): "sybil" for i in range(20, 30)})       # one host, ten ids
+    groups.update({hexid(9): "host1", hexid(10): "host10", hexid(11): "host11"})
+    candidates = [hexid(i) for i in list(range(9, 12)) + list(range(20, 30))]
+    load = {hexid(20): 3, hexid(10): 1, hexid(11): 2}      # the Sybil's other ids: 0 each
+    placed, unplaced = place([(obj, [2, 5])], candidates, load, groups=groups)
+    nodes = [p.node for p in placed]
+    assert hexid(9) not in nodes                  # host1 still holds share 0
+    # the Sybil host holds 3 (on one id): its idle ids do not make it idle
+    assert set(nodes) == {hexid(10), hexid(11)} and unplaced == []
+    placed, _ = place([(_object(2, list(range(1, 9))), [0, 1, 2])], candidates, load,
+                      groups=groups)
+    assert sum(1 for p in placed if groups[p.node] == "sybil") == 1   # one host, one share
