@@ -13,11 +13,13 @@ def build_parser() -> argparse.ArgumentParser:
     # configuration brings dataclasses, and with it inspect and tokenize).
     from flud.cli.node import add_node_commands
     from flud.cli.testnet import add_testnet_commands
+    from flud.cli.lab import add_lab_commands
 
     parser = argparse.ArgumentParser(prog="flud", description="peer-to-peer backup")
     sub = parser.add_subparsers(dest="command", required=True)
     add_node_commands(sub)
     add_testnet_commands(sub)
+    add_lab_commands(sub)
     try:
         from flud.cli.client import add_client_commands
     except ImportError:
