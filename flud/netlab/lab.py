@@ -140,7 +140,8 @@ class Lab:
 
     def _spawn(self, host, join, capacity) -> None:
         home = os.path.join(self.directory, host.name)
-        config = NodeConfig(home=home, host=host.address, port=NODE_PORT, join=join,
+        # "::": dual-stack, the record's candidates from the namespace's own addresses
+        config = NodeConfig(home=home, host="::", port=NODE_PORT, join=join,
                             capacity=capacity)
         proc = spawn_in(host.namespace, config, os.path.join(home, "stderr.log"))
         self.processes[host.name] = proc

@@ -128,11 +128,12 @@ class Membership:
         it at, or a relay: else it could aim every node at a third party."""
         if any(a.scheme == "relay" for a in record.addresses):
             return
+        from flud.node.reachability import plain_host
         try:
-            seen = source.transport.getPeer().host
+            seen = plain_host(source.transport.getPeer().host)
         except AttributeError:
             return
-        if seen not in {a.host for a in record.tcp_addresses()}:
+        if seen not in {plain_host(a.host) for a in record.tcp_addresses()}:
             raise RecordRefused("RECORD_ADDRESS_UNOBSERVED",
                                 f"record lists no address this node sees it at ({seen})")
 

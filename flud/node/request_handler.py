@@ -131,7 +131,9 @@ class NodeHandler:
             Op.DELETE: self._delete,
             Op.ROOT_PUT: self._root_put,
             Op.ROOT_GET: self._root_get,
+            Op.DIAL_BACK: self._dial_back,
         }
+        self.dial_back = None   # flud/node/dial_back.py's DialBackServer
 
     # ---- connection events -------------------------------------------------
 
@@ -191,6 +193,11 @@ class NodeHandler:
             return
         self.membership.merge(message.peers, source=conn)
         conn.respond(rid, messages.PeerList(self.membership.snapshot()))
+
+    def _dial_back(self, conn, rid, message, end):
+        if self.dial_back is None:
+            raise RemoteError(ErrorCode.UNKNOWN_OP, "this node does not dial back")
+        return self.dial_back.serve(conn, rid, message)
 
     def _stats(self, conn, rid, message, end):
         values = dict(self.stats())

@@ -16,7 +16,9 @@ from flud.node.config import NodeConfig
 from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
+from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
+from flud.node.reachability import candidate_addresses, is_loopback
 from flud.node.peers import Membership
 from flud.node.roots import RootStore
 from flud.protocol import messages
@@ -151,15 +153,26 @@ class NodeService(Service):
         self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
         self.local.listen_port = self._listening.getHost().port
         self.own_record = OwnRecord(self.local.identity, self.home, self.host,
-                                    self.local.listen_port, self.capacity)
+                                    self.local.listen_port, self.capacity,
+                                    addresses=candidate_addresses(self.host,
+                                                                  self.local.listen_port))
         self.membership = Membership(self.own_record, self.reactor, self.rng,
                                      connect=self.pool.get, node_id=self.node_id)
         self.handler.membership = self.membership
+        self.handler.dial_back = DialBackServer(self.reactor, self.local, self.handler)
+        self.prober = None
+        if not all(is_loopback(a.host) for a in self.own_record.candidates):
+            # a node on loopback only (a testnet) is reached from this host
+            # or not at all: nothing to ask
+            self.prober = Prober(self.reactor, self.local, self.handler, self.membership,
+                                 self.own_record, self.local.listen_port, self.rng)
         self.handler.listeners = [self.pool, self.membership]
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
         self.membership.start()
+        if self.prober is not None:
+            self.prober.start()
         self.leases.start()
         self.compactions.start()
         if self.join_address:
@@ -180,6 +193,8 @@ class NodeService(Service):
     def stopService(self):
         super().stopService()
         self.membership.stop()
+        if self.prober is not None:
+            self.prober.stop()
         self.leases.stop()
         self.compactions.stop()
         self.monitor.stop_sampling()
@@ -207,6 +222,8 @@ class NodeService(Service):
             "peers_known": len(self.membership.peers),
             "peers_alive": len(self.membership.alive()),
             "records_refused": dict(self.membership.refused),
+            "reachability": dict(self.prober.summary() if self.prober else {"verdict": "local"},
+                                 dial_backs=self.handler.dial_back.counters),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

@@ -38,6 +38,7 @@ class Op(enum.IntEnum):
     DELETE = 13
     ROOT_PUT = 20
     ROOT_GET = 21
+    DIAL_BACK = 40   # reachability: dial me back at the address you see (docs/reachability.md)
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

@@ -56,6 +56,10 @@ class ErrorCode(str, enum.Enum):
     UNAVAILABLE = "UNAVAILABLE", 15
     UPLOAD_LIMIT = "UPLOAD_LIMIT", 16
     STALLED = "STALLED", 17
+    # reachability (docs/reachability.md): a dial-back aimed at an address
+    # other than the one the asker was seen at; too many asked of one node
+    DIAL_THIRD_PARTY = "DIAL_THIRD_PARTY", 40
+    RATE_LIMITED = "RATE_LIMITED", 41
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}

@@ -70,3 +70,28 @@ def test_down_removes_exactly_what_up_made(tmp_path):
     finally:
         Lab(directory).down()
         subprocess.run(["ip", "netns", "del", outsider])
+
+
+def test_each_node_finds_out_whether_it_can_be_reached(lab):
+    """Peers dial each node back at the address they see (DIAL_BACK): the
+    public ones are confirmed on IPv4 and IPv6 (dual-stack, ULA in the lab)
+    and publish only that; the NATed ones are judged private."""
+    import time
+    deadline = time.monotonic() + 30
+    while True:
+        rows = Lab(lab["directory"]).stats()
+        verdicts = {n["name"]: (s or {}).get("reachability", {}) for n, s in rows}
+        if all(v.get("verdict") in ("public", "private") for v in verdicts.values()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {name: v.get("verdict") for name, v in verdicts.items()} == {
+        n["name"]: n["expected"] for n, _ in rows}
+    for n, _ in rows:
+        published = verdicts[n["name"]]["published"]
+        if n["kind"] == "public":
+            assert f"tcp:{n['host']}:7400" in published
+            assert any(p.startswith("tcp6:[fd00:f1d::") for p in published)
+        else:
+            assert not any(p.startswith("tcp") for p in published)   # nothing that failed
+            assert verdicts[n["name"]]["observed"][0].startswith("198.18.200.")
