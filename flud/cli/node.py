@@ -63,6 +63,9 @@ def add_node_commands(sub) -> None:
                           "(default 30d; at least 14d)")
     run.add_argument("--lease-sweep-interval", type=_duration, default=3600.0, metavar="DURATION",
                      help="how often leases are checked (default 1h)")
+    run.add_argument("--no-relay", dest="relay", action="store_false",
+                     help="relay for no NATed node (by default a reachable node holds up to "
+                          "128 bounded relay reservations; docs/reachability.md)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=cmd_node_run)
 
@@ -74,7 +77,7 @@ def node_config(args) -> NodeConfig:
                       capacity=args.capacity, memory_log=args.memory_log,
                       memory_budget=args.memory_budget, verbose=args.verbose,
                       lease_seconds=args.lease, trash_seconds=args.trash_time,
-                      lease_sweep_interval=args.lease_sweep_interval)
+                      lease_sweep_interval=args.lease_sweep_interval, relay=args.relay)
 
 
 def cmd_node_run(args) -> int:

@@ -191,9 +191,11 @@ class Network(NodeRequests):
             raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
                                  ". Is the testnet up (`flud testnet status --dir DIR`)?")
         for node_id, (record, alive) in records.items():
-            address = record.first_tcp()
+            address = record.dial_address()   # direct, else "relay:ID" (pool dials through it)
             if alive and address and node_id not in self.nodes:
                 self.nodes[node_id] = NodeAddress(node_id, *address)
+        self.net.pool.resolve_relay = lambda relay_id: (
+            records[relay_id][0].first_tcp() if relay_id in records else None)
         self.records_refused = refused
         return len(self.nodes)
 
@@ -207,7 +209,16 @@ class Network(NodeRequests):
         return [nid for nid in self.nodes if nid not in self.failed]
 
     def place(self, object_id: bytes, count: int) -> list:
-        return rank(object_id, self.alive_ids())[:count]
+        """The nodes for an object's shares: its rank among the nodes
+        reached directly first, then those reached only through a relay
+        (a relayed holder costs its relay's bandwidth on every restore)."""
+        ranked = rank(object_id, self.alive_ids())
+        return sorted(ranked, key=self.relayed)[:count]
+
+    def relayed(self, node_id: bytes) -> bool:
+        """Is this node reached only through a relay? (placement's preference hook)"""
+        node = self.nodes.get(node_id)
+        return node is not None and node.host.startswith("relay:")
 
     def address(self, node_id: bytes) -> NodeAddress:
         return self.nodes[node_id]

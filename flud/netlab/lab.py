@@ -212,7 +212,30 @@ class Lab:
             found.update(json.loads(out))
         return [(n, found.get(n["name"])) for n in nodes]
 
-    def _probe(self, namespace: str, nodes: list) -> subprocess.Popen:
+    def stats_through_relays(self, from_host: str = "") -> dict:
+        """{name: STATS or None} of every NATed node, asked from a public
+        host's namespace (which cannot reach them directly) through the
+        relay each holds a reservation on: proof that relayed connections
+        carry TLS and HELLO end to end."""
+        rows = self.stats()
+        by_id = {n["node_id"]: n for n, _ in rows}
+        targets, relays = [], {}
+        for node, stats in rows:
+            relay = ((stats or {}).get("relay") or {}).get("reserved_on")
+            if node["kind"] == "public" or not relay or relay not in by_id:
+                continue
+            relays[relay] = [by_id[relay]["host"], by_id[relay]["port"]]
+            targets.append(dict(node, host="relay:" + relay, port=0))
+        public = [n for n, _ in rows if n["kind"] == "public"]
+        where = next((n for n in public if n["name"] == from_host), public[0])
+        proc = self._probe(where["namespace"], targets, relays)
+        out, err = proc.communicate(timeout=PROBE_TIMEOUT)
+        if proc.returncode != 0:
+            raise build.LabError(f"asking through relays failed: {err[-500:]}")
+        found = json.loads(out)
+        return {n["name"]: found.get(n["name"]) for n, _ in rows if n["kind"] != "public"}
+
+    def _probe(self, namespace: str, nodes: list, relays=None) -> subprocess.Popen:
         """A probe process inside namespace asking `nodes` (all started at
         once: each costs an interpreter's start)."""
         home = os.path.join(self.directory, ".probe", namespace)
@@ -220,6 +243,8 @@ class Lab:
         argv = [sys.executable, "-m", "flud.netlab.probe", home,
                 json.dumps([{k: n[k] for k in ("name", "node_id", "host", "port", "pid", "start")}
                             for n in nodes])]
+        if relays:
+            argv.append(json.dumps(relays))
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: build.enter_namespace(namespace))
 

@@ -17,6 +17,7 @@ from flud.netlab.build import enter_namespace
 PROBE_PORT = 7499
 SOURCE_PORT = 47000
 TIMEOUT = 10.0
+ATTEMPTS = 3
 
 _LISTEN = """
 import socket, sys
@@ -105,8 +106,17 @@ def report(state: dict) -> dict:
         raise ValueError("the NAT check needs two public hosts")
     verdicts = {}
     for host in (h for h in hosts if h["kind"] != "public"):
-        seen = observed_mapping(host, publics)
-        verdict = judge(host["kind"], seen)
+        seen = None
+        for attempt in range(ATTEMPTS):   # a loaded machine may drop a probe
+            try:
+                seen = observed_mapping(host, publics, SOURCE_PORT + attempt)
+                break
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
+                failure = str(err).strip().splitlines()[-1][:200]
+        if seen is None:
+            verdicts[host["name"]] = f"probe failed: {failure}"
+            continue
+        verdict = judge(host["kind"], seen, SOURCE_PORT + attempt)
         if verdict == "ok" and reachable_from(publics[0], host, PROBE_PORT):
             verdict = "reachable from outside unasked"
         verdicts[host["name"]] = verdict

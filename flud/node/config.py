@@ -31,3 +31,4 @@ class NodeConfig:
     lease_seconds: float = 365 * DAY  # an owner not seen this long goes to the trash
     trash_seconds: float = 30 * DAY   # ... and is deleted after this much more
     lease_sweep_interval: float = 3600.0  # seconds between sweeps
+    relay: bool = True            # offer a bounded relay to NATed nodes (--no-relay: refuse)

@@ -86,6 +86,7 @@ class Prober:
         self.listen_port = listen_port
         self.rng = rng
         self.extra_hints = extra_hints    # relay: hints a private node adds
+        self.on_verdict = None            # told each verdict a round reaches
         self.judge = Judge()
         self.verdict = UNKNOWN
         self.published = None
@@ -153,6 +154,8 @@ class Prober:
                 log.info("reachability: %s (%s)", verdict, self.judge.summary())
             self.verdict = verdict
             self._publish()
+            if self.on_verdict is not None and verdict != UNKNOWN:
+                self.on_verdict(verdict)
         return self.verdict
 
     def _ask(self, peer_id, host, port) -> defer.Deferred:
@@ -171,6 +174,10 @@ class Prober:
         d.addCallback(ask)
         d.addCallback(answered)
         return d
+
+    def republish(self) -> None:
+        """The extra hints changed (a relay reserved or lost)."""
+        self._publish()
 
     def _publish(self) -> None:
         if self.verdict == UNKNOWN:

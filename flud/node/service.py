@@ -18,6 +18,7 @@ from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
+from flud.node.relay import RelayDoor, RelayService, ReservationKeeper
 from flud.node.reachability import candidate_addresses, is_loopback
 from flud.node.peers import Membership
 from flud.node.roots import RootStore
@@ -150,7 +151,10 @@ class NodeService(Service):
                                    on_delete=self.compactions.deleted)
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
-        self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
+        self.relay = RelayService(self.reactor, enabled=self.config.relay)
+        self.handler.relay = self.relay
+        self._listening = self.reactor.listenTCP(
+            self.port, RelayDoor(self.door, self.relay, self.reactor), interface=self.host)
         self.local.listen_port = self._listening.getHost().port
         self.own_record = OwnRecord(self.local.identity, self.home, self.host,
                                     self.local.listen_port, self.capacity,
@@ -166,7 +170,15 @@ class NodeService(Service):
             # or not at all: nothing to ask
             self.prober = Prober(self.reactor, self.local, self.handler, self.membership,
                                  self.own_record, self.local.listen_port, self.rng)
-        self.handler.listeners = [self.pool, self.membership]
+        self.reservation = ReservationKeeper(self.reactor, self.local, self.handler,
+                                             self.membership, self.pool.get, self.rng)
+        self.handler.reservation = self.reservation
+        self.pool.resolve_relay = self.membership.relay_address
+        if self.prober is not None:
+            self.prober.extra_hints = self.reservation.hints
+            self.reservation.on_change = self.prober.republish
+            self.prober.on_verdict = self._verdict
+        self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
@@ -184,6 +196,13 @@ class NodeService(Service):
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
             "start": procfs.start_ticks(os.getpid())})
 
+    def _verdict(self, verdict) -> None:
+        """A private node reserves on a relay; a public one needs none."""
+        if verdict == "private":
+            self.reservation.start()
+        elif verdict == "public":
+            self.reservation.stop()
+
     def _join_failed(self, failure):
         from twisted.python import log
         log.msg(f"joining through {self.join_address[0]}:{self.join_address[1]} "
@@ -195,6 +214,7 @@ class NodeService(Service):
         self.membership.stop()
         if self.prober is not None:
             self.prober.stop()
+        self.reservation.stop()
         self.leases.stop()
         self.compactions.stop()
         self.monitor.stop_sampling()
@@ -224,6 +244,8 @@ class NodeService(Service):
             "records_refused": dict(self.membership.refused),
             "reachability": dict(self.prober.summary() if self.prober else {"verdict": "local"},
                                  dial_backs=self.handler.dial_back.counters),
+            "relay": dict(self.relay.stats(), reserved_on=(self.reservation.relay[0].hex()
+                                                           if self.reservation.relay else None)),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

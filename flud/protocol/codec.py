@@ -39,6 +39,8 @@ class Op(enum.IntEnum):
     ROOT_PUT = 20
     ROOT_GET = 21
     DIAL_BACK = 40   # reachability: dial me back at the address you see (docs/reachability.md)
+    RESERVE = 41     # relay: hold a reservation for me (docs/reachability.md, "Relay")
+    RELAY_INCOMING = 42  # relay -> reserved node: someone waits on circuit TOKEN
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

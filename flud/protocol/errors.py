@@ -60,6 +60,9 @@ class ErrorCode(str, enum.Enum):
     # other than the one the asker was seen at; too many asked of one node
     DIAL_THIRD_PARTY = "DIAL_THIRD_PARTY", 40
     RATE_LIMITED = "RATE_LIMITED", 41
+    # relay: this node relays for nobody (--no-relay), or its reservations are full
+    RELAY_REFUSED = "RELAY_REFUSED", 42
+    RELAY_FULL = "RELAY_FULL", 43
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}

@@ -442,6 +442,37 @@ class DialBackResponse:
         return cls(status, host, port)
 
 
+@dataclass(slots=True)
+class Reservation:
+    """RESERVE's answer: the reservation lasts `seconds` (renew before)."""
+    seconds: int
+
+    def encode(self) -> bytes:
+        return struct.pack(">I", self.seconds)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Reservation":
+        r = Reader(payload, "RESERVE answer")
+        (seconds,) = r.unpack(struct.Struct(">I"))
+        r.done()
+        return cls(seconds)
+
+
+@dataclass(slots=True)
+class Circuit:
+    """RELAY_INCOMING: connect to the relay with this token (ACCEPT)."""
+    token: bytes
+
+    def encode(self) -> bytes:
+        return self.token
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Circuit":
+        if len(payload) != 16:
+            raise malformed("RELAY_INCOMING token is 16 bytes")
+        return cls(bytes(payload))
+
+
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
@@ -461,6 +492,8 @@ BODIES = {
     Op.ROOT_PUT: (Record, Empty),
     Op.ROOT_GET: (Empty, Record),
     Op.DIAL_BACK: (DialBackRequest, DialBackResponse),
+    Op.RESERVE: (Empty, Reservation),
+    Op.RELAY_INCOMING: (Circuit, Empty),
 }
 
 # Ops whose messages may continue in DATA frames.

@@ -95,3 +95,23 @@ def test_each_node_finds_out_whether_it_can_be_reached(lab):
         else:
             assert not any(p.startswith("tcp") for p in published)   # nothing that failed
             assert verdicts[n["name"]]["observed"][0].startswith("198.18.200.")
+
+
+def test_natted_nodes_are_reached_through_their_relay(lab):
+    """Each private node reserves on a public one and publishes relay:ID;
+    a public host that cannot reach it directly asks its STATS through the
+    relay: TLS and HELLO run end to end (the node's id is checked)."""
+    import time
+    lab_ = Lab(lab["directory"])
+    deadline = time.monotonic() + 30
+    while True:
+        found = lab_.stats_through_relays()
+        if all(found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    ids = {n["name"]: n["node_id"] for n in lab["nodes"]}
+    assert {name: (s or {}).get("node_id") for name, s in found.items()} == {
+        name: ids[name] for name in ("n00", "n01", "n02")}
+    for stats in found.values():
+        assert stats["reachability"]["published"] == [
+            "relay:" + stats["relay"]["reserved_on"]]
