@@ -9,8 +9,11 @@ one double), then measures and prints:
 - how long until every node knows every public node's record;
 - each node's reachability verdict against the one its place calls for,
   and how long until all were known;
-- the share of node pairs that can connect directly (at least one side
-  public: the NATed side dials out), the rest needing a relay;
+- each NATed node reached through the relay it reserved on, from a public
+  host that cannot reach it directly;
+- the share of node pairs that connect directly (at least one side public:
+  the NATed side dials out), and the pairs of NATed nodes, which go through
+  a relay;
 - a client behind one NAT backs up a sample home, and a new home made from
   the exported key alone behind another NAT restores it: identical or not.
 
@@ -112,11 +115,27 @@ def main() -> int:
         failures += [f"{n['name']} ({n['kind']}): verdict "
                      f"{(s or {}).get('reachability', {}).get('verdict')}, want {n['expected']}"
                      for n, s in rows if n["name"] not in right]
+        relayed_ok, seconds = set(), 0.0
+        started_relay = time.monotonic()
+        while time.monotonic() - started_relay < args.timeout:
+            found = lab.stats_through_relays()
+            relayed_ok = {name for name, stats in found.items() if stats}
+            if len(relayed_ok) == len(natted):
+                break
+            time.sleep(POLL)
+        figures["NATed nodes reached through their relay"] = (
+            f"{len(relayed_ok)} of {len(natted)} (from {public[0]['name']}, "
+            f"{time.monotonic() - started_relay:.1f} s)")
+        failures += [f"{n['name']} not reached through a relay" for n in natted
+                     if n["name"] not in relayed_ok]
         pairs = len(nodes) * (len(nodes) - 1) // 2
         both_natted = len(natted) * (len(natted) - 1) // 2
+        relayed_pairs = len(relayed_ok) * (len(relayed_ok) - 1) // 2
         figures["node pairs connected directly"] = (
-            f"{pairs - both_natted} of {pairs} ({100 * (pairs - both_natted) / pairs:.1f} %); "
-            f"{both_natted} NATed-NATed pairs need a relay (not built yet)")
+            f"{pairs - both_natted} of {pairs} ({100 * (pairs - both_natted) / pairs:.1f} %: "
+            f"at least one side public, the NATed side dials)")
+        figures["node pairs relayed (both NATed; no hole punching yet)"] = (
+            f"{relayed_pairs} of {both_natted}")
 
         if len(natted) >= 2:
             source = os.path.join(work, "sample")
