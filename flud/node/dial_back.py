@@ -105,6 +105,11 @@ class Prober:
     def _schedule(self, delay: float) -> None:
         self._call = self.reactor.callLater(delay, self._tick)
 
+    def probe_soon(self) -> None:
+        """A new candidate (a mapped port): ask again now, not in 10 minutes."""
+        if self._call is not None and self._call.active():
+            self._call.reset(0)
+
     def _tick(self) -> None:
         d = self.probe_once()
         d.addErrback(lambda f: log.info("reachability round failed: %s", f.value))

@@ -335,9 +335,13 @@ class ReservationKeeper:
             self._call = self.reactor.callLater(0, self._tick)
 
     def stop(self) -> None:
+        """No reservation needed any more (the node is reachable)."""
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
+        if self.relay is not None:
+            self.relay = None
+            self._changed()
 
     def _tick(self) -> None:
         d = self.keep()

@@ -18,7 +18,9 @@ from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
+from flud.node.port_mapping import PortMapper
 from flud.node.relay import RelayDoor, RelayService, ReservationKeeper
+from flud.protocol.node_record import Address
 from flud.node.reachability import candidate_addresses, is_loopback
 from flud.node.peers import Membership
 from flud.node.roots import RootStore
@@ -178,6 +180,8 @@ class NodeService(Service):
             self.prober.extra_hints = self.reservation.hints
             self.reservation.on_change = self.prober.republish
             self.prober.on_verdict = self._verdict
+        self.port_mapper = PortMapper(self.reactor, self.workers.run, self.local.listen_port,
+                                      self._port_mapped)
         self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
@@ -200,8 +204,18 @@ class NodeService(Service):
         """A private node reserves on a relay; a public one needs none."""
         if verdict == "private":
             self.reservation.start()
+            self.port_mapper.start()
         elif verdict == "public":
             self.reservation.stop()
+
+    def _port_mapped(self, host: str, port: int) -> None:
+        """The gateway forwards a port to us: a candidate, checked by the
+        next dial-back round (asked for now)."""
+        address = Address.tcp(host, port)
+        if address not in self.own_record.candidates:
+            self.own_record.candidates = self.own_record.candidates + (address,)
+        if self.prober is not None:
+            self.prober.probe_soon()
 
     def _join_failed(self, failure):
         from twisted.python import log
@@ -215,6 +229,7 @@ class NodeService(Service):
         if self.prober is not None:
             self.prober.stop()
         self.reservation.stop()
+        self.port_mapper.stop()
         self.leases.stop()
         self.compactions.stop()
         self.monitor.stop_sampling()
@@ -244,6 +259,7 @@ class NodeService(Service):
             "records_refused": dict(self.membership.refused),
             "reachability": dict(self.prober.summary() if self.prober else {"verdict": "local"},
                                  dial_backs=self.handler.dial_back.counters),
+            "port_mapping": self.port_mapper.summary(),
             "relay": dict(self.relay.stats(), reserved_on=(self.reservation.relay[0].hex()
                                                            if self.reservation.relay else None)),
             "connections": len(self.pool),
