@@ -49,7 +49,8 @@ def root_batch(topo: Topology) -> str:
     """Every namespace, then every veth pair with its ends in place."""
     lines = [f"netns add {ns}" for ns in topo.namespaces()]
     for link in topo.links:
-        lines.append(f"link add {link.a_if} netns {link.a_ns} type veth "
+        mac = f" address {link.a_mac}" if link.a_mac else ""
+        lines.append(f"link add {link.a_if} netns {link.a_ns}{mac} type veth "
                      f"peer name {link.b_if} netns {link.b_ns}")
     return "\n".join(lines) + "\n"
 
@@ -72,6 +73,19 @@ def namespace_batches(topo: Topology) -> dict:
             f"address add {address.address} dev {address.interface}{nodad}")
     for route in topo.routes:
         batches[route.namespace].append(f"route add default via {route.via}")
+    # Every member of the switch knows every other's MAC for good. The
+    # kernel's neighbour table is one for all namespaces (gc_thresh3 = 1024
+    # entries by default, machine-wide): 50 hosts learning each other by ARP
+    # overflow it ("neighbor table overflow", connections failing with "no
+    # route to host"). Permanent entries are not counted against it.
+    members = topo.switch_members()
+    for ns, interface, _, _ in members:
+        for other_ns, _, mac, addresses in members:
+            if other_ns == ns or not mac:
+                continue
+            for address in addresses:
+                batches[ns].append(f"neigh replace {address} lladdr {mac} dev {interface} "
+                                   f"nud permanent")
     return {ns: "\n".join(lines) + "\n" for ns, lines in batches.items()}
 
 

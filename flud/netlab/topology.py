@@ -78,6 +78,7 @@ class Link:
     b_ns: str
     b_if: str
     bridge: str = ""
+    a_mac: str = ""    # a fixed MAC for end a (links onto the switch)
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,32 @@ class Topology:
         the host or router side: where netem delays go."""
         return [(link.a_ns, link.a_if) for link in self.links if link.bridge]
 
+    def switch_members(self) -> list:
+        """[(namespace, interface, mac, [addresses without prefix])] of
+        every link onto the switch: each gets a permanent neighbour entry
+        for every other (see build.namespace_batches)."""
+        found = []
+        for link in self.links:
+            if link.bridge:
+                addresses = [a.address.split("/")[0] for a in self.addresses
+                             if a.namespace == link.a_ns and a.interface == link.a_if]
+                found.append((link.a_ns, link.a_if, link.a_mac, addresses))
+        return found
+
     def public_hosts(self) -> list:
         return [h for h in self.hosts if h.kind == "public"]
 
     def natted_hosts(self) -> list:
         return [h for h in self.hosts if h.kind != "public"]
+
+
+ROUTER_MAC_BASE = 0x8000
+
+
+def switch_mac(index: int) -> str:
+    """A fixed, locally administered MAC for the index-th link onto the
+    switch (the lab's segment is its own: no clash with anything else)."""
+    return "02:00:c6:12:%02x:%02x" % (index >> 8 & 0xff, index & 0xff)
 
 
 def parse_nat(text: str) -> list:
@@ -160,7 +182,8 @@ def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 
         address = _nth(PUBLIC_BASE, i + 1)
         v6 = str(V6_NET[i + 1]) if ipv6 else ""
         topo.hosts.append(Host(f"h{i:03d}", ns, address, "public", address6=v6))
-        topo.links.append(Link(ns, "eth0", core, f"{prefix}h{i}", bridge="sw"))
+        topo.links.append(Link(ns, "eth0", core, f"{prefix}h{i}", bridge="sw",
+                               a_mac=switch_mac(i)))
         topo.addresses.append(Address(ns, "eth0", f"{address}/{WAN_NET.prefixlen}"))
         if v6:
             topo.addresses.append(Address(ns, "eth0", f"{v6}/{V6_NET.prefixlen}"))
@@ -174,7 +197,8 @@ def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 
             inside = CARRIER_BASE + 256 * (j + 1)
             topo.routers.append(Router(carrier, "carrier", "wan", wan_address,
                                        "cgn", f"{inside + 1}/24"))
-            topo.links.append(Link(carrier, "wan", core, f"{prefix}c{j}", bridge="sw"))
+            topo.links.append(Link(carrier, "wan", core, f"{prefix}c{j}", bridge="sw",
+                                   a_mac=switch_mac(ROUTER_MAC_BASE + j)))
             topo.links.append(Link(carrier, "cgn", home_router, "wan"))
             topo.routers.append(Router(home_router, "cone", "wan", f"{inside + 2}/24",
                                        "lan", f"{lan + 1}/24"))
@@ -182,7 +206,8 @@ def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 
         else:
             topo.routers.append(Router(home_router, kind, "wan", wan_address,
                                        "lan", f"{lan + 1}/24"))
-            topo.links.append(Link(home_router, "wan", core, f"{prefix}r{j}", bridge="sw"))
+            topo.links.append(Link(home_router, "wan", core, f"{prefix}r{j}", bridge="sw",
+                                   a_mac=switch_mac(ROUTER_MAC_BASE + j)))
         topo.links.append(Link(home_router, "lan", host_ns, "eth0"))
         topo.addresses.append(Address(host_ns, "eth0", f"{lan + 2}/24"))
         topo.routes.append(Route(host_ns, str(lan + 1)))

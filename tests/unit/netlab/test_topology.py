@@ -83,3 +83,16 @@ def test_the_nat_judge_tells_kinds_apart():
     assert natcheck.judge("symmetric", spread) == "ok"
     assert natcheck.judge("cone", spread) != "ok"
     assert natcheck.judge("cone", [("198.18.200.1", port), ("198.18.200.3", port)]) != "ok"
+
+
+def test_switch_members_know_each_other_for_good_with_fixed_macs():
+    """The kernel's neighbour table is shared by every namespace (1024
+    entries by default): 50 hosts learning each other by ARP overflowed it."""
+    topo = build_topology("fl1", 3, [("cone", 1)])
+    members = topo.switch_members()
+    macs = [mac for _, _, mac, _ in members]
+    assert len(set(macs)) == len(macs) == 4 and all(m.startswith("02:") for m in macs)
+    batch = build.namespace_batches(topo)["fl1-h000"]
+    assert batch.count("nud permanent") == 2 * 2 + 1    # 2 hosts (v4+v6), 1 router
+    assert "neigh replace 198.18.200.1 lladdr 02:00:c6:12:80:00 dev eth0 nud permanent" in batch
+    assert "address 02:00:c6:12:00:00 type veth" in build.root_batch(topo)
