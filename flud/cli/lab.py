@@ -86,13 +86,16 @@ def cmd_status(args) -> int:
                               "expected": node["expected"], "stats": stats}))
     else:
         print(f"{'host':5} {'kind':9} {'address':21} {'alive':5} {'peers':>5} "
-              f"{'reachability':12} {'expected':8}")
+              f"{'reachability':12} {'expected':8} published")
         for node, stats in rows:
             alive = "yes" if stats else "no"
             peers = stats["peers_known"] if stats else "-"
-            verdict = (stats or {}).get("reachability", {}).get("verdict", "-")
+            reach = (stats or {}).get("reachability", {})
+            published = " ".join(p if not p.startswith("relay:") else p[:18] + "..."
+                                 for p in reach.get("published", []))
             print(f"{node['name']:5} {node['kind']:9} {node['host'] + ':' + str(node['port']):21} "
-                  f"{alive:5} {peers:>5} {verdict:12} {node['expected']:8}")
+                  f"{alive:5} {peers:>5} {reach.get('verdict', '-'):12} {node['expected']:8} "
+                  f"{published}")
     alive = sum(1 for _, s in rows if s)
     print(f"{alive} of {len(rows)} nodes alive", file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK if alive == len(rows) else EXIT_NOT_DONE

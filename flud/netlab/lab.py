@@ -14,6 +14,7 @@ namespace (setns) before its reactor makes a single socket.
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -255,4 +256,6 @@ class Lab:
             raise build.LabError(f"no host {name!r} in this lab (hosts: "
                                  f"{', '.join(sorted(hosts)[:8])}...)")
         namespace = hosts[name]["namespace"]
+        if argv[:1] == ["flud"] and shutil.which("flud") is None:
+            argv = [sys.executable, "-m", "flud", *argv[1:]]   # this flud, not one on PATH
         return subprocess.Popen(argv, preexec_fn=lambda: build.enter_namespace(namespace))
