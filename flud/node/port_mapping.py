@@ -85,7 +85,10 @@ class PortMapper:
             client.discoverdelay = DISCOVER_MS
             if not client.discover():
                 raise MappingFailed("no UPnP gateway answered")
-            client.selectigd()
+            try:
+                client.selectigd()
+            except Exception as err:   # miniupnpc raises a bare Exception (even "Success")
+                raise MappingFailed(f"no usable UPnP gateway ({err})") from None
             self._client = client
         external = client.externalipaddress()
         if not client.addportmapping(self.port, "TCP", client.lanaddr, self.port,
