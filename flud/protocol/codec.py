@@ -38,9 +38,9 @@ class Op(enum.IntEnum):
     DELETE = 13
     ROOT_PUT = 20
     ROOT_GET = 21
-    DIAL_BACK = 40   # reachability: dial me back at the address you see (docs/reachability.md)
-    RESERVE = 41     # relay: hold a reservation for me (docs/reachability.md, "Relay")
-    RELAY_INCOMING = 42  # relay -> reserved node: someone waits on circuit TOKEN
+    DIAL_BACK = 50   # reachability: dial me back at the address you see (docs/reachability.md)
+    RESERVE = 51     # relay: hold a reservation for me (docs/reachability.md, "Relay")
+    RELAY_INCOMING = 52  # relay -> reserved node: someone waits on circuit TOKEN
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

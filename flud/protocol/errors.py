@@ -56,13 +56,13 @@ class ErrorCode(str, enum.Enum):
     UNAVAILABLE = "UNAVAILABLE", 15
     UPLOAD_LIMIT = "UPLOAD_LIMIT", 16
     STALLED = "STALLED", 17
+    RATE_LIMITED = "RATE_LIMITED", 40
     # reachability (docs/reachability.md): a dial-back aimed at an address
-    # other than the one the asker was seen at; too many asked of one node
-    DIAL_THIRD_PARTY = "DIAL_THIRD_PARTY", 40
-    RATE_LIMITED = "RATE_LIMITED", 41
+    # other than the one the asker was seen at
+    DIAL_THIRD_PARTY = "DIAL_THIRD_PARTY", 50
     # relay: this node relays for nobody (--no-relay), or its reservations are full
-    RELAY_REFUSED = "RELAY_REFUSED", 42
-    RELAY_FULL = "RELAY_FULL", 43
+    RELAY_REFUSED = "RELAY_REFUSED", 51
+    RELAY_FULL = "RELAY_FULL", 52
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}
