@@ -59,9 +59,13 @@ class Reservation:
 
 
 class RelayService:
-    def __init__(self, reactor, enabled: bool = True, rate_limit: int = RATE_LIMIT):
+    def __init__(self, reactor, enabled: bool = True, rate_limit: int = RATE_LIMIT,
+                 reachable=lambda: True):
+        """reachable(): may this node relay now (a node judged private
+        cannot be reached by the nodes it would relay for)?"""
         self.reactor = reactor
         self.enabled = enabled
+        self.reachable = reachable
         self.rate_limit = rate_limit
         self.reservations = {}     # node id -> Reservation
         self.pending = {}          # token -> (Sniffer of the dialler, Reservation, timer)
@@ -75,6 +79,9 @@ class RelayService:
         if not self.enabled:
             self.counters["refused"] += 1
             raise RemoteError(ErrorCode.RELAY_REFUSED, "this node relays for nobody")
+        if not self.reachable():
+            self.counters["refused"] += 1
+            raise RemoteError(ErrorCode.RELAY_REFUSED, "this node is not reachable itself")
         now = self.reactor.seconds()
         self._expire(now)
         host = conn.transport.getPeer().host

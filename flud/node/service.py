@@ -180,6 +180,7 @@ class NodeService(Service):
             self.prober.extra_hints = self.reservation.hints
             self.reservation.on_change = self.prober.republish
             self.prober.on_verdict = self._verdict
+            self.relay.reachable = lambda: self.prober.verdict != "private"
         self.port_mapper = PortMapper(self.reactor, self.workers.run, self.local.listen_port,
                                       self._port_mapped)
         self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]

@@ -55,6 +55,10 @@ def test_reservations_are_capped_per_address_and_refused_when_off():
     assert again.answers == [messages.Reservation(relay_module.RESERVATION_SECONDS)]
     relay.connection_lost(again)
     assert node(0) not in relay.reservations
+    private = RelayService(MemoryReactorClock(), reachable=lambda: False)
+    with pytest.raises(RemoteError) as unreachable:
+        private.reserve(FakeConn(node(1)), 1, None)
+    assert unreachable.value.code == ErrorCode.RELAY_REFUSED
     off = RelayService(MemoryReactorClock(), enabled=False)
     with pytest.raises(RemoteError) as refused:
         off.reserve(FakeConn(node(1)), 1, None)
