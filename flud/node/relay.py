@@ -37,7 +37,10 @@ RESERVATION_SECONDS = 600
 MAX_RESERVATIONS = 128
 PER_ADDRESS_RESERVATIONS = 4
 MAX_CIRCUITS = 64
-PER_RESERVATION_CIRCUITS = 8
+PER_RESERVATION_CIRCUITS = 16
+# A full relay closes a circuit that carried nothing this long to make room
+# for a new one (gossip leaves many idle connections open for minutes).
+IDLE_EVICT = 15.0
 PENDING_TIMEOUT = 10.0         # a CONNECT waits this long for the target's ACCEPT
 PENDING_BUFFER = 64 * 1024     # bytes a waiting CONNECT may send ahead
 RATE_LIMIT = 4 * 1024 * 1024   # bytes per second per direction of a circuit
@@ -48,7 +51,7 @@ RENEW_EVERY = 60.0
 
 
 class Reservation:
-    __slots__ = ("node_id", "conn", "host", "expires", "circuits")
+    __slots__ = ("node_id", "conn", "host", "expires", "circuits", "splices")
 
     def __init__(self, node_id, conn, host, expires):
         self.node_id = node_id
@@ -56,6 +59,7 @@ class Reservation:
         self.host = host
         self.expires = expires
         self.circuits = 0
+        self.splices = []      # one end of each spliced circuit
 
 
 class RelayService:
@@ -118,6 +122,9 @@ class RelayService:
         """A CONNECT preamble arrived on sniffer's transport."""
         self._expire(self.reactor.seconds())
         held = self.reservations.get(target_id)
+        if held is not None and (self.circuits >= MAX_CIRCUITS
+                                 or held.circuits >= PER_RESERVATION_CIRCUITS):
+            self._evict_idle(held if held.circuits >= PER_RESERVATION_CIRCUITS else None)
         if (held is None or self.circuits >= MAX_CIRCUITS
                 or held.circuits >= PER_RESERVATION_CIRCUITS):
             self.counters["no_reservation" if held is None else "full"] += 1
@@ -146,6 +153,7 @@ class RelayService:
         a.take_over(dialler)
         b.take_over(sniffer)
         splice_pair(a, b)
+        held.splices.append(a)
 
     def _give_up(self, token) -> None:
         entry = self.pending.pop(token, None)
@@ -156,6 +164,20 @@ class RelayService:
             timer.cancel()
         self._circuit_closed(held)
         dialler.transport.loseConnection()
+
+    def _evict_idle(self, held=None) -> bool:
+        """Close the circuit (of held, or of any reservation) idle longest,
+        if one carried nothing for IDLE_EVICT; True if one was closed."""
+        now = self.reactor.seconds()
+        ends = held.splices if held is not None else [
+            a for r in self.reservations.values() for a in r.splices]
+        idle = [a for a in ends if now - max(a.last_active, a.other.last_active) >= IDLE_EVICT]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda a: max(a.last_active, a.other.last_active))
+        self.counters["evicted"] = self.counters.get("evicted", 0) + 1
+        oldest.close_circuit()
+        return True
 
     def _circuit_closed(self, held) -> None:
         held.circuits = max(0, held.circuits - 1)
@@ -251,6 +273,7 @@ class Splice(protocol.Protocol):
         self._resume = None
         self.closed = False
         self.ahead = b""
+        self.last_active = relay.reactor.seconds()
 
     def take_over(self, sniffer) -> None:
         """Become the protocol of sniffer's connection; what it read past
@@ -267,6 +290,7 @@ class Splice(protocol.Protocol):
         other.transport.write(data)
         self.relay.counters["bytes"] += len(data)
         now = self.relay.reactor.seconds()
+        self.last_active = now
         if now - self.window_start >= 1.0:
             self.window_start, self.window_bytes = now, 0
         self.window_bytes += len(data)
@@ -288,8 +312,24 @@ class Splice(protocol.Protocol):
         if self._resume is not None and self._resume.active():
             self._resume.cancel()
         if not self.other.closed:   # the first end to go closes the circuit
-            self.relay._circuit_closed(self.held)
+            self._forget()
             self.other.transport.loseConnection()
+
+    def close_circuit(self) -> None:
+        """Close both ends now (an idle circuit evicted), counted at once."""
+        for end in (self, self.other):
+            end.closed = True
+            if end._resume is not None and end._resume.active():
+                end._resume.cancel()
+        self._forget()
+        self.transport.loseConnection()
+        self.other.transport.loseConnection()
+
+    def _forget(self) -> None:
+        self.relay._circuit_closed(self.held)
+        for end in (self, self.other):
+            if end in self.held.splices:
+                self.held.splices.remove(end)
 
 
 def splice_pair(a: Splice, b: Splice) -> None:

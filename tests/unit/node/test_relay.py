@@ -155,3 +155,27 @@ def test_a_circuit_is_held_to_its_rate():
     assert a.transport.producerState == "paused"
     clock.advance(1.0)
     assert a.transport.producerState == "producing"
+
+
+def test_a_full_reservation_makes_room_by_closing_its_idlest_circuit():
+    clock = MemoryReactorClock()
+    relay = RelayService(clock)
+    target = FakeConn(node(7))
+    relay.reserve(target, 1, None)
+    ends = []
+    for i in range(relay_module.PER_RESERVATION_CIRCUITS):
+        dialler, _, dialler_transport = sniffer_on(relay, clock)
+        dialler.dataReceived(connect_preamble(node(7)))
+        acceptor, _, _ = sniffer_on(relay, clock)
+        acceptor.dataReceived(accept_preamble(target.requests[-1][1].token))
+        ends.append(dialler_transport)
+        clock.advance(1)
+    busy = ends[0].protocol
+    clock.advance(relay_module.IDLE_EVICT)
+    busy.dataReceived(b"still talking")            # the oldest, but not idle
+    late, _, late_transport = sniffer_on(relay, clock)
+    late.dataReceived(connect_preamble(node(7)))
+    assert not late_transport.disconnecting         # room was made
+    assert ends[1].disconnecting and not ends[0].disconnecting
+    assert relay.counters["evicted"] == 1
+    assert relay.circuits == relay_module.PER_RESERVATION_CIRCUITS   # 15 spliced + 1 waiting
