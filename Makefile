@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # nodes run with -OO (flud/lean.py): their .opt-2.pyc too
 COMPILE := $(PY) -m compileall -q -o 0 -o 2 flud tools
 
-.PHONY: venv demo test test-fast bench stress simulate trust-sim clean man completions
+.PHONY: venv demo test test-fast bench stress simulate trust-sim clean man completions netlab
 
 $(STAMP): pyproject.toml setup.py flud/_gf256.c flud/_cdc.c
 	$(PYTHON) -m venv $(VENV)
@@ -74,3 +74,13 @@ completions: $(STAMP)
 	@mkdir -p completions
 	$(PY) -m flud completion bash > completions/flud.bash
 	$(PY) -m flud completion zsh > completions/_flud
+
+# The network lab's figures (docs/network-lab.md; root, iproute2, nftables):
+# NETLAB_PUBLIC public nodes and NETLAB_NAT NATed sites, a backup behind one
+# NAT and a restore from the key alone behind another; the lab is taken
+# down at the end.
+NETLAB_PUBLIC ?= 50
+NETLAB_NAT    ?= cone:2,symmetric:1,double:1
+netlab: $(STAMP)
+	@$(COMPILE)
+	$(PY) tools/netlab_run.py --public $(NETLAB_PUBLIC) --nat $(NETLAB_NAT) $(NETLAB_ARGS)

@@ -86,3 +86,37 @@ def machine_cpu_ticks():
         values = list(map(int, f.readline().split()[1:]))
     idle = values[3] + (values[4] if len(values) > 4 else 0)
     return sum(values[:8]) - idle, sum(values[:8])
+
+
+def local_addresses() -> list:
+    """This network namespace's own unicast addresses but loopback and
+    link-local, IPv4 first (from /proc/net/fib_trie's /32 LOCAL entries and
+    /proc/net/if_inet6's global-scope ones, ULAs included); [] where they
+    cannot be read. A node listening on every address advertises these as
+    its candidates (flud/node/service.py)."""
+    import ipaddress
+    found = []
+    try:
+        with open("/proc/net/fib_trie") as f:
+            previous = ""
+            for line in f:
+                text = line.strip()
+                if text.startswith("/32 host LOCAL") and previous.startswith("|-- "):
+                    found.append(previous[4:])
+                previous = text
+    except OSError:
+        pass
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 4 and fields[3] == "00":   # scope global
+                    found.append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    except (OSError, ValueError):
+        pass
+    kept = []
+    for text in found:
+        address = ipaddress.ip_address(text)
+        if not (address.is_loopback or address.is_link_local) and text not in kept:
+            kept.append(text)
+    return kept

@@ -13,6 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     # configuration brings dataclasses, and with it inspect and tokenize).
     from flud.cli.node import add_node_commands
     from flud.cli.testnet import add_testnet_commands
+    from flud.cli.lab import add_lab_commands
 
     parser = argparse.ArgumentParser(prog="flud", description="peer-to-peer backup")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_testnet_commands(sub)
     from flud.cli.link import add_link_command
     add_link_command(sub)
+    add_lab_commands(sub)
     try:
         from flud.cli.client import add_client_commands
     except ImportError:

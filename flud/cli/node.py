@@ -108,6 +108,9 @@ def add_node_commands(sub) -> None:
     run.add_argument("--claim-allowance", type=_size, default=NodeConfig.claim_allowance,
                      metavar="SIZE", help="bytes of claims one other node may keep here "
                                           "(default 4G)")
+    run.add_argument("--no-relay", dest="relay", action="store_false",
+                     help="relay for no NATed node (by default a reachable node holds up to "
+                          "128 bounded relay reservations; docs/reachability.md)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=cmd_node_run)
 
@@ -123,7 +126,8 @@ def node_config(args) -> NodeConfig:
                       grant=args.grant, give_ratio=args.give_ratio,
                       owner_quotas=tuple(args.owner_quota),
                       claim_allowance=args.claim_allowance,
-                      ledger_interval=args.ledger_interval)
+                      ledger_interval=args.ledger_interval,
+                      relay=args.relay)
 
 
 def cmd_node_run(args) -> int:

@@ -167,9 +167,11 @@ class Network(NodeRequests):
             raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
                                  ". Is the testnet up (`flud testnet status --dir DIR`)?")
         for node_id, (record, alive) in records.items():
-            address = record.first_tcp()
+            address = record.dial_address()   # direct, else "relay:ID" (pool dials through it)
             if alive and address and node_id not in self.nodes:
                 self.nodes[node_id] = NodeAddress(node_id, *address)
+        self.net.pool.resolve_relay = lambda relay_id: (
+            records[relay_id][0].first_tcp() if relay_id in records else None)
         self.records_refused = refused
         return len(self.nodes)
 
@@ -185,12 +187,25 @@ class Network(NodeRequests):
     def place(self, object_id: bytes, count: int) -> list:
         """The first `count` nodes for object_id: not failed, not one that
         refused this home for quota (QUOTA) this run; with trust rules set,
-        chosen by them (diversity, reputation, vetting, friends)."""
+        chosen by them (diversity, reputation, vetting, friends). Nodes
+        reached directly come first, those reached only through a relay
+        after (a relayed holder costs its relay's bandwidth on every
+        restore)."""
         full = self.health.quota
         ids = [n for n in self.alive_ids() if n not in full]
         if self.trust is not None:
-            return self.trust.choose(object_id, self.nodes, ids, count)
-        return rank(object_id, ids)[:count]
+            direct = [n for n in ids if not self.relayed(n)]
+            chosen = self.trust.choose(object_id, self.nodes, direct, count)
+            if len(chosen) < count and len(direct) < len(ids):
+                chosen = sorted(self.trust.choose(object_id, self.nodes, ids, count),
+                                key=self.relayed)
+            return chosen
+        return sorted(rank(object_id, ids), key=self.relayed)[:count]
+
+    def relayed(self, node_id: bytes) -> bool:
+        """Is this node reached only through a relay? (placement's preference hook)"""
+        node = self.nodes.get(node_id)
+        return node is not None and node.host.startswith("relay:")
 
     def address(self, node_id: bytes) -> NodeAddress:
         return self.nodes[node_id]

@@ -42,3 +42,4 @@ class NodeConfig:
     owner_quotas: tuple = ()      # ((owner id, bytes), ...): explicit quotas, override the formula
     claim_allowance: int = DEFAULT_CLAIM_ALLOWANCE  # bytes of claims one other node may keep here
     ledger_interval: float = 600.0  # seconds between ledger rounds (links, claims, checks)
+    relay: bool = True            # offer a bounded relay to NATed nodes (--no-relay: refuse)

@@ -17,10 +17,13 @@ SEQUENCE_FILE = "record.seq"
 
 class OwnRecord:
     def __init__(self, identity, home: str, host: str, port: int, capacity: int = 0,
-                 roles: int = ROLE_STORE, clock=time.time):
+                 roles: int = ROLE_STORE, clock=time.time, addresses=None):
+        """addresses: the candidate hints (default: host:port alone); the
+        record lists them until reachability says which passed (move)."""
         self.identity = identity
         self.path = os.path.join(home, SEQUENCE_FILE)
-        self.addresses = (Address.tcp(host, port),)
+        self.addresses = tuple(addresses) if addresses else (Address.tcp(host, port),)
+        self.candidates = self.addresses
         self.capacity = capacity
         self.roles = roles
         self.clock = clock

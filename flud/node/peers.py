@@ -42,12 +42,12 @@ class Peer:
 
     @property
     def host(self) -> str:
-        address = self.record.first_tcp()
+        address = self.record.dial_address()
         return address[0] if address else ""
 
     @property
     def port(self) -> int:
-        address = self.record.first_tcp()
+        address = self.record.dial_address()
         return address[1] if address else 0
 
     def entry(self) -> messages.PeerEntry:
@@ -86,6 +86,12 @@ class Membership:
     def alive(self) -> list:
         return [p for p in self.peers.values() if p.alive]
 
+    def relay_address(self, relay_id: bytes):
+        """(host, port) of a relay this node knows directly, or None (the
+        pool's resolve_relay)."""
+        peer = self.peers.get(relay_id)
+        return peer.record.first_tcp() if peer is not None else None
+
     def merge(self, entries, source=None) -> int:
         """Learn records from a PEERS list; returns how many peers were new.
         `source`: the connection they came on (its peer's own record must
@@ -104,8 +110,8 @@ class Membership:
                 check_record(record, now)
                 if source is not None and node_id == getattr(source, "peer_id", None):
                     self._check_observed(record, source)
-                if not record.tcp_addresses():
-                    raise RecordRefused("RECORD_NO_ADDRESS", "record has no direct address")
+                if not record.tcp_addresses() and not record.relay_ids():
+                    raise RecordRefused("RECORD_NO_ADDRESS", "record has no address")
             except RecordRefused as refusal:
                 self.refused[refusal.code] = self.refused.get(refusal.code, 0) + 1
                 log.info("record of %s refused: %s", node_id.hex()[:12], refusal)
@@ -128,11 +134,12 @@ class Membership:
         it at, or a relay: else it could aim every node at a third party."""
         if any(a.scheme == "relay" for a in record.addresses):
             return
+        from flud.node.reachability import plain_host
         try:
-            seen = source.transport.getPeer().host
+            seen = plain_host(source.transport.getPeer().host)
         except AttributeError:
             return
-        if seen not in {a.host for a in record.tcp_addresses()}:
+        if seen not in {plain_host(a.host) for a in record.tcp_addresses()}:
             raise RecordRefused("RECORD_ADDRESS_UNOBSERVED",
                                 f"record lists no address this node sees it at ({seen})")
 

@@ -133,7 +133,13 @@ class NodeHandler:
             Op.ROOT_PUT: self._root_put,
             Op.ROOT_GET: self._root_get,
             Op.LINK: self._link,
+            Op.DIAL_BACK: self._dial_back,
+            Op.RESERVE: self._reserve,
+            Op.RELAY_INCOMING: self._relay_incoming,
         }
+        self.dial_back = None   # flud/node/dial_back.py's DialBackServer
+        self.relay = None       # flud/node/relay.py: RelayService, ReservationKeeper
+        self.reservation = None
 
     # ---- connection events -------------------------------------------------
 
@@ -193,6 +199,21 @@ class NodeHandler:
             return
         self.membership.merge(message.peers, source=conn)
         conn.respond(rid, messages.PeerList(self.membership.snapshot()))
+
+    def _dial_back(self, conn, rid, message, end):
+        if self.dial_back is None:
+            raise RemoteError(ErrorCode.UNKNOWN_OP, "this node does not dial back")
+        return self.dial_back.serve(conn, rid, message)
+
+    def _reserve(self, conn, rid, message, end):
+        if self.relay is None:
+            raise RemoteError(ErrorCode.RELAY_REFUSED, "this node relays for nobody")
+        return self.relay.reserve(conn, rid, message)
+
+    def _relay_incoming(self, conn, rid, message, end):
+        if self.reservation is None:
+            raise RemoteError(ErrorCode.RELAY_REFUSED, "this node holds no reservation")
+        return self.reservation.incoming(conn, rid, message)
 
     def _stats(self, conn, rid, message, end):
         values = dict(self.stats())

@@ -16,7 +16,12 @@ from flud.node.config import NodeConfig
 from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
+from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
+from flud.node.port_mapping import PortMapper
+from flud.node.relay import RelayDoor, RelayService, ReservationKeeper
+from flud.protocol.node_record import Address
+from flud.node.reachability import candidate_addresses, is_loopback
 from flud.node.peers import Membership
 from flud.node.quota import QuotaKeeper
 from flud.node.roots import RootStore
@@ -160,19 +165,44 @@ class NodeService(Service):
         self.handler.quota = self.quota
         self.pool = ConnectionPool(self.reactor, self.local, self.handler)
         self.door = GatedConnectionFactory(self.local, self.handler, self.reactor)
-        self._listening = self.reactor.listenTCP(self.port, self.door, interface=self.host)
+        self.relay = RelayService(self.reactor, enabled=self.config.relay)
+        self.handler.relay = self.relay
+        self._listening = self.reactor.listenTCP(
+            self.port, RelayDoor(self.door, self.relay, self.reactor), interface=self.host)
         self.local.listen_port = self._listening.getHost().port
         self.own_record = OwnRecord(self.local.identity, self.home, self.host,
-                                    self.local.listen_port, self.capacity)
+                                    self.local.listen_port, self.capacity,
+                                    addresses=candidate_addresses(self.host,
+                                                                  self.local.listen_port))
         self.membership = Membership(self.own_record, self.reactor, self.rng,
                                      connect=self.pool.get, node_id=self.node_id)
         self.handler.membership = self.membership
         self.quota.membership, self.quota.pool = self.membership, self.pool
-        self.handler.listeners = [self.pool, self.membership]
+        self.handler.dial_back = DialBackServer(self.reactor, self.local, self.handler)
+        self.prober = None
+        if not all(is_loopback(a.host) for a in self.own_record.candidates):
+            # a node on loopback only (a testnet) is reached from this host
+            # or not at all: nothing to ask
+            self.prober = Prober(self.reactor, self.local, self.handler, self.membership,
+                                 self.own_record, self.local.listen_port, self.rng)
+        self.reservation = ReservationKeeper(self.reactor, self.local, self.handler,
+                                             self.membership, self.pool.get, self.rng)
+        self.handler.reservation = self.reservation
+        self.pool.resolve_relay = self.membership.relay_address
+        if self.prober is not None:
+            self.prober.extra_hints = self.reservation.hints
+            self.reservation.on_change = self.prober.republish
+            self.prober.on_verdict = self._verdict
+            self.relay.reachable = lambda: self.prober.verdict != "private"
+        self.port_mapper = PortMapper(self.reactor, self.workers.run, self.local.listen_port,
+                                      self._port_mapped)
+        self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
         self.membership.start()
+        if self.prober is not None:
+            self.prober.start()
         self.leases.start()
         self.compactions.start()
         self.quota.start()
@@ -185,6 +215,23 @@ class NodeService(Service):
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
             "start": procfs.start_ticks(os.getpid())})
 
+    def _verdict(self, verdict) -> None:
+        """A private node reserves on a relay; a public one needs none."""
+        if verdict == "private":
+            self.reservation.start()
+            self.port_mapper.start()
+        elif verdict == "public":
+            self.reservation.stop()
+
+    def _port_mapped(self, host: str, port: int) -> None:
+        """The gateway forwards a port to us: a candidate, checked by the
+        next dial-back round (asked for now)."""
+        address = Address.tcp(host, port)
+        if address not in self.own_record.candidates:
+            self.own_record.candidates = self.own_record.candidates + (address,)
+        if self.prober is not None:
+            self.prober.probe_soon()
+
     def _join_failed(self, failure):
         from twisted.python import log
         log.msg(f"joining through {self.join_address[0]}:{self.join_address[1]} "
@@ -194,6 +241,10 @@ class NodeService(Service):
     def stopService(self):
         super().stopService()
         self.membership.stop()
+        if self.prober is not None:
+            self.prober.stop()
+        self.reservation.stop()
+        self.port_mapper.stop()
         self.leases.stop()
         self.compactions.stop()
         self.quota.stop()
@@ -222,6 +273,11 @@ class NodeService(Service):
             "peers_known": len(self.membership.peers),
             "peers_alive": len(self.membership.alive()),
             "records_refused": dict(self.membership.refused),
+            "reachability": dict(self.prober.summary() if self.prober else {"verdict": "local"},
+                                 dial_backs=self.handler.dial_back.counters),
+            "port_mapping": self.port_mapper.summary(),
+            "relay": dict(self.relay.stats(), reserved_on=(self.reservation.relay[0].hex()
+                                                           if self.reservation.relay else None)),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

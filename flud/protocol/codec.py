@@ -39,6 +39,9 @@ class Op(enum.IntEnum):
     ROOT_PUT = 20
     ROOT_GET = 21
     LINK = 60       # a client-node link record (docs/quotas.md)
+    DIAL_BACK = 50   # reachability: dial me back at the address you see (docs/reachability.md)
+    RESERVE = 51     # relay: hold a reservation for me (docs/reachability.md, "Relay")
+    RELAY_INCOMING = 52  # relay -> reserved node: someone waits on circuit TOKEN
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

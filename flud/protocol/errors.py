@@ -59,6 +59,13 @@ class ErrorCode(str, enum.Enum):
     # give to get (docs/quotas.md): numbered apart from the others' additions
     QUOTA = "QUOTA", 30
     BAD_LINK = "BAD_LINK", 31
+    RATE_LIMITED = "RATE_LIMITED", 40
+    # reachability (docs/reachability.md): a dial-back aimed at an address
+    # other than the one the asker was seen at
+    DIAL_THIRD_PARTY = "DIAL_THIRD_PARTY", 50
+    # relay: this node relays for nobody (--no-relay), or its reservations are full
+    RELAY_REFUSED = "RELAY_REFUSED", 51
+    RELAY_FULL = "RELAY_FULL", 52
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}

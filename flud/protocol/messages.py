@@ -392,6 +392,105 @@ class ErrorBody:
         return cls(code, r.rest()[:MAX_ERROR_MESSAGE].decode("utf-8", "replace"))
 
 
+MAX_HOST_TEXT = 64
+DIAL_OK = 0
+DIAL_FAILED = 1
+
+
+def _host_text(r: Reader, what: str) -> str:
+    length = r.u8()
+    if length > MAX_HOST_TEXT:
+        raise malformed(f"{what} host of {length} bytes, over {MAX_HOST_TEXT}")
+    try:
+        return r.take(length).decode("ascii")
+    except UnicodeDecodeError:
+        raise malformed(f"{what} host is not ASCII") from None
+
+
+def _host_bytes(host: str) -> bytes:
+    raw = host.encode("ascii")[:MAX_HOST_TEXT]
+    return bytes([len(raw)]) + raw
+
+
+@dataclass(slots=True)
+class DialBackRequest:
+    """Dial me back on `port` at the address you see me at. `host`, when
+    given, must be that address (a node never dials a third party: the
+    answer is DIAL_THIRD_PARTY); empty means the observed one."""
+    port: int
+    host: str = ""
+
+    def encode(self) -> bytes:
+        return _U16.pack(self.port) + _host_bytes(self.host)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "DialBackRequest":
+        r = Reader(payload, "DIAL_BACK")
+        port = r.u16()
+        host = _host_text(r, "DIAL_BACK")
+        r.done()
+        if not port:
+            raise malformed("DIAL_BACK port 0")
+        return cls(port, host)
+
+
+@dataclass(slots=True)
+class DialBackResponse:
+    """What the asked node saw (the asker's address and source port: the
+    observed address) and whether its dial to observed_host:port reached
+    the asker (TLS and HELLO proving the asker's key)."""
+    status: int
+    observed_host: str
+    observed_port: int
+
+    @property
+    def reached(self) -> bool:
+        return self.status == DIAL_OK
+
+    def encode(self) -> bytes:
+        return bytes([self.status]) + _U16.pack(self.observed_port) + _host_bytes(self.observed_host)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "DialBackResponse":
+        r = Reader(payload, "DIAL_BACK answer")
+        status = r.u8()
+        port = r.u16()
+        host = _host_text(r, "DIAL_BACK answer")
+        r.done()
+        return cls(status, host, port)
+
+
+@dataclass(slots=True)
+class Reservation:
+    """RESERVE's answer: the reservation lasts `seconds` (renew before)."""
+    seconds: int
+
+    def encode(self) -> bytes:
+        return struct.pack(">I", self.seconds)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Reservation":
+        r = Reader(payload, "RESERVE answer")
+        (seconds,) = r.unpack(struct.Struct(">I"))
+        r.done()
+        return cls(seconds)
+
+
+@dataclass(slots=True)
+class Circuit:
+    """RELAY_INCOMING: connect to the relay with this token (ACCEPT)."""
+    token: bytes
+
+    def encode(self) -> bytes:
+        return self.token
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Circuit":
+        if len(payload) != 16:
+            raise malformed("RELAY_INCOMING token is 16 bytes")
+        return cls(bytes(payload))
+
+
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
@@ -411,6 +510,9 @@ BODIES = {
     Op.ROOT_PUT: (Record, Empty),
     Op.ROOT_GET: (Empty, Record),
     Op.LINK: (LinkBody, Empty),
+    Op.DIAL_BACK: (DialBackRequest, DialBackResponse),
+    Op.RESERVE: (Empty, Reservation),
+    Op.RELAY_INCOMING: (Circuit, Empty),
 }
 
 # Ops whose messages may continue in DATA frames.

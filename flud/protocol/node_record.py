@@ -154,6 +154,20 @@ class NodeRecord:
         direct = self.tcp_addresses()
         return (direct[0].host, direct[0].port) if direct else None
 
+    def relay_ids(self) -> list:
+        """The node ids of the relays this node holds reservations on."""
+        return [a.relay_id for a in self.addresses if a.scheme == "relay"]
+
+    def dial_address(self):
+        """(host, port) to reach this node: its first direct address, else
+        ("relay:RELAY_ID_HEX", 0) for its first relay (flud.protocol.pool
+        dials those through the relay), else None."""
+        direct = self.first_tcp()
+        if direct is not None:
+            return direct
+        relays = self.relay_ids()
+        return ("relay:" + relays[0].hex(), 0) if relays else None
+
 
 def sign_record(identity: Identity, sequence: int, expires: int, addresses,
                 roles: int = ROLE_STORE, capacity: int = 0) -> NodeRecord:

@@ -9,6 +9,9 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from flud.protocol.connection import dial
+from flud.protocol.errors import ConnectFailed
+
+RELAY_HOST = "relay:"   # a host of this form: reach the node through that relay
 
 log = logging.getLogger("flud.pool")
 
@@ -22,6 +25,9 @@ class ConnectionPool:
         self.handler = handler
         self._by_peer = {}   # node id -> Connection
         self._dialing = {}   # node id -> [waiting Deferreds]
+        # relay id -> (host, port) of that relay, or None: how a node known
+        # only by a `relay:` hint is reached (host "relay:ID", see get)
+        self.resolve_relay = None
 
     def __len__(self) -> int:
         return len(self._by_peer)
@@ -59,9 +65,24 @@ class ConnectionPool:
             self._close_one_idle()
         if node_id is not None:
             self._dialing[node_id] = []
-        d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=node_id)
+        if host.startswith(RELAY_HOST):
+            d = self._dial_relayed(node_id, host)
+        else:
+            d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=node_id)
         d.addBoth(self._dialled, node_id)
         return d
+
+    def _dial_relayed(self, node_id, host) -> defer.Deferred:
+        """node_id through the relay named by host ("relay:RELAY_ID_HEX")."""
+        from flud.protocol.relayed import dial_through
+        try:
+            relay_id = bytes.fromhex(host[len(RELAY_HOST):])
+        except ValueError:
+            relay_id = b""
+        where = self.resolve_relay(relay_id) if self.resolve_relay and node_id else None
+        if where is None:
+            return defer.fail(ConnectFailed(f"no address known for relay {host[6:18]}"))
+        return dial_through(self.reactor, self.local, self.handler, where[0], where[1], node_id)
 
     def _dialled(self, result, node_id):
         waiters = self._dialing.pop(node_id, []) if node_id is not None else []

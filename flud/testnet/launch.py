@@ -142,6 +142,8 @@ def node_run_args(config: NodeConfig) -> list:
         args += ["--memory-budget", str(config.memory_budget)]
     if config.verbose:
         args.append("--verbose")
+    if not config.relay:
+        args.append("--no-relay")
     for flag, value, default in (("--lease", config.lease_seconds, NodeConfig.lease_seconds),
                                  ("--trash-time", config.trash_seconds, NodeConfig.trash_seconds),
                                  ("--lease-sweep-interval", config.lease_sweep_interval,

@@ -347,8 +347,41 @@ def cmd_link(addr, home, path):
     out(with_peer(addr, home, job))
 
 
+def cmd_dial_back(addr, home, host, port, times="1"):
+    """DIAL_BACK(port, host) TIMES times on one connection: a list of
+    {status, observed} or the error code of each."""
+
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        results = []
+        for _ in range(int(times)):
+            try:
+                answer = yield peer.conn.request(Op.DIAL_BACK,
+                                                 messages.DialBackRequest(int(port), host))
+                results.append({"reached": answer.reached, "observed": answer.observed_host})
+            except RemoteError as err:
+                results.append(error_name(err))
+        return results
+
+    out(with_peer(addr, home, job))
+
+
+def cmd_reserve(addr, home):
+    @defer.inlineCallbacks
+    def job(peer, reactor):
+        try:
+            answer = yield peer.conn.request(Op.RESERVE, messages.Empty())
+        except RemoteError as err:
+            return error_name(err)
+        return {"seconds": answer.seconds}
+
+    out(with_peer(addr, home, job))
+
+
 COMMANDS = {
     "link": cmd_link,
+    "dial-back": cmd_dial_back,
+    "reserve": cmd_reserve,
     "put-archive": cmd_put_archive,
     "delete": cmd_delete,
     "check": cmd_check,

@@ -204,6 +204,10 @@ def test_every_op_round_trips_through_its_request_and_response_types(op):
         messages.KeyOnly: messages.KeyOnly(KEY),
         messages.Record: messages.Record(b"record"),
         messages.LinkBody: messages.LinkBody(b"link"),
+        messages.DialBackRequest: messages.DialBackRequest(7400, "198.18.1.1"),
+        messages.DialBackResponse: messages.DialBackResponse(messages.DIAL_OK, "::1", 51000),
+        messages.Reservation: messages.Reservation(600),
+        messages.Circuit: messages.Circuit(b"t" * 16),
     }
     request_type, response_type = messages.BODIES[op]
     request, response = samples[request_type], samples[response_type]

@@ -1,0 +1,42 @@
+"""The nftables ruleset of a lab router, by NAT kind. Pure text.
+
+- cone: masquerade as Linux does it by default, which keeps a connection's
+  source port when it is free (port-preserving, endpoint-independent
+  mapping for TCP: what most home routers do, and what lets a TCP hole
+  punch through).
+- symmetric: masquerade `fully-random` (iptables' --random-fully): every
+  connection gets a random outside port, so the port a peer observes says
+  nothing about the next connection's.
+- carrier: the outer router of a double NAT (carrier-grade NAT, RFC 6888):
+  port-preserving like a cone, in front of a home router that is one too.
+
+Every kind filters the same way: what comes from the WAN side is forwarded
+only when it belongs to a connection made from inside (conntrack's
+established/related); nothing inside is reachable unasked.
+"""
+from flud.netlab.topology import Router
+
+TABLE = "fludlab"
+MASQUERADE = {"cone": "masquerade", "carrier": "masquerade",
+              "symmetric": "masquerade fully-random"}
+
+
+def ruleset(router: Router) -> str:
+    """`nft -f -` input for router: one table, NAT out of the WAN, and a
+    forward filter that lets only replies in."""
+    try:
+        masquerade = MASQUERADE[router.kind]
+    except KeyError:
+        raise ValueError(f"router kind {router.kind!r}: want one of {sorted(MASQUERADE)}") from None
+    return f"""table inet {TABLE} {{
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname "{router.wan_if}" {masquerade}
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept
+    iifname "{router.lan_if}" oifname "{router.wan_if}" accept
+  }}
+}}
+"""
