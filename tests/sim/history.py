@@ -11,6 +11,8 @@ FLUD_SIM_FAULTS=all (or a comma list) shows the others fail.
 import argparse
 import contextlib
 import fcntl
+import functools
+import gc
 import itertools
 import os
 import random
@@ -147,6 +149,14 @@ def run_history(seed: int, faults=DEFAULT_FAULTS, steps: int = 60, base: str = N
         fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(base, ignore_errors=True)
         os.makedirs(base)
+        # What earlier histories left goes now, and what lives for the
+        # process (modules, the parser) is frozen out of the collector's
+        # sight: the collection each job ends with then scans what this
+        # history made (those collections were an eighth of a history's
+        # time, profiled). Nothing of this history is frozen.
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
         try:
             with small_extents(16 * KIB, 4):
                 Simulation(seed, outcome.faults, base, outcome).run(steps, days)
@@ -269,8 +279,7 @@ class Simulation:
 
     @staticmethod
     def _args(*argv):
-        from flud.cli.main import build_parser
-        args = build_parser().parse_args(list(argv))
+        args = _parser().parse_args(list(argv))
         args.summary = {}
         return args
 
@@ -666,6 +675,15 @@ class Simulation:
                                 f"nodes that do not hold them: "
                                 + ", ".join(f"#{s.index} on {s.node[:8]}" for s in wrong))
         self.last_objects = current
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    """The CLI's parser, built once: building it took 60 ms, a sixth of a
+    history's time (profiled: 85 builds in 120 simulated days). Parsing
+    does not change it (argparse copies an append action's default)."""
+    from flud.cli.main import build_parser
+    return build_parser()
 
 
 def _epoch(world) -> tuple:
