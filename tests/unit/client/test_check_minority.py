@@ -119,3 +119,17 @@ def test_a_home_hearing_a_minority_records_its_repairs_for_every_reader(tmp_path
     after = Saved(world[1].index).root
     assert (after.generation, after.repairs) == (first.generation + 1, 0)
     assert after.prev == repaired.digest()
+
+
+def test_a_repair_root_is_this_homes_next_head_and_one_with_fewer_repairs_is_stale():
+    import pytest
+    from flud.client.repository.head_chain import AHEAD, ForkedHead, StaleRoot, judge
+    from tests.unit.client.test_holders import root
+    me, other = "a" * 32, "b" * 32
+    saved = root(generation=5, home=me)
+    mine = saved._replace(repairs=1, prev=saved.digest())
+    assert judge(5, saved, mine, me) == AHEAD                    # this home's own repair
+    with pytest.raises(StaleRoot):
+        judge(5, mine, saved, me)                                # the root it repaired: older
+    with pytest.raises(ForkedHead):
+        judge(5, saved, mine._replace(home=other), me)           # another home's: a fork
