@@ -416,10 +416,11 @@ class Simulation:
         for obj in head.objects:
             if obj.object_id not in needed or obj.object_id not in judged:
                 continue   # garbage on its way out, or written by this check after it judged
-            if summary.get("unconfirmed") and obj.object_id not in states:
+            if summary.get("unconfirmed"):
                 # check said the head it read may not be the newest (it heard
-                # fewer than a majority of the root's holders): it claims
-                # nothing of an object it did not list
+                # fewer than a majority of the root's holders; exit 1): what
+                # it reports is of that head, whose repairs a newer head
+                # written by another home does not carry (seed 80014)
                 continue
             state = states.get(obj.object_id, "healthy")
             if state in oracle.UNREADABLE_STATES:
