@@ -60,7 +60,7 @@ def check(ctx, args):
         print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
     if job.unconfirmed:
         # what was checked may be an old head: objects of a newer one were not
-        summary["unconfirmed"] = job.unconfirmed
+        vars(args)["summary"]["unconfirmed"] = job.unconfirmed   # (--json prints that one)
         print(f"check: not sure this is the newest head: {job.unconfirmed}")
     if job.left_out:
         print(f"check: {job.left_out} object(s) prune is deleting are not counted")

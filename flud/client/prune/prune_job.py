@@ -172,7 +172,8 @@ class Prune:
         # (seed 50001). A page of dropped rows, not the whole map: a whole
         # map a run kept the 30-day retention bound from holding.
         yield self._drop_rows(repo, dropped)
-        outcomes = yield self._delete(plan.delete, objects)
+        outcomes = yield self._delete(plan.delete, objects,
+                                      kept_shares(objects, set(plan.delete)))
         state = record_deletes(plan.state, outcomes, self.now())
         self._save(state)
         gone = [oid for oid, o in outcomes.items() if o.status in (DELETED, ABSENT)]
@@ -239,8 +240,10 @@ class Prune:
         return found
 
     @defer.inlineCallbacks
-    def _delete(self, ids, objects):
-        """DELETE every share of each object: {object id: Outcome}."""
+    def _delete(self, ids, objects, kept=frozenset()):
+        """DELETE every share of each object, but a (share key, node) that
+        `kept` holds (another object, not deleted, names the same stored
+        share): {object id: Outcome}."""
         outcomes = {}
         slots = defer.DeferredSemaphore(DELETES_IN_FLIGHT)
         total = len(ids)
@@ -254,6 +257,8 @@ class Prune:
             kind, _, shares = found
             errors = []
             for key_hex, node_hex in shares:
+                if (key_hex, node_hex) in kept:
+                    continue   # the same bytes serve an object that stays: not ours to delete
                 try:
                     yield self.ctx.network.delete(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
                     self.summary["shares_deleted"] += 1
@@ -343,6 +348,20 @@ class Prune:
                                           newest_bundle=(newest, newest.bundle, bundle))
         finally:
             small.close()
+
+
+def kept_shares(objects, deleting) -> set:
+    """{(share key, node id hex)} named by an object this run does not
+    delete. Share keys are convergent: two extents whose streams of one
+    index are the same bytes (a large file changed in part) name one stored
+    share, so deleting the dead one's took the live one's share with it
+    (seed 70055: an extent's share deleted and stored again by turns, seven
+    times in a year, until a restore could not read it)."""
+    kept = set()
+    for oid, (_, _, shares) in objects.items():
+        if oid not in deleting:
+            kept.update((key, node) for key, node in shares)
+    return kept
 
 
 def _named_challenges(client_index, cache, bundles, extents, moved) -> list:

@@ -119,3 +119,34 @@ def test_a_home_hearing_a_minority_records_its_repairs_for_every_reader(tmp_path
     after = Saved(world[1].index).root
     assert (after.generation, after.repairs) == (first.generation + 1, 0)
     assert after.prev == repaired.digest()
+
+
+def test_a_repair_root_is_this_homes_next_head_and_one_with_fewer_repairs_is_stale():
+    import pytest
+    from flud.client.repository.head_chain import AHEAD, ForkedHead, StaleRoot, judge
+    from tests.unit.client.test_holders import root
+    me, other = "a" * 32, "b" * 32
+    saved = root(generation=5, home=me)
+    mine = saved._replace(repairs=1, prev=saved.digest())
+    assert judge(5, saved, mine, me) == AHEAD                    # this home's own repair
+    with pytest.raises(StaleRoot):
+        judge(5, mine, saved, me)                                # the root it repaired: older
+    with pytest.raises(ForkedHead):
+        judge(5, saved, mine._replace(home=other), me)           # another home's: a fork
+
+
+def test_flud_check_says_so_in_its_summary_and_exit_code(tmp_path):
+    """What `flud check --json` prints (and the simulation reads) carries
+    `unconfirmed`, and the exit code is 1 at least."""
+    from flud.cli import check as check_cli
+    from flud.cli.exits import EXIT_OK
+    from flud.cli.main import build_parser
+    world = _world(tmp_path)
+    clock, home, network = world
+    run_backup(world, [_tree(tmp_path)])
+    holders = root_holders(network, home.config["n"])
+    _away(network, holders[len(holders) - (len(holders) // 2 + 1):])
+    args = build_parser().parse_args(["check", "--home", home.path, "--repair"])
+    args.summary = {}
+    code = run_until(clock, check_cli.check(ctx_of(world), args), limit=2_000_000)
+    assert args.summary.get("unconfirmed") and code != EXIT_OK

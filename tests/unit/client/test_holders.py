@@ -182,3 +182,20 @@ def test_a_dropped_row_hides_every_older_row_of_its_id_and_merges_away(tmp_path)
             MapPage.decode(json.dumps(value).encode())
     with pytest.raises(BadRecord):               # an id cannot be both dropped and a row
         MapPage(blobs=(blob(1),), dropped=(hexid(1001),)).encode()
+
+
+def test_a_repair_root_ranks_above_what_it_repaired_and_below_a_newer_generation():
+    """check --repair hearing fewer than a majority writes the same
+    generation with one repair more (issue 25, seed 70002)."""
+    from flud.client.repository.root_store import _root_rank
+    plain = root(generation=5, home="a" * 32)
+    assert b'"rep"' not in plain.encode()            # a root without keeps its encoding
+    repaired = plain._replace(repairs=1, prev=plain.digest())
+    assert RootRecord.decode(repaired.encode()) == repaired
+    newer = root(generation=6, home="b" * 32)
+    assert _root_rank(plain) < _root_rank(repaired) < _root_rank(newer)
+    assert repaired.successor("a" * 32).repairs == 0
+    value = json.loads(repaired.encode())
+    value["rep"] = -1
+    with pytest.raises(BadRecord):
+        RootRecord.decode(json.dumps(value).encode())

@@ -138,3 +138,31 @@ def test_a_prune_killed_in_its_delete_phase_then_backup_prune_restore(world, tmp
     kill_everything_in_flight(clock)
     assert shares_left(world, extent[1]) == left_when_killed
     bring_back_and_check(world, tmp_path, src, extent, now=300.0)
+
+
+def test_a_share_another_kept_object_names_is_not_deleted(tmp_path):
+    """Share keys are convergent: two extents can name one stored share (a
+    large file changed in part). Deleting the dead one must leave the
+    share the live one names (the lifecycle simulation, seed 70055)."""
+    from flud.client.prune.prune_job import Prune, kept_shares
+    from tests.unit.client.fakes import make_world, run_until
+    from tests.unit.client.test_prune import ctx_of
+    world = make_world(tmp_path, nodes=4)
+    clock, _, network = world
+    owner = network.client_id
+    nodes = list(network.nodes)
+    import blake3
+    data = {name: name.encode() * 100 for name in ("shared", "own", "other")}
+    shared, own, other = (blake3.blake3(data[n]).digest() for n in ("shared", "own", "other"))
+    for key, name in ((shared, "shared"), (own, "own")):
+        network.nodes[nodes[0]].store_(owner, key, data[name])   # a key is its bytes' hash
+    network.nodes[nodes[1]].store_(owner, other, data["other"])
+    dead = ("x", "dead", [(shared.hex(), nodes[0].hex()), (own.hex(), nodes[0].hex())])
+    live = ("x", "live", [(shared.hex(), nodes[0].hex()), (other.hex(), nodes[1].hex())])
+    objects = {"x:dead": dead, "x:live": live}
+    job = Prune(ctx_of(world), say=lambda line: None)
+    outcomes = run_until(clock, job._delete(["x:dead"], objects,
+                                            kept_shares(objects, {"x:dead"})))
+    assert outcomes["x:dead"].status == "deleted"
+    keys = set(network.nodes[nodes[0]].store.keys(owner))
+    assert shared in keys and own not in keys
