@@ -57,7 +57,7 @@ def cmd_up(args) -> int:
         nodes = net.start(args.nodes, args.capacity, memory_log=args.memory_log,
                           base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline)
         processes_ready = time.monotonic() - started
-        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for membership...")
+        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for each to join...")
         # Imported once the nodes are forked, so that they do not inherit
         # the client's modules the query brings.
         from flud.cli.runner import run_reactor
@@ -68,7 +68,7 @@ def cmd_up(args) -> int:
         net.abort()
         return EXIT_NOT_DONE
     total = time.monotonic() - started
-    print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node knows every other, "
+    print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node joined the DHT, "
           f"in {total:.2f} s (processes {processes_ready:.2f} s). Details: {testnet_file(directory)}")
     return EXIT_OK
 

@@ -11,6 +11,7 @@ from twisted.internet import defer
 from flud.protocol import messages
 from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
+from flud.node.peers import GOSSIP_SAMPLE
 from flud.storage.capacity import ReservationGroup
 
 log = logging.getLogger("flud.server")
@@ -110,6 +111,7 @@ class NodeHandler:
         self.inline_commits = inline_commits
         self._commits_in_workers = 0
         self.membership = membership
+        self.discovery = None  # flud/node/discovery.py: answers FIND_NODE
         self.roots = roots
         self.stats = stats or (lambda: {})
         self.monitor = monitor
@@ -131,6 +133,7 @@ class NodeHandler:
             Op.DELETE: self._delete,
             Op.ROOT_PUT: self._root_put,
             Op.ROOT_GET: self._root_get,
+            Op.FIND_NODE: self._find_node,
         }
 
     # ---- connection events -------------------------------------------------
@@ -190,7 +193,9 @@ class NodeHandler:
             conn.respond(rid, messages.PeerList([]))
             return
         self.membership.merge(message.peers, source=conn)
-        conn.respond(rid, messages.PeerList(self.membership.snapshot()))
+        node = conn.peer_hello is not None and conn.peer_hello.role == messages.ROLE_NODE
+        conn.respond(rid, messages.PeerList(
+            self.membership.snapshot(GOSSIP_SAMPLE) if node else self.membership.snapshot()))
 
     def _stats(self, conn, rid, message, end):
         values = dict(self.stats())
@@ -351,6 +356,12 @@ class NodeHandler:
         if self.roots is None:
             raise RemoteError(ErrorCode.NOT_FOUND, "no root record for you here")
         conn.respond(rid, messages.Record(self.roots.get(conn.peer_id)))
+
+    def _find_node(self, conn, rid, message, end):
+        if self.discovery is None:
+            conn.respond(rid, messages.FoundNodes([]))
+            return
+        conn.respond(rid, self.discovery.answer(conn, message))
 
     def _fail(self, conn, rid, err):
         self.counters["errors"] += 1

@@ -11,8 +11,11 @@ import os
 import random
 import time
 
+from twisted.internet import defer
+
 from flud import procfs
 from flud.node.config import NodeConfig
+from flud.node.discovery import Discovery
 from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
@@ -43,6 +46,14 @@ def compaction_pause_hook(seconds: float):
     return hook
 
 
+
+
+def _peer_address(conn):
+    try:
+        peer = conn.transport.getPeer()
+    except AttributeError:
+        return None
+    return (peer.host, peer.port)
 
 
 def write_json_atomically(path: str, value) -> None:
@@ -156,6 +167,12 @@ class NodeService(Service):
                                      connect=self.pool.get, node_id=self.node_id)
         self.handler.membership = self.membership
         self.handler.listeners = [self.pool, self.membership]
+        self.discovery = Discovery(self.node_id, self.own_record, self.reactor, self.rng,
+                                   probe=self._probe, connect=self.pool.get, home=self.home)
+        self.handler.discovery = self.discovery
+        self.membership.on_records = lambda records: self.discovery.consider(records, True)
+        self.discovery.on_verified = lambda record: self.membership.merge(
+            [messages.PeerEntry(record, True)])
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
@@ -166,10 +183,27 @@ class NodeService(Service):
             host, port = self.join_address
             d = self.membership.join(host, port)
             d.addErrback(self._join_failed)
+        self.discovery.start([self.join_address] if self.join_address else [])
         write_json_atomically(os.path.join(self.home, "node.json"), {
             "node_id": self.node_id.hex(), "host": self.host,
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
             "start": procfs.start_ticks(os.getpid())})
+
+    def _probe(self, node_id, host, port):
+        """A connection this node dialled to exactly host:port, expecting
+        node_id's key: what proves a record's address reachable (a
+        connection the peer opened proves nothing about its address)."""
+        conn = self.pool.connection(node_id)
+        if conn is not None and conn.tls_client and _peer_address(conn) == (host, port):
+            return defer.succeed(conn)
+        from flud.protocol.connection import dial
+        d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=node_id)
+
+        def dialled(fresh):
+            # the pool keeps the connection it had: this one only proves the address
+            fresh.probe_only = self.pool.connection(node_id) is not fresh
+            return fresh
+        return d.addCallback(dialled)
 
     def _join_failed(self, failure):
         from twisted.python import log
@@ -180,6 +214,7 @@ class NodeService(Service):
     def stopService(self):
         super().stopService()
         self.membership.stop()
+        self.discovery.stop()
         self.leases.stop()
         self.compactions.stop()
         self.monitor.stop_sampling()
@@ -207,6 +242,7 @@ class NodeService(Service):
             "peers_known": len(self.membership.peers),
             "peers_alive": len(self.membership.alive()),
             "records_refused": dict(self.membership.refused),
+            "dht": self.discovery.stats(),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

@@ -15,6 +15,7 @@ on one network); a loopback or single-host network turns it off.
 """
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -24,6 +25,21 @@ ID_BITS = 256
 # At most this many contacts from one subnet in a bucket, and in the table.
 SUBNET_PER_BUCKET = 2
 SUBNET_PER_TABLE = 10
+
+
+def subnet_of(host: str) -> str:
+    """The subnet the diversity cap counts a host in: its /24 (IPv4) or /48
+    (IPv6); "" (no cap) for a name or for an address that is not global
+    (loopback, private, the 198.18.0.0/15 lab range): one host or one LAN
+    running many nodes is a testnet or a lab, not an attacker's network."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return ""
+    if not address.is_global:
+        return ""
+    prefix = 24 if address.version == 4 else 48
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
 
 def distance(a: bytes, b: bytes) -> int:
@@ -75,6 +91,21 @@ class RoutingTable:
     def get(self, node_id: bytes):
         bucket = self.buckets.get(bucket_of(self.self_id, node_id))
         return bucket.get(node_id) if bucket else None
+
+    def has_room(self, node_id: bytes, subnet: str = "") -> bool:
+        """Could a new contact with this id and subnet go in without
+        displacing anyone? (Worth a reachability probe only then.)"""
+        if node_id == self.self_id:
+            return False
+        bucket = self.buckets.get(bucket_of(self.self_id, node_id), {})
+        if node_id in bucket:
+            return True
+        if len(bucket) >= self.k:
+            return False
+        if self.diversity and subnet:
+            in_bucket = sum(1 for c in bucket.values() if c.subnet == subnet)
+            return in_bucket < SUBNET_PER_BUCKET and self.subnets.get(subnet, 0) < SUBNET_PER_TABLE
+        return True
 
     def offer(self, contact: Contact, now: float) -> Offered:
         if contact.node_id == self.self_id:

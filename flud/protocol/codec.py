@@ -38,6 +38,7 @@ class Op(enum.IntEnum):
     DELETE = 13
     ROOT_PUT = 20
     ROOT_GET = 21
+    FIND_NODE = 40
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

@@ -56,6 +56,7 @@ class ErrorCode(str, enum.Enum):
     UNAVAILABLE = "UNAVAILABLE", 15
     UPLOAD_LIMIT = "UPLOAD_LIMIT", 16
     STALLED = "STALLED", 17
+    RATE_LIMITED = "RATE_LIMITED", 40
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}

@@ -203,6 +203,8 @@ def test_every_op_round_trips_through_its_request_and_response_types(op):
         messages.Digest: messages.Digest(b"\x07" * 32),
         messages.KeyOnly: messages.KeyOnly(KEY),
         messages.Record: messages.Record(b"record"),
+        messages.FindNode: messages.FindNode(KEY, _entry(9, "a", 1).record),
+        messages.FoundNodes: messages.FoundNodes([_entry(9, "a", 1).record]),
     }
     request_type, response_type = messages.BODIES[op]
     request, response = samples[request_type], samples[response_type]
