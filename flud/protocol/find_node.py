@@ -73,7 +73,7 @@ def drive(lookup, ask) -> defer.Deferred:
                 in_flight[0] += 1
                 d = defer.maybeDeferred(ask, contact)
                 d.addCallbacks(answered, failed, callbackArgs=(contact,), errbackArgs=(contact,))
-        if lookup.done or not in_flight[0]:
+        if not result.called and (lookup.done or not in_flight[0]):
             result.callback(lookup)
 
     def answered(contacts, contact):

@@ -90,4 +90,5 @@ def test_bootstraps_are_asked_a_few_at_a_time_until_enough_answer(tmp_path):
     network.net.peer = lambda address: asked.append(address.port) or real_peer(address)
     discovered(network)
     # two down in the first window: a second window, and no more once enough answered
-    assert asked == [4000 + n for n in range(2 * BOOTSTRAP_FANOUT)]
+    # (the random walks that follow dial the records' addresses, 5000 up)
+    assert [port for port in asked if port < 5000] == [4000 + n for n in range(2 * BOOTSTRAP_FANOUT)]
