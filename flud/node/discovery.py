@@ -166,6 +166,9 @@ class Discovery:
         while self.queue and self.probing < PROBES_AT_ONCE:
             record = self.queue.popleft()
             self.queued.discard(record.node_id)
+            if self.table.get(record.node_id) is None and not self.table.has_room(
+                    record.node_id, subnet_of(record.first_tcp()[0])):
+                continue        # filled up while it waited
             self.probing += 1
             self._remember_probe(record.node_id)
             d = self.check_reachable(record)
