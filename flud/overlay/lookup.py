@@ -40,7 +40,7 @@ class Lookup:
             self._learn(contact, 0)
 
     def _distance(self, node_id: bytes) -> int:
-        return int.from_bytes(node_id, "big") ^ self.target_int
+        return self.known[node_id].number ^ self.target_int
 
     def _learn(self, contact, depth) -> None:
         if contact.node_id not in self.known:
