@@ -40,6 +40,7 @@ REFRESH_INTERVAL = 600.0          # libp2p kad-dht refreshes every 10 minutes
 REFRESH_TICK = 60.0               # how often the refresh looks for stale buckets
 REFRESH_BUCKETS_A_TICK = 4        # at most this many bucket lookups a tick
 SAVE_INTERVAL = 300.0
+JOIN_RETRY, JOIN_RETRY_MAX = 1.0, 30.0   # seconds between joins while none answers
 MAX_QUEUED = 256                  # candidates waiting for their reachability probe
 PROBES_AT_ONCE = 8
 PROBE_AGAIN_AFTER = 600.0
@@ -114,6 +115,7 @@ class Discovery:
         self.counters = {"find_node_answered": 0, "find_node_refused": 0, "probes": 0,
                          "probes_failed": 0, "lookups": 0, "queue_dropped": 0}
         self._calls = []
+        self._retry = None
 
     # ---- serving -------------------------------------------------------------
 
@@ -288,7 +290,7 @@ class Discovery:
                 seeds.setdefault(contact.node_id, contact)
         seeds.pop(self.node_id, None)
         yield self.lookup(self.node_id, list(seeds.values()) + self.table.closest(self.node_id))
-        self.joined = True
+        self.joined = bool(len(self.table)) or not addresses
         return len(self.table)
 
     def refresh(self, force: bool = False) -> defer.Deferred:
@@ -305,17 +307,32 @@ class Discovery:
 
     # ---- lifecycle --------------------------------------------------------------
 
-    def start(self, bootstraps=()) -> defer.Deferred:
+    def start(self, bootstraps=()) -> None:
         """Load the saved table (its records probed again), join through
         the bootstrap addresses, then refresh and save on the clock."""
+        if self._calls is None:       # stopped before it started
+            return
         saved = peer_file.load(self.path) if self.path else []
         if saved:
             self.consider(saved)
-        d = self.join(list(bootstraps))
-        d.addErrback(lambda f: log.warning("joining the DHT failed: %s", f.getErrorMessage()))
+        self._join_until_joined(list(bootstraps), JOIN_RETRY)
         self._every(REFRESH_TICK, self.refresh)
         self._every(SAVE_INTERVAL, self.save)
-        return d
+
+    def _join_until_joined(self, bootstraps, delay) -> None:
+        """Join; while nothing answered (a bootstrap busy with a crowd of
+        handshakes closes new ones), try again, waiting twice as long each
+        time up to JOIN_RETRY_MAX."""
+        d = self.join(bootstraps)
+
+        def joined(_):
+            if not self.joined and self._calls is not None:
+                log.info("joining the DHT found no node yet; again in %.0f s", delay)
+                self._retry = self.clock.callLater(
+                    delay * self.rng.uniform(0.5, 1.5), self._join_until_joined, bootstraps,
+                    min(2 * delay, JOIN_RETRY_MAX))
+        d.addErrback(lambda f: log.warning("joining the DHT failed: %s", f.getErrorMessage()))
+        d.addCallback(joined)
 
     def _every(self, interval, what) -> None:
         def tick():
@@ -340,10 +357,10 @@ class Discovery:
             return 0
 
     def stop(self) -> None:
-        for call in self._calls:
-            if call.active():
+        for call in self._calls + [self._retry]:
+            if call is not None and call.active():
                 call.cancel()
-        self._calls = []
+        self._calls = None
         self.save()
 
     def stats(self) -> dict:

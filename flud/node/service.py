@@ -168,7 +168,7 @@ class NodeService(Service):
         self.handler.membership = self.membership
         self.handler.listeners = [self.pool, self.membership]
         self.discovery = Discovery(self.node_id, self.own_record, self.reactor, self.rng,
-                                   probe=self._probe, connect=self.pool.get, home=self.home)
+                                   probe=self._probe, connect=self._connect, home=self.home)
         self.handler.discovery = self.discovery
         self.membership.on_records = lambda records: self.discovery.consider(records, True)
         self.discovery.on_verified = lambda record: self.membership.merge(
@@ -183,11 +183,23 @@ class NodeService(Service):
             host, port = self.join_address
             d = self.membership.join(host, port)
             d.addErrback(self._join_failed)
-        self.discovery.start([self.join_address] if self.join_address else [])
+            # after the gossip's join: its connection to the bootstrap serves both
+            d.addBoth(lambda _: self.discovery.start([self.join_address]))
+        else:
+            self.discovery.start([])
         write_json_atomically(os.path.join(self.home, "node.json"), {
             "node_id": self.node_id.hex(), "host": self.host,
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
             "start": procfs.start_ticks(os.getpid())})
+
+    def _connect(self, node_id, host, port):
+        """pool.get, but an address whose node is not known yet (a bootstrap)
+        reuses a connection this node dialled there already."""
+        if node_id is None:
+            for conn in self.pool.connections():
+                if conn.tls_client and _peer_address(conn) == (host, port):
+                    return defer.succeed(conn)
+        return self.pool.get(node_id, host, port)
 
     def _probe(self, node_id, host, port):
         """A connection this node dialled to exactly host:port, expecting
