@@ -83,10 +83,20 @@ class NodeFinder:
     def find(self, node_id: bytes):
         """The newest record of node_id whose node answered at its address,
         or None if no path reached it."""
+        tried = self.records.get(node_id)
         run = yield self.lookup(node_id, disjoint=True, stop_at_target=True)
-        if run.found is None:
+        if run.found is not None:
+            return self.records.get(node_id)
+        newest = self.records.get(node_id)
+        if newest is None or (tried is not None and newest.sequence <= tried.sequence):
             return None
-        return self.records.get(node_id)
+        # Its newer record came in during the lookup (the lookup had tried
+        # it at the address it had): ask it once where that record says.
+        try:
+            yield self._ask(self._contact(newest), node_id)
+        except Exception:
+            return None
+        return newest
 
     @defer.inlineCallbacks
     def walk(self, count: int = RANDOM_WALKS):
