@@ -31,6 +31,7 @@ from flud.protocol import messages, peer_file
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.find_node import QUERY_TIMEOUT, RecordChecker, drive
+from flud.protocol.node_record import CLOCK_SLACK
 from flud.protocol.ratelimit import TokenBucket
 
 log = logging.getLogger("flud.dht")
@@ -132,8 +133,9 @@ class Discovery:
         record = message.record
         if record is not None and record.node_id == conn.peer_id:
             self.consider([record])
-        return messages.FoundNodes(
-            [c.record for c in self.table.closest(message.target, K) if c.record is not None])
+        live = now - CLOCK_SLACK
+        return messages.FoundNodes([c.record for c in self.table.closest(message.target, K)
+                                    if c.record is not None and c.record.expires >= live])
 
     # ---- who enters the table ---------------------------------------------------
 
