@@ -184,7 +184,8 @@ class NodeService(Service):
             d = self.membership.join(host, port)
             d.addErrback(self._join_failed)
             # after the gossip's join: its connection to the bootstrap serves both
-            d.addBoth(lambda _: self.discovery.start([self.join_address]))
+            d.addBoth(lambda _: self.discovery.start(
+                [self.join_address, *self.config.also_join]))
         else:
             self.discovery.start([])
         write_json_atomically(os.path.join(self.home, "node.json"), {
