@@ -29,7 +29,7 @@ from flud.overlay.lookup import Lookup
 from flud.overlay.routing import ALPHA, K, Contact, RoutingTable, subnet_of
 from flud.protocol import messages, peer_file
 from flud.protocol.codec import Op
-from flud.protocol.errors import ErrorCode, RemoteError
+from flud.protocol.errors import ConnectFailed, ErrorCode, RemoteError
 from flud.protocol.find_node import QUERY_TIMEOUT, RecordChecker, drive
 from flud.protocol.node_record import CLOCK_SLACK
 from flud.protocol.ratelimit import TokenBucket
@@ -256,8 +256,15 @@ class Discovery:
         d = self.connect(contact.node_id, host, port)
         d.addCallback(self._find_node, target, contact.record)
         d.addTimeout(QUERY_TIMEOUT, self.clock)
-        d.addCallback(self._contacts_of)
+        d.addCallbacks(self._contacts_of, self._query_failed, errbackArgs=(contact.node_id,))
         return d
+
+    def _query_failed(self, failure, node_id):
+        """A contact that cannot be dialled at its address leaves the table
+        (a refresh or a later probe brings it back if it returns)."""
+        if failure.check(ConnectFailed, defer.TimeoutError) and self.table.get(node_id):
+            self.table.remove(node_id)
+        return failure
 
     def _find_node(self, conn, target, record):
         answer = conn.request(Op.FIND_NODE, messages.FindNode(target, self.own_record()))

@@ -186,3 +186,16 @@ def test_disjoint_paths_reach_a_target_hostile_nodes_steer_away():
     assert both.found is not None
     assert len(set().union(*(p.asked for p in both.paths))) == sum(len(p.asked) for p in both.paths)
     assert single.found is None or both.hops <= single.hops
+
+
+def test_a_contact_that_cannot_be_dialled_in_a_lookup_leaves_the_table():
+    from flud.protocol.errors import ConnectFailed
+    d, _ = discovery(reachable={k.node_id for k in KEYS[1:4]})
+    d.consider([record(k, port=5000 + i) for i, k in enumerate(KEYS[1:4])])
+    assert len(d.table) == 3
+    gone = KEYS[2].node_id
+    d.connect = lambda node_id, host, port: (
+        defer.fail(ConnectFailed("refused")) if node_id == gone
+        else defer.succeed(FakeConn(node_id)))
+    d.lookup(KEYS[9].node_id)
+    assert d.table.get(gone) is None and len(d.table) == 2
