@@ -209,6 +209,10 @@ class NodeService(Service):
         conn = self.pool.connection(node_id)
         if conn is not None and conn.tls_client and _peer_address(conn) == (host, port):
             return defer.succeed(conn)
+        if conn is None:
+            # the pool's dial, to that address with that key: shared with a
+            # lookup's FIND_NODE to the same node, and kept for it
+            return self.pool.get(node_id, host, port)
         from flud.protocol.connection import dial
         d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=node_id)
 
