@@ -65,7 +65,8 @@ class NodeFinder:
         d.addTimeout(QUERY_TIMEOUT, self.clock)
 
         def answered(records):
-            self.answered.add(contact.node_id)
+            if self.records.get(contact.node_id) is record:
+                self.answered.add(contact.node_id)
             self.learn(records)
             return [self._contact(self.records[r.node_id]) for r in records
                     if r.node_id in self.records]
@@ -84,6 +85,8 @@ class NodeFinder:
         """The newest record of node_id whose node answered at its address,
         or None if no path reached it."""
         tried = self.records.get(node_id)
+        if node_id in self.answered and tried is not None:
+            return tried     # it answered at that record's address in this run
         run = yield self.lookup(node_id, disjoint=True, stop_at_target=True)
         if run.found is not None:
             return self.records.get(node_id)

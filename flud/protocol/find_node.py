@@ -69,8 +69,9 @@ def drive(lookup, ask) -> defer.Deferred:
         if result.called:
             return
         if not lookup.done:
-            for contact in lookup.next_queries():
-                in_flight[0] += 1
+            batch = lookup.next_queries()
+            in_flight[0] += len(batch)    # all of it first: an answer may come at once
+            for contact in batch:
                 d = defer.maybeDeferred(ask, contact)
                 d.addCallbacks(answered, failed, callbackArgs=(contact,), errbackArgs=(contact,))
         if not result.called and (lookup.done or not in_flight[0]):
