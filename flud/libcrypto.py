@@ -16,6 +16,7 @@ truncates 64-bit pointers), and everything allocated is freed here, private
 keys by the P256Key that holds them.
 """
 import ctypes
+import threading
 import weakref
 from ctypes import POINTER, byref, c_char_p, c_int, c_long, c_size_t, c_uint, c_ulong, c_void_p
 
@@ -54,6 +55,7 @@ _PROTOTYPES = {  # name: (result type, argument types...)
     "EVP_PKEY_generate": (c_int, c_void_p, POINTER(c_void_p)),
     "EVP_PKEY_pairwise_check": (c_int, c_void_p),
     "EVP_PKEY_free": (None, c_void_p),
+    "EVP_PKEY_up_ref": (c_int, c_void_p),
     "EVP_PKEY_get_base_id": (c_int, c_void_p),
     "EVP_PKEY_get_group_name": (c_int, c_void_p, c_char_p, c_size_t, POINTER(c_size_t)),
     "EVP_PKEY_get_bn_param": (c_int, c_void_p, c_char_p, POINTER(c_void_p)),
@@ -380,13 +382,37 @@ class P256Key:
             lib.EVP_MD_CTX_free(ctx)
 
 
+# Public keys decoded lately, by their DER: OpenSSL 3's decoder costs ~0.4 ms
+# a key, more than the verify itself, and a node checks the same peers'
+# keys again and again (HELLO, their signed records). The cache holds one
+# reference of each; a verify takes its own (up_ref) and frees it as usual.
+PUBLIC_KEY_CACHE = 512
+_public_keys = {}
+_public_keys_lock = threading.Lock()
+
+
+def _public_key(lib, spki_der) -> int:
+    key = bytes(spki_der) if isinstance(spki_der, (bytearray, memoryview)) else spki_der
+    with _public_keys_lock:
+        pkey = _public_keys.get(key) if isinstance(key, bytes) else None
+        if pkey is not None and lib.EVP_PKEY_up_ref(pkey) == 1:
+            return pkey
+    pkey = _decode(lib, lib.d2i_PUBKEY, key)
+    with _public_keys_lock:
+        if key not in _public_keys and lib.EVP_PKEY_up_ref(pkey) == 1:
+            _public_keys[key] = pkey
+            if len(_public_keys) > PUBLIC_KEY_CACHE:
+                lib.EVP_PKEY_free(_public_keys.pop(next(iter(_public_keys))))
+    return pkey
+
+
 def verify(spki_der: bytes, data: bytes, signature: bytes) -> bool:
     """True only for a valid DER ECDSA-SHA256 signature by the P-256 key in
     spki_der (SubjectPublicKeyInfo); anything malformed is False."""
     lib = _lib()
     try:
         data, signature = bytes(data), bytes(signature)
-        pkey = _decode(lib, lib.d2i_PUBKEY, spki_der)
+        pkey = _public_key(lib, spki_der)
     except (UnsupportedKey, TypeError):
         return False
     ctx = lib.EVP_MD_CTX_new()

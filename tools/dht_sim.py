@@ -25,12 +25,15 @@ def main(argv=None) -> int:
     p.add_argument("--lookups", type=int, default=200, help="lookups an hour")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-diversity", action="store_true")
+    p.add_argument("--single-path", action="store_true",
+                   help="plain Kademlia lookups (no S/Kademlia disjoint paths)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     started = time.monotonic()
     say = (lambda m: None) if args.json else (lambda m: print(f"  {time.monotonic() - started:6.1f} s  {m}", flush=True))
     figures = run_simulation(args.nodes, args.hostile, args.churn, args.hours, args.lookups,
-                             seed=args.seed, diversity=not args.no_diversity, progress=say)
+                             seed=args.seed, diversity=not args.no_diversity,
+                             disjoint=not args.single_path, progress=say)
     figures["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(figures))
@@ -38,7 +41,8 @@ def main(argv=None) -> int:
         live = figures["lookups"]
         print(f"nodes {figures['nodes']} ({figures['hostile']:.0%} hostile), churn "
               f"{figures['churn_per_day']:.0%}/day over {figures['hours']} h, seed {figures['seed']}, "
-              f"diversity cap {'on' if figures['diversity'] else 'off'}")
+              f"diversity cap {'on' if figures['diversity'] else 'off'}, "
+              f"{'disjoint paths' if figures['disjoint'] else 'single path'}")
         print(f"live records found: {figures['found']}/{live} (target: all)")
         print(f"hops: median {figures['hops_median']}, p99 {figures['hops_p99']}; "
               f"queries a lookup: median {figures['queries_median']}")

@@ -86,7 +86,9 @@ def add_node_commands(sub) -> None:
     run.add_argument("--home", required=True, help="the node's directory (created if missing)")
     run.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=0, help="port (default: chosen by the OS)")
-    run.add_argument("--join", metavar="HOST:PORT", help="any running node to join through")
+    run.add_argument("--join", metavar="HOST:PORT", action="append",
+                     help="any running node to join through (again for more: the DHT "
+                          "asks each; the nodes found are kept in the home for the next start)")
     run.add_argument("--capacity", type=_size, default=DEFAULT_CAPACITY,
                      help="space to offer, e.g. 500M, 10G")
     run.add_argument("--memory-log", metavar="FILE", help="write memory samples as CSV")
@@ -118,7 +120,8 @@ def add_node_commands(sub) -> None:
 def node_config(args) -> NodeConfig:
     """The NodeConfig that `flud node run`'s parsed arguments ask for."""
     return NodeConfig(home=args.home, host=args.host, port=args.port,
-                      join=parse_address(args.join) if args.join else None,
+                      join=parse_address(args.join[0]) if args.join else None,
+                      also_join=tuple(parse_address(a) for a in (args.join or [])[1:]),
                       capacity=args.capacity, memory_log=args.memory_log,
                       memory_budget=args.memory_budget, verbose=args.verbose,
                       lease_seconds=args.lease, trash_seconds=args.trash_time,

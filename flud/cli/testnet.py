@@ -67,7 +67,7 @@ def cmd_up(args) -> int:
                           base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline,
                           options=quota_options(args))
         processes_ready = time.monotonic() - started
-        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for membership...")
+        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for each to join...")
         # Imported once the nodes are forked, so that they do not inherit
         # the client's modules the query brings.
         from flud.cli.runner import run_reactor
@@ -78,7 +78,7 @@ def cmd_up(args) -> int:
         net.abort()
         return EXIT_NOT_DONE
     total = time.monotonic() - started
-    print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node knows every other, "
+    print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node joined the DHT, "
           f"in {total:.2f} s (processes {processes_ready:.2f} s). Details: {testnet_file(directory)}")
     return EXIT_OK
 

@@ -1,5 +1,6 @@
 """The client's view of the storage nodes: discovery, placement, liveness."""
 import logging
+import os
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
@@ -7,11 +8,13 @@ from zope.interface import implementer
 
 from flud.client.node_requests import NodeRequests
 from flud.client.node_health import NodeHealth
+from flud.client.node_finder import RANDOM_WALKS, NodeFinder
 from flud.client.interfaces import INetwork
 from flud.protocol.client import ClientNet, NodeAddress
 from flud.client.placement import rank
 from flud.errors import FludError
-from flud.protocol.errors import ConnectionLost, RemoteError
+from flud.protocol.errors import ConnectFailed, ConnectionLost, RemoteError
+from flud.protocol import peer_file
 from flud.protocol.node_record import RecordRefused, check_record, newer
 from flud.client.budget_plan import BudgetPlan, plan_budget
 from flud.protocol.ratelimit import Throttle
@@ -88,6 +91,9 @@ class SendQueue:
 # hostile bootstrap cannot hide the others' records; few, so that a home that
 # lists every node of a testnet does not shake hands with all of them.
 BOOTSTRAP_FANOUT = 3
+# The nodes this client last found, kept in its home (flud/protocol/peer_file.py):
+# a restart finds the network even when no bootstrap address answers.
+PEERS_FILE = "peers.v1"
 
 
 class NotEnoughNodes(FludError):
@@ -117,6 +123,9 @@ class Network(NodeRequests):
             self.net.local.download_limit = Throttle(reactor, download_limit)
         self.bootstrap = list(bootstrap)
         self.nodes = {}       # node id -> NodeAddress
+        self.peers_path = os.path.join(home, PEERS_FILE)
+        self.finder = NodeFinder(reactor, self._find_node)
+        self.relocated = {}   # node id -> (old, new) address: holders found by id after a move
         self.health = NodeHealth()
         self.failed = self.health.failed  # node ids that failed during this run
         self.watch = StallWatch(reactor, self.net.pool.connections, self._stalled)
@@ -163,17 +172,74 @@ class Network(NodeRequests):
                     continue
                 records[entry.node_id] = (entry.record, entry.alive or
                                           (held is not None and held[1]))
-        if not self.nodes:
+        saved = peer_file.load(self.peers_path)
+        self.finder.learn(saved)
+        self.finder.learn(record for record, _ in records.values())
+        if not self.nodes and not saved:
             raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
                                  ". Is the testnet up (`flud testnet status --dir DIR`)?")
         for node_id, (record, alive) in records.items():
             address = record.dial_address()   # direct, else "relay:ID" (pool dials through it)
             if alive and address and node_id not in self.nodes:
                 self.nodes[node_id] = NodeAddress(node_id, *address)
-        self.net.pool.resolve_relay = lambda relay_id: (
-            records[relay_id][0].first_tcp() if relay_id in records else None)
-        self.records_refused = refused
+        def relay_address(relay_id):
+            held = records.get(relay_id)
+            record = held[0] if held else self.finder.records.get(relay_id)
+            return record.first_tcp() if record is not None else None
+        self.net.pool.resolve_relay = relay_address
+        # Random walks on the DHT: every node that answers one is a
+        # candidate, found without any node's whole view (and, when no
+        # bootstrap answered, from the nodes saved last time).
+        yield self.walk()
+        if not self.nodes:
+            raise NotEnoughNodes("no node answered; tried " + "; ".join(errors) +
+                                 f" and the {len(saved)} node(s) saved in {self.peers_path}. "
+                                 "Is the testnet up (`flud testnet status --dir DIR`)?")
+        self.records_refused = refused + sum(self.finder.checker.refused.values())
+        self.save_peers()
         return len(self.nodes)
+
+    @defer.inlineCallbacks
+    def walk(self, count: int = RANDOM_WALKS):
+        """Random walks (lookups of random ids): the nodes that answered
+        join the candidates placement ranks. Fires with how many are new."""
+        answered = yield self.finder.walk(count)
+        new = 0
+        for node_id in answered:
+            record = self.finder.records.get(node_id)
+            if record is not None and node_id not in self.nodes:
+                self.nodes[node_id] = NodeAddress(node_id, *record.first_tcp())
+                new += 1
+        return new
+
+    def _find_node(self, node_id, host, port, target):
+        d = self.net.peer(NodeAddress(node_id, host, port))
+        return d.addCallback(lambda peer: peer.find_node(target))
+
+    def save_peers(self) -> None:
+        """Keep the records of the nodes known now in the home (best effort)."""
+        known = [self.finder.records[nid] for nid in self.nodes if nid in self.finder.records]
+        try:
+            peer_file.save(self.peers_path, known)
+        except OSError as err:
+            log.info("could not save the known nodes in %s: %s", self.peers_path, err)
+
+    @defer.inlineCallbacks
+    def locate(self, node_id: bytes):
+        """Find a node by its id on the DHT (its newest record, from the node
+        itself answering there): fires with its NodeAddress, or None."""
+        record = yield self.finder.find(node_id)
+        if record is None:
+            return None
+        address = NodeAddress(node_id, *record.first_tcp())
+        held = self.nodes.get(node_id)
+        if held is None or (held.host, held.port) != (address.host, address.port):
+            if held is not None:
+                self.relocated[node_id] = ((held.host, held.port), (address.host, address.port))
+                log.info("node %s moved from %s:%s to %s:%s", node_id.hex()[:12],
+                         held.host, held.port, address.host, address.port)
+            self.nodes[node_id] = address
+        return address
 
     def _ask_bootstrap(self, host, port):
         d = self.net.peer(NodeAddress(None, host, port)).addTimeout(
@@ -215,16 +281,41 @@ class Network(NodeRequests):
         again (NodeUnavailable at once); one that cannot be reached within
         the stall deadline (a stopped node completes TCP from its kernel's
         backlog, never TLS) is failed, so the callers use other holders."""
-        node = self.nodes.get(node_id)
-        if node is None:
-            return defer.fail(KeyError(f"node {node_id.hex()[:12]} is unknown"))
         if node_id in self.failed:
             return defer.fail(NodeUnavailable(
                 f"node {node_id.hex()[:12]} failed earlier in this run"))
+        node = self.nodes.get(node_id)
+        if node is None:       # a holder known by id only: find it on the DHT
+            d = self.locate(node_id)
+            d.addCallback(lambda found: self._dial(node_id, retry=False) if found else
+                          defer.fail(KeyError(f"node {node_id.hex()[:12]} is unknown, and no "
+                                              f"lookup of its id found it")))
+            return d
+        return self._dial(node_id, retry=True)
+
+    def _dial(self, node_id, retry: bool):
+        node = self.nodes[node_id]
         self.watch.start()
         deadline = self.watch.deadline()
         d = self.net.peer(node).addTimeout(deadline, self.reactor)
-        d.addErrback(self._unreachable, node_id, deadline)
+        if retry:
+            d.addErrback(self._maybe_moved, node_id, (node.host, node.port), deadline)
+        else:
+            d.addErrback(self._unreachable, node_id, deadline)
+        return d
+
+    def _maybe_moved(self, failure, node_id, was, deadline):
+        """A node that refused or never answered at the address we had may
+        have moved: look its id up once, and dial its new address."""
+        if not failure.check(ConnectFailed):
+            return self._unreachable(failure, node_id, deadline)
+
+        def found(address):
+            if address is None or (address.host, address.port) == was:
+                return self._unreachable(failure, node_id, deadline)
+            return self._dial(node_id, retry=False)
+        d = self.locate(node_id)
+        d.addCallback(found)
         return d
 
     def _unreachable(self, failure, node_id, deadline):

@@ -28,6 +28,8 @@ class NodeConfig:
     host: str = "127.0.0.1"       # address to listen on
     port: int = 0                 # 0: chosen by the OS
     join: tuple[str, int] | None = None  # any running node to join through
+    # more nodes to join the DHT through, beside `join` (--join given again)
+    also_join: tuple = ()
     capacity: int = DEFAULT_CAPACITY  # bytes of storage offered
     memory_log: str | None = None  # a CSV file of memory samples
     memory_budget: int | None = None  # bytes of transfer buffers held at once (None: the default)

@@ -29,6 +29,11 @@ FAST_GOSSIP_INTERVAL = 0.3   # while the view is still changing
 SLOW_GOSSIP_INTERVAL = 5.0   # once it has been stable for a while
 STABLE_ROUNDS = 10
 DEAD_RETRY_ROUNDS = 8        # every Nth round targets a dead peer, if any
+# Node to node, a gossip round carries a random sample of this many records,
+# not the whole view: finding nodes is the DHT's job (flud/node/discovery.py);
+# whole views sent back and forth were what a 200-node testnet spent its
+# CPU on (57 s to converge on two cores). A client's PEERS still gets the view.
+GOSSIP_SAMPLE = 32
 
 
 @dataclass
@@ -70,18 +75,21 @@ class Membership:
         self._round = 0
         self._call = None
         self.on_change = None
+        self.on_records = None       # told of the records taken (the DHT probes them)
 
     # ---- the view ----------------------------------------------------------
 
-    def snapshot(self) -> list:
+    def snapshot(self, limit: int = MAX_PEERS) -> list:
         """What PEERS sends: this node's record, then live peers', then the
-        others', at most MAX_PEERS in all."""
+        others', at most `limit` in all (a random sample when more are held)."""
         now = self.clock.seconds()
-        held = sorted((p for p in self.peers.values() if p.record.expires > now),
-                      key=lambda p: not p.alive)
+        held = [p for p in self.peers.values() if p.record.expires > now]
+        if len(held) >= limit:
+            held = self.rng.sample(held, limit - 1)
+        held.sort(key=lambda p: not p.alive)
         entries = [messages.PeerEntry(self.own_record(), True)]
         entries.extend(p.entry() for p in held)
-        return entries[:MAX_PEERS]
+        return entries[:limit]
 
     def alive(self) -> list:
         return [p for p in self.peers.values() if p.alive]
@@ -97,6 +105,7 @@ class Membership:
         `source`: the connection they came on (its peer's own record must
         name an address that peer could have been seen at)."""
         new = changed = 0
+        taken = []
         now = self.clock.seconds()
         for entry in entries:
             record = entry.record
@@ -116,6 +125,7 @@ class Membership:
                 self.refused[refusal.code] = self.refused.get(refusal.code, 0) + 1
                 log.info("record of %s refused: %s", node_id.hex()[:12], refusal)
                 continue
+            taken.append(record)
             if peer is not None:
                 peer.record = record        # it moved, or re-signed
                 changed += 1
@@ -127,6 +137,8 @@ class Membership:
                 self.refused["RECORD_VIEW_FULL"] = self.refused.get("RECORD_VIEW_FULL", 0) + 1
         if new or changed:
             self._changed()
+        if taken and self.on_records is not None:
+            self.on_records(taken)
         return new
 
     def _check_observed(self, record, source) -> None:
@@ -233,7 +245,7 @@ class Membership:
         return d
 
     def _exchange(self, conn):
-        d = conn.request(Op.PEERS, messages.PeerList(self.snapshot()))
+        d = conn.request(Op.PEERS, messages.PeerList(self.snapshot(GOSSIP_SAMPLE)))
         d.addCallback(lambda answer: self.merge(answer.peers))
         return d
 
@@ -247,7 +259,11 @@ class Membership:
         return self.rng.choice(alive) if alive else None
 
     def _interval(self) -> float:
-        base = FAST_GOSSIP_INTERVAL if self._stable_rounds < STABLE_ROUNDS else SLOW_GOSSIP_INTERVAL
+        # Fast rounds only while the view is small and changing: in a large
+        # network a round a third of a second each, a handshake each, is
+        # what the DHT (flud/node/discovery.py) makes unneeded.
+        fast = self._stable_rounds < STABLE_ROUNDS and len(self.peers) < GOSSIP_SAMPLE
+        base = FAST_GOSSIP_INTERVAL if fast else SLOW_GOSSIP_INTERVAL
         return base * self.rng.uniform(0.5, 1.5)
 
     def _schedule(self, delay: float) -> None:

@@ -11,6 +11,7 @@ from twisted.internet import defer
 from flud.protocol import messages
 from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
+from flud.node.peers import GOSSIP_SAMPLE
 from flud.storage.capacity import ReservationGroup
 
 log = logging.getLogger("flud.server")
@@ -110,6 +111,7 @@ class NodeHandler:
         self.inline_commits = inline_commits
         self._commits_in_workers = 0
         self.membership = membership
+        self.discovery = None  # flud/node/discovery.py: answers FIND_NODE
         self.roots = roots
         self.stats = stats or (lambda: {})
         self.monitor = monitor
@@ -136,6 +138,7 @@ class NodeHandler:
             Op.DIAL_BACK: self._dial_back,
             Op.RESERVE: self._reserve,
             Op.RELAY_INCOMING: self._relay_incoming,
+            Op.FIND_NODE: self._find_node,
         }
         self.dial_back = None   # flud/node/dial_back.py's DialBackServer
         self.relay = None       # flud/node/relay.py: RelayService, ReservationKeeper
@@ -198,7 +201,9 @@ class NodeHandler:
             conn.respond(rid, messages.PeerList([]))
             return
         self.membership.merge(message.peers, source=conn)
-        conn.respond(rid, messages.PeerList(self.membership.snapshot()))
+        node = conn.peer_hello is not None and conn.peer_hello.role == messages.ROLE_NODE
+        conn.respond(rid, messages.PeerList(
+            self.membership.snapshot(GOSSIP_SAMPLE) if node else self.membership.snapshot()))
 
     def _dial_back(self, conn, rid, message, end):
         if self.dial_back is None:
@@ -384,6 +389,11 @@ class NodeHandler:
             raise RemoteError(ErrorCode.UNKNOWN_OP, "this node keeps no ledger")
         self.quota.learn_link(message.link)
         conn.respond(rid, messages.Empty())
+    def _find_node(self, conn, rid, message, end):
+        if self.discovery is None:
+            conn.respond(rid, messages.FoundNodes([]))
+            return
+        conn.respond(rid, self.discovery.answer(conn, message))
 
     def _fail(self, conn, rid, err):
         self.counters["errors"] += 1

@@ -11,8 +11,11 @@ import os
 import random
 import time
 
+from twisted.internet import defer
+
 from flud import procfs
 from flud.node.config import NodeConfig
+from flud.node.discovery import Discovery
 from flud.node.compaction import CompactionScheduler
 from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
@@ -55,6 +58,14 @@ def compaction_pause_hook(seconds: float):
 def quota_terms(config: NodeConfig) -> QuotaTerms:
     return QuotaTerms(config.grant, config.give_ratio, dict(config.owner_quotas),
                       config.claim_allowance)
+
+
+def _peer_address(conn):
+    try:
+        peer = conn.transport.getPeer()
+    except AttributeError:
+        return None
+    return (peer.host, peer.port)
 
 
 def write_json_atomically(path: str, value) -> None:
@@ -197,6 +208,12 @@ class NodeService(Service):
         self.port_mapper = PortMapper(self.reactor, self.workers.run, self.local.listen_port,
                                       self._port_mapped)
         self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]
+        self.discovery = Discovery(self.node_id, self.own_record, self.reactor, self.rng,
+                                   probe=self._probe, connect=self._connect, home=self.home)
+        self.handler.discovery = self.discovery
+        self.membership.on_records = lambda records: self.discovery.consider(records, True)
+        self.discovery.on_verified = lambda record: self.membership.merge(
+            [messages.PeerEntry(record, True)])
         if self.memory_log:
             self.monitor.open_log(self.memory_log)
         self.monitor.start_sampling(self.reactor)
@@ -210,6 +227,11 @@ class NodeService(Service):
             host, port = self.join_address
             d = self.membership.join(host, port)
             d.addErrback(self._join_failed)
+            # after the gossip's join: its connection to the bootstrap serves both
+            d.addBoth(lambda _: self.discovery.start(
+                [self.join_address, *self.config.also_join]))
+        else:
+            self.discovery.start([])
         write_json_atomically(os.path.join(self.home, "node.json"), {
             "node_id": self.node_id.hex(), "host": self.host,
             "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
@@ -231,6 +253,34 @@ class NodeService(Service):
             self.own_record.candidates = self.own_record.candidates + (address,)
         if self.prober is not None:
             self.prober.probe_soon()
+    def _connect(self, node_id, host, port):
+        """pool.get, but an address whose node is not known yet (a bootstrap)
+        reuses a connection this node dialled there already."""
+        if node_id is None:
+            for conn in self.pool.connections():
+                if conn.tls_client and _peer_address(conn) == (host, port):
+                    return defer.succeed(conn)
+        return self.pool.get(node_id, host, port)
+
+    def _probe(self, node_id, host, port):
+        """A connection this node dialled to exactly host:port, expecting
+        node_id's key: what proves a record's address reachable (a
+        connection the peer opened proves nothing about its address)."""
+        conn = self.pool.connection(node_id)
+        if conn is not None and conn.tls_client and _peer_address(conn) == (host, port):
+            return defer.succeed(conn)
+        if conn is None:
+            # the pool's dial, to that address with that key: shared with a
+            # lookup's FIND_NODE to the same node, and kept for it
+            return self.pool.get(node_id, host, port)
+        from flud.protocol.connection import dial
+        d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=node_id)
+
+        def dialled(fresh):
+            # the pool keeps the connection it had: this one only proves the address
+            fresh.probe_only = self.pool.connection(node_id) is not fresh
+            return fresh
+        return d.addCallback(dialled)
 
     def _join_failed(self, failure):
         from twisted.python import log
@@ -245,6 +295,7 @@ class NodeService(Service):
             self.prober.stop()
         self.reservation.stop()
         self.port_mapper.stop()
+        self.discovery.stop()
         self.leases.stop()
         self.compactions.stop()
         self.quota.stop()
@@ -278,6 +329,7 @@ class NodeService(Service):
             "port_mapping": self.port_mapper.summary(),
             "relay": dict(self.relay.stats(), reserved_on=(self.reservation.relay[0].hex()
                                                            if self.reservation.relay else None)),
+            "dht": self.discovery.stats(),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at
             # the door for it (flud/node/gate.py)

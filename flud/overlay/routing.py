@@ -15,6 +15,8 @@ on one network); a loopback or single-host network turns it off.
 """
 from __future__ import annotations
 
+import heapq
+import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -24,6 +26,21 @@ ID_BITS = 256
 # At most this many contacts from one subnet in a bucket, and in the table.
 SUBNET_PER_BUCKET = 2
 SUBNET_PER_TABLE = 10
+
+
+def subnet_of(host: str) -> str:
+    """The subnet the diversity cap counts a host in: its /24 (IPv4) or /48
+    (IPv6); "" (no cap) for a name or for an address that is not global
+    (loopback, private, the 198.18.0.0/15 lab range): one host or one LAN
+    running many nodes is a testnet or a lab, not an attacker's network."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return ""
+    if not address.is_global:
+        return ""
+    prefix = 24 if address.version == 4 else 48
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
 
 def distance(a: bytes, b: bytes) -> int:
@@ -64,6 +81,14 @@ class RoutingTable:
     buckets: dict = field(default_factory=dict)       # index -> OrderedDict(id -> Contact)
     waiting: dict = field(default_factory=dict)       # index -> replacement Contact
     subnets: dict = field(default_factory=dict)       # subnet -> count in the table
+    bucket_subnets: dict = field(default_factory=dict)  # (index, subnet) -> count
+    self_number: int = 0
+
+    def __post_init__(self):
+        self.self_number = int.from_bytes(self.self_id, "big")
+
+    def _index(self, number: int) -> int:
+        return ID_BITS - (self.self_number ^ number).bit_length()
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.buckets.values())
@@ -73,14 +98,32 @@ class RoutingTable:
             yield from bucket.values()
 
     def get(self, node_id: bytes):
-        bucket = self.buckets.get(bucket_of(self.self_id, node_id))
+        bucket = self.buckets.get(self._index(int.from_bytes(node_id, "big")))
         return bucket.get(node_id) if bucket else None
+
+    def has_room(self, node_id: bytes, subnet: str = "") -> bool:
+        """Could a new contact with this id and subnet go in without
+        displacing anyone? (Worth a reachability probe only then.)"""
+        if node_id == self.self_id:
+            return False
+        index = self._index(int.from_bytes(node_id, "big"))
+        bucket = self.buckets.get(index, {})
+        if node_id in bucket:
+            return True
+        if len(bucket) >= self.k:
+            return False
+        if self.diversity and subnet:
+            in_bucket = self.bucket_subnets.get((index, subnet), 0)
+            return in_bucket < SUBNET_PER_BUCKET and self.subnets.get(subnet, 0) < SUBNET_PER_TABLE
+        return True
 
     def offer(self, contact: Contact, now: float) -> Offered:
         if contact.node_id == self.self_id:
             return Offered("refused")
-        index = bucket_of(self.self_id, contact.node_id)
-        bucket = self.buckets.setdefault(index, OrderedDict())
+        index = self._index(contact.number)
+        bucket = self.buckets.get(index)
+        if bucket is None:
+            bucket = self.buckets[index] = OrderedDict()
         held = bucket.get(contact.node_id)
         if held is not None:
             held.last_seen = now
@@ -89,7 +132,7 @@ class RoutingTable:
             bucket.move_to_end(contact.node_id)
             return Offered("updated")
         if self.diversity and contact.subnet:
-            in_bucket = sum(1 for c in bucket.values() if c.subnet == contact.subnet)
+            in_bucket = self.bucket_subnets.get((index, contact.subnet), 0)
             if (in_bucket >= SUBNET_PER_BUCKET
                     or self.subnets.get(contact.subnet, 0) >= SUBNET_PER_TABLE):
                 return Offered("refused")
@@ -104,7 +147,7 @@ class RoutingTable:
         """The least recently seen contact of a full bucket answered (it
         stays, the newcomer is dropped) or did not (it goes, the newcomer
         takes its place)."""
-        index = bucket_of(self.self_id, node_id)
+        index = self._index(int.from_bytes(node_id, "big"))
         bucket = self.buckets.get(index, {})
         newcomer = self.waiting.pop(index, None)
         if node_id not in bucket:
@@ -118,18 +161,19 @@ class RoutingTable:
             self._put(bucket, newcomer)
 
     def remove(self, node_id: bytes) -> None:
-        bucket = self.buckets.get(bucket_of(self.self_id, node_id))
+        index = self._index(int.from_bytes(node_id, "big"))
+        bucket = self.buckets.get(index)
         if bucket and node_id in bucket:
             gone = bucket.pop(node_id)
             if gone.subnet:
                 self.subnets[gone.subnet] -= 1
+                self.bucket_subnets[(index, gone.subnet)] -= 1
 
     def closest(self, target: bytes, count: int = K, exclude=()) -> list:
         target_int = int.from_bytes(target, "big")
-        found = [c for c in self.contacts() if c.node_id not in exclude] if exclude \
-            else list(self.contacts())
-        found.sort(key=lambda c: c.number ^ target_int)
-        return found[:count]
+        ranked = [(c.number ^ target_int, c) for bucket in self.buckets.values()
+                  for c in bucket.values() if not exclude or c.node_id not in exclude]
+        return [c for _, c in heapq.nsmallest(count, ranked, key=_first)]
 
     def random_id_in_bucket(self, index: int, rng) -> bytes:
         """An id that falls in bucket `index` (shares `index` leading bits
@@ -147,3 +191,9 @@ class RoutingTable:
         bucket[contact.node_id] = contact
         if contact.subnet:
             self.subnets[contact.subnet] = self.subnets.get(contact.subnet, 0) + 1
+            key = (self._index(contact.number), contact.subnet)
+            self.bucket_subnets[key] = self.bucket_subnets.get(key, 0) + 1
+
+
+def _first(pair):
+    return pair[0]

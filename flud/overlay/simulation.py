@@ -16,7 +16,7 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from flud.overlay.lookup import Lookup
+from flud.overlay.lookup import DisjointLookup, Lookup
 from flud.overlay.routing import K, Contact, RoutingTable
 
 
@@ -125,9 +125,15 @@ class Population:
             oldest = self.nodes.get(offered.ping.node_id)
             table_owner.table.ping_result(offered.ping.node_id, bool(oldest and oldest.up), now)
 
-    def lookup(self, source: SimNode, target: bytes, now: float, stop_at_target=False) -> Lookup:
-        seeds = source.table.closest(target, K)
-        run = Lookup(target, seeds, stop_at_target=stop_at_target)
+    def lookup(self, source: SimNode, target: bytes, now: float, stop_at_target=False,
+               disjoint: bool = False) -> Lookup:
+        """disjoint: S/Kademlia's disjoint paths (what a client's find uses),
+        seeded with 2k contacts so each path starts from its own."""
+        if disjoint:
+            run = DisjointLookup(target, source.table.closest(target, 2 * K),
+                                 stop_at_target=stop_at_target)
+        else:
+            run = Lookup(target, source.table.closest(target, K), stop_at_target=stop_at_target)
         while not run.done:
             batch = run.next_queries()
             if not batch:
@@ -153,7 +159,7 @@ class Population:
 def run_simulation(nodes: int = 10_000, hostile: float = 0.10, churn_per_day: float = 0.20,
                    hours: int = 24, lookups_per_hour: int = 200, eclipse_bits: int = 16,
                    hostile_subnets: int = 8, seed: int = 1, diversity: bool = True,
-                   progress=None) -> dict:
+                   disjoint: bool = True, progress=None) -> dict:
     rng = random.Random(seed)
     pop = Population(rng, diversity=diversity)
     figures = Figures()
@@ -197,7 +203,8 @@ def run_simulation(nodes: int = 10_000, hostile: float = 0.10, churn_per_day: fl
             eclipse = rng.random() < 0.1
             if eclipse:
                 target = victim
-            run = pop.lookup(source, target.node_id, now, stop_at_target=True)
+            run = pop.lookup(source, target.node_id, now, stop_at_target=True,
+                             disjoint=disjoint)
             figures.lookups += 1
             figures.queries.append(len(run.asked))
             if eclipse:
@@ -214,7 +221,7 @@ def run_simulation(nodes: int = 10_000, hostile: float = 0.10, churn_per_day: fl
     result = figures.summary()
     result.update(nodes=nodes, hostile=hostile, churn_per_day=churn_per_day, hours=hours,
                   live_nodes=sum(1 for n in pop.nodes.values() if n.up),
-                  diversity=diversity, seed=seed)
+                  diversity=diversity, disjoint=disjoint, seed=seed)
     return result
 
 

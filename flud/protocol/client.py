@@ -30,6 +30,8 @@ class ClientOnlyHandler:
             conn.respond(rid, messages.Empty())
         elif op == Op.PEERS:
             conn.respond(rid, messages.PeerList([]))
+        elif op == Op.FIND_NODE:
+            conn.respond(rid, messages.FoundNodes([]))  # a client routes nobody
         else:
             conn.respond_error(rid, RemoteError(ErrorCode.UNKNOWN_OP,
                                                 "a client serves no storage requests"))
@@ -103,6 +105,11 @@ class PeerClient:
 
     def delete(self, key: bytes) -> defer.Deferred:
         return self.conn.request(Op.DELETE, messages.KeyOnly(key))
+
+    def find_node(self, target: bytes, own_record=None) -> defer.Deferred:
+        """Fires with the (unchecked) records the node holds nearest target."""
+        d = self.conn.request(Op.FIND_NODE, messages.FindNode(target, own_record))
+        return d.addCallback(lambda answer: answer.records)
 
     def root_put(self, record: bytes) -> defer.Deferred:
         return self.conn.request(Op.ROOT_PUT, messages.Record(record))

@@ -42,6 +42,7 @@ class Op(enum.IntEnum):
     DIAL_BACK = 50   # reachability: dial me back at the address you see (docs/reachability.md)
     RESERVE = 51     # relay: hold a reservation for me (docs/reachability.md, "Relay")
     RELAY_INCOMING = 52  # relay -> reserved node: someone waits on circuit TOKEN
+    FIND_NODE = 40
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)

@@ -498,6 +498,55 @@ def _text(raw: bytes, what: str) -> str:
         raise malformed(f"{what} is not utf-8") from None
 
 
+# A FIND_NODE answer names at most this many nodes (Kademlia's k).
+MAX_FOUND = 20
+
+
+@dataclass(slots=True)
+class FindNode:
+    """FIND_NODE: the 32-byte id looked for, then optionally the asker's own
+    signed record (u16 length + record; a node sends it so that the nodes it
+    asks can learn it, once they dialled it back; a client sends none)."""
+    target: bytes
+    record: NodeRecord | None = None
+
+    def encode(self) -> bytes:
+        raw = self.record.encode() if self.record is not None else b""
+        return _check_key(self.target) + _U16.pack(len(raw)) + raw
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "FindNode":
+        r = Reader(payload, "FIND_NODE")
+        target = _key(r)
+        length = r.u16()
+        if length > MAX_RECORD:
+            raise malformed(f"FIND_NODE record of {length} bytes, over {MAX_RECORD}")
+        record = None
+        if length:
+            try:
+                record = decode_record(r.take(length))
+            except RecordRefused as err:
+                raise malformed(f"FIND_NODE record: {err}") from None
+        r.done()
+        return cls(target, record)
+
+
+@dataclass(slots=True)
+class FoundNodes:
+    """FIND_NODE's answer: the signed records of at most MAX_FOUND nodes the
+    answerer holds nearest the target (the PEERS layout, capped at k)."""
+    records: list = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        return PeerList([PeerEntry(r) for r in self.records[:MAX_FOUND]]).encode()
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "FoundNodes":
+        if len(payload) >= 2 and _U16.unpack_from(payload)[0] > MAX_FOUND:
+            raise malformed(f"FIND_NODE answer names over {MAX_FOUND} nodes")
+        return cls([entry.record for entry in PeerList.decode(payload).peers])
+
+
 # op -> (request body type, response body type)
 BODIES = {
     Op.PING: (Empty, Empty),
@@ -513,6 +562,7 @@ BODIES = {
     Op.DIAL_BACK: (DialBackRequest, DialBackResponse),
     Op.RESERVE: (Empty, Reservation),
     Op.RELAY_INCOMING: (Circuit, Empty),
+    Op.FIND_NODE: (FindNode, FoundNodes),
 }
 
 # Ops whose messages may continue in DATA frames.

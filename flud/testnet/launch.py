@@ -134,8 +134,8 @@ def node_run_args(config: NodeConfig) -> list:
             "--capacity", str(config.capacity)]
     if config.host != NodeConfig.host:
         args += ["--host", config.host]
-    if config.join:
-        args += ["--join", f"{config.join[0]}:{config.join[1]}"]
+    for address in ((config.join,) if config.join else ()) + tuple(config.also_join):
+        args += ["--join", f"{address[0]}:{address[1]}"]
     if config.memory_log:
         args += ["--memory-log", config.memory_log]
     if config.memory_budget is not None:

@@ -36,7 +36,7 @@ def test_fifty_nodes_up_status_down(tmp_path_factory):
         proc = net.up(50, timeout=120)
         took = time.monotonic() - started
         assert proc.returncode == 0, output(proc)
-        assert "every node knows every other" in proc.stdout
+        assert "every node joined the DHT" in proc.stdout
 
         nodes = net.nodes
         assert len(nodes) == 50
@@ -54,7 +54,8 @@ def test_fifty_nodes_up_status_down(tmp_path_factory):
         rows = status_rows(status.stdout)
         assert len(rows) == 50, status.stdout
         assert sorted(r[1] for r in rows) == sorted(n["port"] for n in nodes)
-        assert [r for r in rows if not r[3] or r[4] != 49] == [], status.stdout
+        # ready means joined (a routing table of k = 20), not a full view
+        assert [r for r in rows if not r[3] or r[4] < 20] == [], status.stdout
         assert "50 of 50 nodes alive" in status.stdout
 
         # `up` again on the running directory: refused, nothing more started.

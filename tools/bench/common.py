@@ -383,7 +383,7 @@ class Testnet:
         if self.up_result.rc != 0:
             raise BenchError(f"testnet up failed ({self.up_result.rc}):\n"
                              f"{self.up_result.stdout}\n{self.up_result.stderr}")
-        m = re.search(r"every node knows every other, in ([\d.]+) s", self.up_result.stdout)
+        m = re.search(r"every node (?:knows every other|joined the DHT), in ([\d.]+) s", self.up_result.stdout)
         self.up_reported = float(m.group(1)) if m else None
         return self.up_result.wall
 

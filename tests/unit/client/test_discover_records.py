@@ -90,4 +90,41 @@ def test_bootstraps_are_asked_a_few_at_a_time_until_enough_answer(tmp_path):
     network.net.peer = lambda address: asked.append(address.port) or real_peer(address)
     discovered(network)
     # two down in the first window: a second window, and no more once enough answered
-    assert asked == [4000 + n for n in range(2 * BOOTSTRAP_FANOUT)]
+    # (the random walks that follow dial the records' addresses, 5000 up)
+    assert [port for port in asked if port < 5000] == [4000 + n for n in range(2 * BOOTSTRAP_FANOUT)]
+
+
+class FakeNodeAt(FakeBootstrap):
+    """A node answering FIND_NODE from a shared list of current records."""
+
+    def __init__(self, identity, entries, current):
+        super().__init__(identity, entries)
+        self.current = current
+
+    def find_node(self, target, own_record=None):
+        return defer.succeed(list(self.current.values()))
+
+
+def test_a_holder_refusing_at_its_old_address_is_looked_up_and_dialled_where_it_moved(tmp_path):
+    from flud.protocol.errors import ConnectFailed
+    current = {i.node_id: entry(i, 5000 + n).record for n, i in enumerate(HONEST)}
+    nodes = {5000 + n: FakeNodeAt(i, [], current) for n, i in enumerate(HONEST)}
+    boot = FakeNodeAt(HONEST[0], [entry(i, 5000 + n) for n, i in enumerate(HONEST)], current)
+    network = network_over(tmp_path, [(4000, boot)])
+    discovered(network)
+    moved = HONEST[4]
+    del nodes[5004]                                      # nobody at the old port now
+    current[moved.node_id] = entry(moved, 5999, sequence=2).record
+    nodes[5999] = FakeNodeAt(moved, [], current)
+
+    def peer(address):
+        node = nodes.get(address.port) or (boot if address.port == 4000 else None)
+        if node is None:
+            return defer.fail(ConnectFailed(f"refused at {address.port}"))
+        return defer.succeed(node)
+    network.net.peer = peer
+    got = []
+    network.peer(moved.node_id).addBoth(got.append)
+    assert got and got[0] is nodes[5999], got
+    assert network.nodes[moved.node_id].port == 5999
+    assert network.relocated[moved.node_id] == (("127.0.0.1", 5004), ("127.0.0.1", 5999))

@@ -208,6 +208,8 @@ def test_every_op_round_trips_through_its_request_and_response_types(op):
         messages.DialBackResponse: messages.DialBackResponse(messages.DIAL_OK, "::1", 51000),
         messages.Reservation: messages.Reservation(600),
         messages.Circuit: messages.Circuit(b"t" * 16),
+        messages.FindNode: messages.FindNode(KEY, _entry(9, "a", 1).record),
+        messages.FoundNodes: messages.FoundNodes([_entry(9, "a", 1).record]),
     }
     request_type, response_type = messages.BODIES[op]
     request, response = samples[request_type], samples[response_type]
