@@ -32,6 +32,7 @@ class ReputationStore:
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA cache_size=-256")   # 256 KiB of pages: a job's memory bound
         self._migrate()
         self._cache = {}
 

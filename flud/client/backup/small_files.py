@@ -100,7 +100,12 @@ class SmallFiles(BundleSender):
                     bundle = self.aggregator.bundle_bytes
                 credit = self._credit_bytes(self.policy, sum(e.size for e in batch), bundle, tars)
                 work = self._work_bytes(self.policy, max(e.size for e in batch))
-                self._credit += (yield self._reserve_small(work + credit))
+                # Not `self._credit += (yield ...)`: that reads the credit before
+                # the wait, and the other lane may give it all back meanwhile
+                # (its _account_small with no call running): the sum would
+                # count bytes no longer reserved.
+                granted = yield self._reserve_small(work + credit)
+                self._credit += granted
                 self.ctx.monitor.hand_over(work, self._bundle_memory, "work")
                 self._credit -= work
                 self._small_calls += 1
