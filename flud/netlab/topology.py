@@ -8,8 +8,12 @@ it sends as well as for what it hears (a node's peers judge it by the
 address they see it connect from), all on one switch:
 
     <p>-core     the "internet": a bridge `sw` that every WAN link plugs into
-    <p>-hNNN     a public host: eth0 on the switch, 198.18.1.0/16 + N
-    <p>-rNN      a site's router: `wan` on the switch (198.18.200.N), `lan`
+    <p>-hNNN     a public host: eth0 on the switch, 198.18.(1 + N).1 (each of
+                 the first 199 in a /24 of its own, as homes on the internet
+                 are: placement allows one share of an object per /24, so a
+                 lab of one /24 would be one "host"; beyond 199 they share)
+    <p>-rNN      a site's router: `wan` on the switch (198.18.(200 + N).1,
+                 again a /24 each for the first 55), `lan`
                  towards its home, 198.19.N.1/24, nftables NAT between them
     <p>-nNN      a NATed host: eth0 = 198.19.N.2/24, default route via the router
     <p>-cNN      (double NAT) a carrier's router between the switch and the
@@ -32,6 +36,8 @@ PREFIX_LENGTH_LIMIT = 6          # interface names are at most 15 bytes
 WAN_NET = ipaddress.ip_network("198.18.0.0/16")
 PUBLIC_BASE = ipaddress.ip_address("198.18.1.0")
 ROUTER_BASE = ipaddress.ip_address("198.18.200.0")
+PUBLIC_SUBNETS = 199              # 198.18.1.0/24 ... 198.18.199.0/24
+ROUTER_SUBNETS = 55               # 198.18.200.0/24 ... 198.18.254.0/24
 LAN_BASE = ipaddress.ip_address("198.19.0.0")
 CARRIER_BASE = ipaddress.ip_address("198.19.128.0")
 V6_NET = ipaddress.ip_network("fd00:f1d::/64")
@@ -162,6 +168,17 @@ def _nth(base, n: int) -> str:
     return str(base + n)
 
 
+def public_address(i: int) -> str:
+    """Public host i: a /24 of its own for the first PUBLIC_SUBNETS hosts
+    (198.18.1.1, 198.18.2.1, ...), then a second address in each, and so on."""
+    return _nth(PUBLIC_BASE, 256 * (i % PUBLIC_SUBNETS) + 1 + i // PUBLIC_SUBNETS)
+
+
+def router_address(j: int) -> str:
+    """Router j's WAN address: a /24 of its own for the first ROUTER_SUBNETS."""
+    return _nth(ROUTER_BASE, 256 * (j % ROUTER_SUBNETS) + 1 + 2 * (j // ROUTER_SUBNETS))
+
+
 def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 0.0,
                    ipv6: bool = True) -> Topology:
     """The lab for `public` public hosts and nat_sites [(kind, count)], one
@@ -179,7 +196,7 @@ def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 
     topo = Topology(prefix=prefix, core=core, delay_ms=delay_ms)
     for i in range(public):
         ns = f"{prefix}-h{i:03d}"
-        address = _nth(PUBLIC_BASE, i + 1)
+        address = public_address(i)
         v6 = str(V6_NET[i + 1]) if ipv6 else ""
         topo.hosts.append(Host(f"h{i:03d}", ns, address, "public", address6=v6))
         topo.links.append(Link(ns, "eth0", core, f"{prefix}h{i}", bridge="sw",
@@ -191,7 +208,7 @@ def build_topology(prefix: str, public: int, nat_sites: list, delay_ms: float = 
         home_router = f"{prefix}-r{j:02d}"
         host_ns = f"{prefix}-n{j:02d}"
         lan = LAN_BASE + 256 * (j + 1)
-        wan_address = f"{_nth(ROUTER_BASE, 2 * j + 1)}/{WAN_NET.prefixlen}"
+        wan_address = f"{router_address(j)}/{WAN_NET.prefixlen}"
         if kind == "double":
             carrier = f"{prefix}-c{j:02d}"
             inside = CARRIER_BASE + 256 * (j + 1)
