@@ -18,8 +18,10 @@ import logging
 from twisted.internet import defer
 
 from flud.client.repository.bundle_sender import BundleSender
-from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, ForkedHead, HeadError, Saved,
-                               StaleRoot, judge, judge_home)
+from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, SUPERSEDED_META,
+                                              ForkedHead, HeadError, Saved, StaleRoot,
+                                              judge_home, judge_remembered, refuse_superseded,
+                                              superseded_by)
 from flud.client.context import wall_clock
 from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.repository.root_store import (ManifestMissing, RootNotStored, RootUnconfirmed,
@@ -156,8 +158,9 @@ def _check_unmoved(ctx, head: Head, least=None):
     whether a majority of its holders answered)."""
     found, majority = yield heard_root(ctx, least)
     if _unmoved(head, found, ctx.home.home_id):
+        refuse_superseded(ctx.index, head.generation, ctx.home.path)
         return found, majority
-    judge(head.generation, head.root, found, ctx.home.home_id, ctx.home.path)  # names it
+    judge_remembered(ctx, head.generation, head.root, found)  # names it
     raise ForkedHead(
         f"the nodes' head changed while this job ran (now generation "
         f"{getattr(found, 'generation', 0)}): nothing was replaced. Run it again.")
@@ -440,6 +443,15 @@ def adopt(ctx, accept_older=False):
             raise
     except HeadError:
         pass   # forked, or another home's: what adopting resolves
+    other = superseded_by(ctx.index)
+    if other and not accept_older and (not isinstance(found, RootRecord)
+                                       or found.generation < other["generation"]):
+        raise StaleRoot(
+            f"the newest root the nodes answered with is older than the one home "
+            f"{other['home'][:8]} wrote (generation {other['generation']}), which this "
+            f"home met before: the nodes holding it are away, or one answered with an old "
+            f"root. Nothing was changed. Run it again when more nodes are up; if those "
+            f"nodes are gone for good, `--accept-older` takes what the nodes hold.")
     if found is None:
         if not accept_older:
             raise ManifestMissing("no node holds a root record for this key: nothing to "
@@ -458,6 +470,7 @@ def adopt(ctx, accept_older=False):
     yield _put_root(ctx, root, everywhere=True)   # a handover: every holder, see root_holders
     head.root, head.generation = root, root.generation
     head.save(ctx.index)
+    ctx.index.set_meta(SUPERSEDED_META, None)   # this home is the writer now
     return head, found.home if found.home != ctx.home.home_id else ""
 
 
@@ -470,6 +483,7 @@ def _start_over(client_index) -> Head:
                               if xid is not None])
     client_index.remove_snapshots([s["id"] for s in client_index.snapshots()])
     client_index.set_meta(REPO_META, None)
+    client_index.set_meta(SUPERSEDED_META, None)
     return Head()
 
 

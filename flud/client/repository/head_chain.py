@@ -33,6 +33,13 @@ SAME, AHEAD, LEGACY, FIRST = "same", "ahead", "legacy", "first"
 # not reach a majority may still sit on a few nodes, so the next root this
 # home writes is newer than it and never ties with it.
 ATTEMPT_META = "root_attempt"
+# The newest root of another home this home was refused by (meta key; set
+# until `flud adopt`): once superseded, a home stays so. Without it, a later
+# view in which the new writer's root is missing (its holders away, a home
+# set changed by nodes gone for good, and one node replaying an old root:
+# the lifecycle simulation, seed 92309) shows this home its own head again,
+# and it would write a fork the head never lists.
+SUPERSEDED_META = "superseded_by"
 
 
 class HeadError(FludError):
@@ -79,7 +86,42 @@ def judge_home(ctx, found) -> str:
     saved = Saved(ctx.index)
     if saved.legacy:
         return LEGACY
-    return judge(saved.generation, saved.root, found, ctx.home.home_id, ctx.home.path)
+    verdict = judge_remembered(ctx, saved.generation, saved.root, found)
+    refuse_superseded(ctx.index, saved.generation, ctx.home.path)
+    return verdict
+
+
+def judge_remembered(ctx, saved_generation: int, saved_root, found) -> str:
+    """judge(), remembering (SUPERSEDED_META) the other home's root it is
+    refused by."""
+    try:
+        return judge(saved_generation, saved_root, found, ctx.home.home_id, ctx.home.path)
+    except OtherWriter:
+        if isinstance(found, RootRecord) and found.home != ctx.home.home_id:
+            known = ctx.index.get_meta(SUPERSEDED_META)
+            if not known or known["generation"] < found.generation:
+                ctx.index.set_meta(SUPERSEDED_META, {"home": found.home,
+                                                     "generation": found.generation})
+        raise
+
+
+def superseded_by(client_index):
+    """{"home", "generation"} of the other home's root this home was refused
+    by (until it adopts), or None."""
+    return client_index.get_meta(SUPERSEDED_META) or None
+
+
+def refuse_superseded(client_index, saved_generation: int, home_path: str = "H") -> None:
+    """OtherWriter if another home has taken over from this one (it met
+    that home's root before), whatever the nodes it hears now answer."""
+    other = superseded_by(client_index)
+    if other:
+        raise OtherWriter(
+            f"another home with this key (home {other['home'][:8]}) has written the head "
+            f"(generation {other['generation']}) since this home did (generation "
+            f"{saved_generation}): that home is the writer now, even where the nodes that "
+            f"answer now do not show its root (they are away, or answer with an old one). "
+            f"{_NOTHING_CHANGED} {_handover(home_path)}")
 
 
 def judge(saved_generation: int, saved_root, found, home_id: str, home_path: str = "H") -> str:

@@ -496,3 +496,36 @@ def _all_up(network, node_ids):
     for node_id in node_ids:
         network.nodes[node_id].up = True
     network.health.failed.clear()
+
+
+def test_a_superseded_home_stays_refused_when_the_new_writers_root_is_not_heard(world, tmp_path):
+    """Once a home has met another home's newer root (OTHER_WRITER), it is
+    superseded until it adopts, even when the nodes it hears later all show
+    its own head again: the new writer's holders away or gone for good (the
+    home set changed) and one node replaying an old root (the lifecycle
+    simulation, seed 92309: the home wrote a fork the head never listed)."""
+    clock, home, network = world
+    src = str(tmp_path / "src")
+    write(os.path.join(src, "a.txt"), b"alpha")
+    run_backup(world, [src])
+    before_handover = _roots(network)
+    world_b = _second_home(world, tmp_path)
+    run_until(clock, adopt(ctx_of(world_b)))
+    write(os.path.join(src, "b.txt"), b"beta")
+    with pytest.raises(FludError) as refused:
+        run_backup(world, [src])
+    assert refused.value.code == "OTHER_WRITER"
+    # every node answers with the first home's own head again
+    _replay(network, before_handover)
+    stored, roots = stored_bytes(world), _roots(network)
+    with pytest.raises(FludError) as refused:
+        run_backup(world, [src])
+    assert refused.value.code == "OTHER_WRITER", str(refused.value)
+    assert f"home {world_b[1].home_id[:8]}" in str(refused.value)
+    assert stored_bytes(world) == stored and _roots(network) == roots   # nothing written
+    _refused(world, prune_deferred(world, 1000.0), "OTHER_WRITER")
+    # adopting back needs the newer head, or --accept-older
+    _refused(world, adopt(ctx_of(world)), "STALE_ROOT")
+    run_until(clock, adopt(ctx_of(world), accept_older=True))
+    summary, _, _ = run_backup(world, [src])
+    assert summary["snapshot"] == 2
