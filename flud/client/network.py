@@ -23,6 +23,7 @@ from flud.protocol.stall import PeerStalled, StallWatch
 log = logging.getLogger("flud.client")
 
 CONNECT_TIMEOUT = 10.0
+WALK_SECONDS = 3.0   # how long a job's start waits for its random walks
 # The memory transfer follows the queues once they moved this much (or
 # drained): the connections report every burst of writes, thousands a second.
 SEND_SYNC_STEP = 256 * 1024
@@ -203,7 +204,17 @@ class Network(NodeRequests):
     def walk(self, count: int = RANDOM_WALKS):
         """Random walks (lookups of random ids): the nodes that answered
         join the candidates placement ranks. Fires with how many are new."""
-        answered = yield self.finder.walk(count)
+        # Bounded in time: a walk is a sample, and a stalled node on its
+        # path (TCP accepted, TLS never) would hold every job's start for a
+        # query timeout per round. What answered by then is the sample; the
+        # walks still running finish on their own and teach later lookups.
+        walking = self.finder.walk(count)
+        timer = defer.Deferred()
+        call = self.reactor.callLater(WALK_SECONDS, timer.callback, None)
+        yield defer.DeferredList([walking, timer], fireOnOneCallback=True, consumeErrors=True)
+        if call.active():
+            call.cancel()
+        answered = set(self.finder.answered)
         new = 0
         for node_id in answered:
             record = self.finder.records.get(node_id)
@@ -213,7 +224,17 @@ class Network(NodeRequests):
         return new
 
     def _find_node(self, node_id, host, port, target):
+        if node_id in self.failed:   # failed this run: not asked again (as peer())
+            return defer.fail(NodeUnavailable(
+                f"node {node_id.hex()[:12]} failed earlier in this run"))
         d = self.net.peer(NodeAddress(node_id, host, port))
+        if node_id in self.nodes:
+            # a candidate that stalls a lookup's dial fails for this run, as
+            # in peer(): no later lookup or job waits on it again
+            self.watch.start()
+            deadline = self.watch.deadline()
+            d.addTimeout(deadline, self.reactor)
+            d.addErrback(self._unreachable, node_id, deadline)
         return d.addCallback(lambda peer: peer.find_node(target))
 
     def save_peers(self) -> None:
