@@ -234,8 +234,15 @@ class Network(NodeRequests):
             self.watch.start()
             deadline = self.watch.deadline()
             d.addTimeout(deadline, self.reactor)
-            d.addErrback(self._unreachable, node_id, deadline)
+            d.addErrback(self._stalled_dial, node_id, deadline)
         return d.addCallback(lambda peer: peer.find_node(target))
+
+    def _stalled_dial(self, failure, node_id, deadline):
+        """Only a stall fails the node here: a refusal at the address we
+        had may mean it moved (peer() looks it up then)."""
+        if failure.check(defer.TimeoutError, defer.CancelledError):
+            return self._unreachable(failure, node_id, deadline)
+        return failure
 
     def save_peers(self) -> None:
         """Keep the records of the nodes known now in the home (best effort)."""
