@@ -20,7 +20,7 @@ import sys
 import time
 
 from flud import procfs
-from flud.netlab import build
+from flud.netlab import build, gateway
 from flud.netlab.topology import NODE_PORT, Topology, build_topology
 from flud.node.config import NodeConfig
 from flud.testnet import launch
@@ -118,6 +118,7 @@ class Lab:
         try:
             started = time.monotonic()
             build.build(topo)
+            gateway.start(topo.routers, self.directory, self._record_daemon)
             progress(f"{len(topo.namespaces())} namespaces, {len(topo.routers)} NAT routers "
                      f"made in {time.monotonic() - started:.1f} s")
             started = time.monotonic()
@@ -153,6 +154,10 @@ class Lab:
                                     "host": host.address, "port": NODE_PORT})
         save(self.directory, self.state)
 
+    def _record_daemon(self, daemon: dict) -> None:
+        self.state.setdefault("daemons", []).append(daemon)
+        save(self.directory, self.state)
+
     def _wait_ready(self, hosts, deadline) -> None:
         waiting = {h.name for h in hosts}
         nodes = {n["name"]: n for n in self.state["nodes"]}
@@ -179,6 +184,7 @@ class Lab:
         (nodes stopped, namespaces deleted)."""
         if not self.state:
             return 0, 0
+        gateway.stop(self.state.get("daemons", []))   # miniupnpd outlives its namespace
         nodes = self.state.get("nodes", [])
         stopped = launch.stop_nodes([n for n in nodes if n.get("start") is not None])
         for proc in self.processes.values():   # reap our own children

@@ -9,11 +9,14 @@
   nothing about the next connection's.
 - carrier: the outer router of a double NAT (carrier-grade NAT, RFC 6888):
   port-preserving like a cone, in front of a home router that is one too.
+- upnp, natpmp: a cone that also maps ports on request (miniupnpd:
+  flud/netlab/miniupnpd.py).
 
 Every kind filters the same way: what comes from the WAN side is forwarded
 only when it belongs to a connection made from inside (conntrack's
 established/related); nothing inside is reachable unasked.
 """
+from flud.netlab import miniupnpd
 from flud.netlab.topology import Router
 
 TABLE = "fludlab"
@@ -24,6 +27,8 @@ MASQUERADE = {"cone": "masquerade", "carrier": "masquerade",
 def ruleset(router: Router) -> str:
     """`nft -f -` input for router: one table, NAT out of the WAN, and a
     forward filter that lets only replies in."""
+    if router.kind in miniupnpd.KINDS:
+        return miniupnpd.ruleset(router)    # miniupnpd's chains besides
     try:
         masquerade = MASQUERADE[router.kind]
     except KeyError:

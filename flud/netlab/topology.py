@@ -28,8 +28,11 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from flud.errors import FludError
+from flud.netlab import miniupnpd
 
-NAT_KINDS = ("cone", "symmetric", "double")
+NAT_KINDS = ("cone", "symmetric", "double", "upnp", "natpmp")
+# routers that map a port on request (miniupnpd): a node behind one is reachable
+MAPPING_KINDS = miniupnpd.KINDS
 MAX_PUBLIC = 2000
 MAX_SITES = 100
 PREFIX_LENGTH_LIMIT = 6          # interface names are at most 15 bytes
@@ -62,13 +65,13 @@ class Host:
 
     @property
     def expected_reachability(self) -> str:
-        return "public" if self.kind == "public" else "private"
+        return "public" if self.kind == "public" or self.kind in MAPPING_KINDS else "private"
 
 
 @dataclass(frozen=True)
 class Router:
     namespace: str
-    kind: str          # cone | symmetric | carrier (the outer layer of a double NAT)
+    kind: str          # cone | symmetric | upnp | natpmp | carrier (a double NAT's outer layer)
     wan_if: str
     wan_address: str   # with its prefix length: "198.18.200.1/16"
     lan_if: str

@@ -18,7 +18,8 @@ import logging
 
 from twisted.internet import defer
 
-from flud.node.reachability import PRIVATE, PUBLIC, UNKNOWN, DialBackLimiter, Judge, plain_host
+from flud.node.reachability import (PER_ADDRESS_INTERVAL, PRIVATE, PUBLIC, UNKNOWN,
+                                    DialBackLimiter, Judge, plain_host)
 from flud.protocol import messages
 from flud.protocol.codec import Op
 from flud.protocol.connection import dial
@@ -93,6 +94,8 @@ class Prober:
         self.rounds = 0
         self._retry = RETRY_AFTER
         self._call = None
+        self._soon = False        # a new candidate waits for a round
+        self._last_round = None   # when the last round began
 
     def start(self) -> None:
         self._schedule(FIRST_ROUND_AFTER)
@@ -106,9 +109,18 @@ class Prober:
         self._call = self.reactor.callLater(delay, self._tick)
 
     def probe_soon(self) -> None:
-        """A new candidate (a mapped port): ask again now, not in 10 minutes."""
+        """A new candidate (a mapped port): ask again soon, not in 10
+        minutes: once the peers asked last time take a new request (each
+        serves an asker once per PER_ADDRESS_INTERVAL), or after the round
+        in flight."""
+        self._soon = True
         if self._call is not None and self._call.active():
-            self._call.reset(0)
+            self._call.reset(self._soon_delay())
+
+    def _soon_delay(self) -> float:
+        if self._last_round is None:
+            return 0.0
+        return max(0.0, self._last_round + PER_ADDRESS_INTERVAL + 1.0 - self.reactor.seconds())
 
     def _tick(self) -> None:
         d = self.probe_once()
@@ -116,7 +128,10 @@ class Prober:
         d.addBoth(lambda _: self._call is not None and self._schedule(self._next_delay()))
 
     def _next_delay(self) -> float:
-        if self.verdict != UNKNOWN:
+        if self._soon:
+            return self._soon_delay()
+        # a re-check that no peer answered (all busy) says nothing: soon again
+        if self.verdict != UNKNOWN and self.judge.verdict() != UNKNOWN:
             self._retry = RETRY_AFTER
             return REPROBE_INTERVAL
         delay, self._retry = self._retry, min(self._retry * 2, REPROBE_INTERVAL)
@@ -149,6 +164,7 @@ class Prober:
     def probe_once(self):
         """One round: ask, judge, publish. Fires with the verdict."""
         self.rounds += 1
+        self._soon, self._last_round = False, self.reactor.seconds()
         if self.verdict != UNKNOWN:
             self.judge = Judge()     # a re-check starts from a clean slate
         askers = self._askers()

@@ -37,6 +37,7 @@ from flud.storage.leases import LeaseTerms
 from flud.trust.ledger import QuotaTerms
 
 STORE_WORKERS = 4
+UNMAP_WAIT = 3.0   # seconds a stopping node waits for its gateway to drop its port
 # Developer switch: a file holding seconds added to the node's lease clock
 # (docs/DESIGN.md, "Developer switches").
 CLOCK_FILE_ENV = "FLUD_NODE_CLOCK_FILE"
@@ -294,7 +295,7 @@ class NodeService(Service):
         if self.prober is not None:
             self.prober.stop()
         self.reservation.stop()
-        self.port_mapper.stop()
+        unmapped = self.port_mapper.stop()   # the gateway drops our port (best effort)
         self.discovery.stop()
         self.leases.stop()
         self.compactions.stop()
@@ -304,6 +305,9 @@ class NodeService(Service):
         self.pool.close_all()
         self.door.stop()
         d = self._listening.stopListening() if self._listening else None
+        if not unmapped.called:       # the deletion's answer, waited for UNMAP_WAIT at most
+            unmapped.addTimeout(UNMAP_WAIT, self.reactor).addErrback(lambda f: None)
+            d = defer.gatherResults([d or defer.succeed(None), unmapped])
         self.workers.stop()
         self.store.close()
         try:
