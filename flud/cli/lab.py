@@ -18,7 +18,8 @@ def add_lab_commands(sub) -> None:
     up.add_argument("--dir", required=True, help="the lab's directory (lab.json, node homes)")
     up.add_argument("--public", type=int, default=3, help="public hosts (default 3)")
     up.add_argument("--nat", default="", metavar="KIND:N,...",
-                    help="NATed sites, one node each: cone, symmetric, double "
+                    help="NATed sites, one node each: cone, symmetric, double, or a router "
+                         "that maps ports (miniupnpd): upnp, natpmp, igd "
                          "(e.g. cone:2,symmetric:1,double:1)")
     up.add_argument("--delay", type=float, default=0.0, metavar="MS",
                     help="round-trip time added between any two hosts, in ms (tc netem)")

@@ -1,9 +1,10 @@
 """Lab routers that map ports on request: miniupnpd in the router's
 namespace, as on a home router (docs/network-lab.md, "Port mapping").
 
-- upnp:   UPnP-IGD and NAT-PMP/PCP both on (most home routers);
-- natpmp: NAT-PMP/PCP only (UPnP off: a node's UPnP discovery finds no
-          gateway and it falls back to NAT-PMP, flud/node/port_mapping.py).
+- upnp:   UPnP-IGD and NAT-PMP/PCP both on (many home routers; a node
+          maps with whichever it finds first, flud/node/port_mapping.py);
+- natpmp: NAT-PMP/PCP only (a node's UPnP discovery finds nothing);
+- igd:    UPnP-IGD only (its NAT-PMP port is closed).
 
 Their ruleset and miniupnpd's configuration: flud/netlab/miniupnpd.py.
 Each router's processes (the STUN responder, miniupnpd) are started with
@@ -19,7 +20,8 @@ import time
 
 from flud import procfs
 from flud.netlab.build import LabError, enter_namespace
-from flud.netlab.miniupnpd import HTTP_PORT, KINDS, NATPMP_PORT, STUN_PORT, miniupnpd_config
+from flud.netlab.miniupnpd import (HTTP_PORT, KINDS, NATPMP_PORT, SPEAKS_NATPMP, SPEAKS_UPNP,
+                                   STUN_PORT, miniupnpd_config)
 from flud.testnet import launch
 
 MINIUPNPD = "/usr/sbin/miniupnpd"
@@ -100,7 +102,8 @@ def start(routers: list, directory: str, record) -> None:
                                            os.path.join(files, "miniupnpd.pid")],
                         os.path.join(files, "miniupnpd.log"))
         record(_daemon("miniupnpd", router.namespace, daemon))
-        ports = [(NATPMP_PORT, "udp")] + ([(HTTP_PORT, "tcp")] if router.kind == "upnp" else [])
+        ports = ([(NATPMP_PORT, "udp")] if router.kind in SPEAKS_NATPMP else []) + (
+            [(HTTP_PORT, "tcp")] if router.kind in SPEAKS_UPNP else [])
         _wait(lambda: all(_listening(daemon.pid, p, proto) for p, proto in ports), daemon,
               f"miniupnpd in {router.namespace}", os.path.join(files, "miniupnpd.log"), deadline)
 

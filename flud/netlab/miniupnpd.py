@@ -1,5 +1,6 @@
 """A mapping router's nftables ruleset and miniupnpd's configuration, by
-kind (upnp: UPnP-IGD and NAT-PMP/PCP; natpmp: NAT-PMP/PCP only). Pure text;
+kind (upnp: UPnP-IGD and NAT-PMP/PCP; natpmp: NAT-PMP/PCP only; igd:
+UPnP-IGD only). Pure text;
 flud/netlab/gateway.py runs miniupnpd with it.
 
 Both kinds NAT like a cone router (port-preserving masquerade) and filter
@@ -17,7 +18,9 @@ responder bound to the WAN address (flud/netlab/stun.py says why that passes).
 import os
 import uuid
 
-KINDS = ("upnp", "natpmp")
+KINDS = ("upnp", "natpmp", "igd")
+SPEAKS_UPNP = ("upnp", "igd")
+SPEAKS_NATPMP = ("upnp", "natpmp")
 STUN_PORT = 3478
 HTTP_PORT = 5000          # UPnP's description and control (on the LAN side only)
 NATPMP_PORT = 5351
@@ -60,14 +63,15 @@ def miniupnpd_config(router, files: str) -> str:
     """miniupnpd.conf for router; files: the directory of its lease file."""
     wan = router.wan_address.split("/")[0]
     lan_net = router.lan_address   # e.g. 198.19.1.1/24: hosts of that net may map
-    upnp = "yes" if router.kind == "upnp" else "no"
+    upnp = "yes" if router.kind in SPEAKS_UPNP else "no"
+    nat_pmp = "yes" if router.kind in SPEAKS_NATPMP else "no"
     return f"""# made by flud/netlab/gateway.py for {router.namespace}
 ext_ifname={router.wan_if}
 listening_ip={router.lan_if}
 ipv6_disable=yes
 http_port={HTTP_PORT}
 enable_upnp={upnp}
-enable_natpmp=yes
+enable_natpmp={nat_pmp}
 ext_perform_stun=yes
 ext_stun_host={wan}
 ext_stun_port={STUN_PORT}

@@ -9,7 +9,7 @@
   nothing about the next connection's.
 - carrier: the outer router of a double NAT (carrier-grade NAT, RFC 6888):
   port-preserving like a cone, in front of a home router that is one too.
-- upnp, natpmp: a cone that also maps ports on request (miniupnpd:
+- upnp, natpmp, igd: a cone that also maps ports on request (miniupnpd:
   flud/netlab/miniupnpd.py).
 
 Every kind filters the same way: what comes from the WAN side is forwarded

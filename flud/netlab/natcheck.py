@@ -2,7 +2,8 @@
 way a peer would see it: a NATed host connects from one source port to two
 public hosts, and each public host reports the address and port it saw.
 
-- cone (and double, two port-preserving layers): both saw the router's
+- cone (and double, two port-preserving layers; upnp, natpmp, igd:
+  cones that also map on request): both saw the router's
   outside address and the same port, the one the host sent from
   (endpoint-independent, port-preserving mapping);
 - symmetric: the two saw different ports (a mapping per destination);
@@ -89,7 +90,7 @@ def judge(kind: str, seen: list, source_port: int = SOURCE_PORT) -> str:
     ports = [port for _, port in seen]
     if len(addresses) != 1:
         return f"seen from {sorted(addresses)}: one outside address expected"
-    if kind in ("cone", "double"):
+    if kind in ("cone", "double", "upnp", "natpmp", "igd"):   # the mapping kinds are cones too
         if ports != [source_port] * len(ports):
             return f"ports {ports}: a port-preserving NAT keeps {source_port}"
     elif kind == "symmetric":

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from flud.errors import FludError
 from flud.netlab import miniupnpd
 
-NAT_KINDS = ("cone", "symmetric", "double", "upnp", "natpmp")
+NAT_KINDS = ("cone", "symmetric", "double") + miniupnpd.KINDS
 # routers that map a port on request (miniupnpd): a node behind one is reachable
 MAPPING_KINDS = miniupnpd.KINDS
 MAX_PUBLIC = 2000
@@ -71,7 +71,7 @@ class Host:
 @dataclass(frozen=True)
 class Router:
     namespace: str
-    kind: str          # cone | symmetric | upnp | natpmp | carrier (a double NAT's outer layer)
+    kind: str          # cone | symmetric | upnp | natpmp | igd | carrier (double NAT's outer)
     wan_if: str
     wan_address: str   # with its prefix length: "198.18.200.1/16"
     lan_if: str

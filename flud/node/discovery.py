@@ -9,8 +9,10 @@ holder answers there), and PINGs it. Only then is it offered to the table
 (flud/overlay/routing.py: k = 20 a bucket, oldest live contacts kept, at
 most 2 of one global /24 or /48 a bucket and 10 a table). Probes are
 bounded: MAX_QUEUED candidates wait, PROBES_AT_ONCE run, and an id probed
-lately is not probed again for PROBE_AGAIN_AFTER, so a flood of records
-costs a bounded queue and a bounded rate of dials.
+lately at an address is not probed there again for PROBE_AGAIN_AFTER, so a
+flood of records costs a bounded queue and a bounded rate of dials (a node
+that moved, or mapped a port after it was found unreachable, is probed at
+its new address at once).
 
 FIND_NODE answers are rate limited per asker and for everyone together
 (token buckets); over the limit the answer is RATE_LIMITED, at once, and
@@ -112,7 +114,7 @@ class Discovery:
         self.queue = deque()          # records waiting for their probe
         self.queued = set()
         self.probing = 0
-        self.probed = OrderedDict()   # id -> when last probed
+        self.probed = OrderedDict()   # id -> (when last probed, at which address)
         self.refreshed = {}           # bucket index -> when last looked up
         self.joined = False
         self.on_verified = None       # told of each record that passed its probe
@@ -156,8 +158,9 @@ class Discovery:
             if held is not None and held.record is not None and \
                     held.record.sequence >= record.sequence:
                 continue
+            when, where = self.probed.get(node_id, (-PROBE_AGAIN_AFTER, None))
             if held is None and (
-                    now - self.probed.get(node_id, -PROBE_AGAIN_AFTER) < PROBE_AGAIN_AFTER
+                    (now - when < PROBE_AGAIN_AFTER and where == record.first_tcp())
                     or not self.table.has_room(node_id, subnet_of(record.first_tcp()[0]))):
                 continue    # probed lately, or it could not go in anyway
             if len(self.queue) >= MAX_QUEUED:
@@ -177,7 +180,7 @@ class Discovery:
                     record.node_id, subnet_of(record.first_tcp()[0])):
                 continue        # filled up while it waited
             self.probing += 1
-            self._remember_probe(record.node_id)
+            self._remember_probe(record.node_id, record.first_tcp())
             d = self.check_reachable(record)
             d.addBoth(self._probed)
 
@@ -186,8 +189,8 @@ class Discovery:
         self._pump()
         return None
 
-    def _remember_probe(self, node_id) -> None:
-        self.probed[node_id] = self.clock.seconds()
+    def _remember_probe(self, node_id, where) -> None:
+        self.probed[node_id] = (self.clock.seconds(), where)
         self.probed.move_to_end(node_id)
         while len(self.probed) > PROBED_MEMORY:
             self.probed.popitem(last=False)

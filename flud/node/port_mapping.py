@@ -43,6 +43,7 @@ DISCOVER_MS = 1000
 DESCRIPTION = "flud node"
 MIN_RENEW = 1.0
 ROUTE_TABLE = "/proc/net/route"
+CARRIER_GRADE = ipaddress.ip_network("100.64.0.0/10")   # RFC 6598: not is_private
 
 
 class MappingFailed(FludError):
@@ -68,6 +69,23 @@ def usable_address(text) -> str:
     if address.is_unspecified:
         raise MappingFailed("the gateway has no external address (0.0.0.0)")
     return str(address)
+
+
+def looks_natted(hosts) -> bool:
+    """Does a node with these own addresses probably sit behind a NAT (an
+    IPv4 address of a private range: RFC 1918, the carrier-grade 100.64/10,
+    the lab's 198.18/15)? Such a node asks for a mapping at once, so that
+    its first reachability round can already confirm it, instead of after
+    a round has judged it private."""
+    for host in hosts:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            continue
+        if address.version == 4 and not address.is_loopback and not address.is_link_local \
+                and (address.is_private or address in CARRIER_GRADE):
+            return True
+    return False
 
 
 def default_gateway_client():

@@ -21,7 +21,7 @@ from flud.node.gate import GatedConnectionFactory
 from flud.node.leases import LeaseKeeper, offset_file_reader
 from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
-from flud.node.port_mapping import PortMapper
+from flud.node.port_mapping import PortMapper, looks_natted
 from flud.node.relay import RelayDoor, RelayService, ReservationKeeper
 from flud.protocol.node_record import Address
 from flud.node.reachability import candidate_addresses, is_loopback
@@ -221,6 +221,8 @@ class NodeService(Service):
         self.membership.start()
         if self.prober is not None:
             self.prober.start()
+            if looks_natted(a.host for a in self.own_record.candidates):
+                self.port_mapper.start()    # mapped before the first round, if it can be
         self.leases.start()
         self.compactions.start()
         self.quota.start()

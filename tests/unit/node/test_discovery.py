@@ -82,6 +82,22 @@ def test_only_nodes_that_answer_at_their_address_enter_the_table():
     assert d.checker.refused == {"RECORD_BAD_SIGNATURE": 1}
 
 
+def test_a_node_found_unreachable_is_probed_again_at_a_new_address_only():
+    """A home node probed while it was unreachable, that then mapped a port
+    (a record at its router's address), is probed there at once; the same
+    address again waits PROBE_AGAIN_AFTER (a flood costs nothing more)."""
+    home = KEYS[4]
+    d, _ = discovery()
+    d.consider([record(home, host="198.19.1.2", port=7400, sequence=1)])
+    d.consider([record(home, host="198.19.1.2", port=7400, sequence=2)])
+    assert d.probed_ids == [home.node_id]                   # not again at that address
+    d.probe = lambda node_id, host, port: (d.probed_ids.append(node_id), defer.succeed(
+        FakeConn(node_id)))[1]
+    d.consider([record(home, host="198.18.200.1", port=7400, sequence=3)])
+    assert d.probed_ids == [home.node_id] * 2
+    assert [c.node_id for c in d.table.contacts()] == [home.node_id]
+
+
 def test_find_node_answers_at_most_k_and_a_flood_is_refused():
     d, clock = discovery(reachable={k.node_id for k in KEYS[1:]})
     d.consider([record(k, port=5000 + i) for i, k in enumerate(KEYS[1:])])
