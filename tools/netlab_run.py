@@ -15,7 +15,10 @@ one double), then measures and prints:
   the NATed side dials out), and the pairs of NATed nodes, which go through
   a relay;
 - a client behind one NAT backs up a sample home, and a new home made from
-  the exported key alone behind another NAT restores it: identical or not.
+  the exported key alone behind another NAT restores it: identical or not;
+- port mapping, in a small lab of its own (tools/netlab_portmap.py): a node
+  behind each kind of miniupnpd router, how it mapped and how soon, reached
+  directly or not (skipped, saying why, where miniupnpd is missing).
 
 Takes the lab down at the end, whatever happened (Ctrl-C too). Needs root,
 iproute2 and nftables. Exits 1 if a verdict is wrong, a router misbehaves or
@@ -36,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flud.netlab import build, natcheck  # noqa: E402
 from flud.netlab.lab import Lab  # noqa: E402
 from flud.netlab.topology import NODE_PORT, parse_nat  # noqa: E402
+from tools import netlab_portmap  # noqa: E402
 from tools.sample_tree import make_sample_tree  # noqa: E402
 from tools.treecmp import compare_trees  # noqa: E402
 
@@ -74,6 +78,8 @@ def main() -> int:
     parser.add_argument("--dir", default=os.path.join(os.getcwd(), "run", "netlab"))
     parser.add_argument("--sample-mib", type=int, default=4, help="the sample's largest file")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--no-portmap", action="store_true",
+                        help="skip the port-mapping section (its own small lab)")
     args = parser.parse_args()
     why = build.missing_prerequisites()
     if why:
@@ -168,9 +174,17 @@ def main() -> int:
     finally:
         stopped, deleted = lab.down()
         print(f"lab down: {stopped} node processes stopped, {deleted} namespaces deleted")
+    portmap = {}
+    if not args.no_portmap:    # a small lab of its own, after this one is down
+        portmap, failed = netlab_portmap.measure(os.path.join(work, "portmap-lab"))
+        failures += failed
     print(f"\nnetwork lab: {args.public} public nodes, NATed sites {args.nat}")
     for name, value in figures.items():
         print(f"  {name:48} {value}")
+    if portmap:
+        print("\nport mapping (miniupnpd routers: a node behind each, mapped and reached directly?)")
+        for name, value in portmap.items():
+            print(f"  {name:48} {value}")
     for failure in failures:
         print(f"  FAILED: {failure}")
     return 1 if failures else 0
