@@ -109,3 +109,83 @@ def test_the_server_dials_only_the_observed_address_and_rate_limits():
         server.serve(FakeConn("198.18.200.1"), 2, messages.DialBackRequest(7400, "198.18.200.1"))
     assert refused.value.code == ErrorCode.RATE_LIMITED
     assert len(reactor.tcpClients) == 1
+
+
+class StubRecord:
+    def __init__(self):
+        self.candidates, self.moves = (), []
+
+    def move(self, addresses):
+        self.moves.append(list(addresses))
+
+
+def scripted_prober(answers):
+    """A Prober whose rounds ask two peers; answers(round) -> [(reached,
+    answered Deferred or None)] per peer (None: answered at once)."""
+    import random
+
+    from twisted.internet import defer
+
+    from flud.node.dial_back import Prober
+    clock = MemoryReactorClock()
+    prober = Prober(clock, None, None, None, StubRecord(), 7400, random.Random(1))
+    prober._askers = lambda: [(b"a" * 32, "198.18.1.1", 7400), (b"b" * 32, "198.18.2.1", 7400)]
+    rounds = []
+
+    def ask(peer_id, host, port):
+        reached, gate = answers(prober.rounds - 1)[0 if host.endswith("1.1") else 1]
+        if host.endswith("1.1"):
+            rounds.append(clock.seconds())
+        d = gate or defer.succeed(None)
+        return d.addCallback(lambda _: prober.judge.record(host, "198.18.200.1", 7400, reached))
+    prober._ask = ask
+    return clock, prober, rounds
+
+
+def test_a_new_candidate_is_checked_once_the_peers_asked_take_a_new_request():
+    """The gateway mapped a port after a round judged the node private: the
+    next round comes as soon as the peers asked take a new DIAL_BACK from
+    it (each serves an asker once per PER_ADDRESS_INTERVAL), not in 10 minutes."""
+    from flud.node.dial_back import FIRST_ROUND_AFTER
+    from flud.node.reachability import PER_ADDRESS_INTERVAL
+    clock, prober, rounds = scripted_prober(lambda n: [(n > 0, None), (n > 0, None)])
+    prober.start()
+    clock.advance(FIRST_ROUND_AFTER)
+    assert prober.verdict == PRIVATE and rounds == [FIRST_ROUND_AFTER]
+    clock.advance(2.0)
+    prober.probe_soon()                           # mapped
+    clock.advance(PER_ADDRESS_INTERVAL - 2.0)
+    assert len(rounds) == 1                       # the peers would refuse yet
+    clock.advance(1.0)
+    assert rounds == [FIRST_ROUND_AFTER, FIRST_ROUND_AFTER + PER_ADDRESS_INTERVAL + 1.0]
+    assert prober.verdict == PUBLIC
+
+
+def test_a_mapping_made_during_a_round_gets_a_round_of_its_own():
+    from twisted.internet import defer
+
+    from flud.node.dial_back import FIRST_ROUND_AFTER, REPROBE_INTERVAL
+    gate = defer.Deferred()
+    clock, prober, rounds = scripted_prober(
+        lambda n: [(False, gate), (False, None)] if n == 0 else [(True, None), (True, None)])
+    prober.start()
+    clock.advance(FIRST_ROUND_AFTER)
+    prober.probe_soon()                           # while the first round waits
+    gate.callback(None)
+    assert prober.verdict == PRIVATE
+    clock.advance(REPROBE_INTERVAL / 2)
+    assert len(rounds) == 2 and prober.verdict == PUBLIC
+
+
+def test_a_recheck_no_peer_answered_is_tried_again_soon():
+    from flud.node.dial_back import FIRST_ROUND_AFTER, REPROBE_INTERVAL, RETRY_AFTER
+    clock, prober, rounds = scripted_prober(lambda n: [(False, None), (False, None)])
+    prober.start()
+    clock.advance(FIRST_ROUND_AFTER)
+    assert prober.verdict == PRIVATE
+    clock.advance(REPROBE_INTERVAL)
+    assert len(rounds) == 2
+    prober._askers = lambda: []                   # nobody to ask: no answer at all
+    clock.advance(REPROBE_INTERVAL)
+    clock.advance(RETRY_AFTER)
+    assert len(rounds) == 2 and prober.rounds == 4 and prober.verdict == PRIVATE
