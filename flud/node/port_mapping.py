@@ -43,7 +43,7 @@ DISCOVER_MS = 1000
 DESCRIPTION = "flud node"
 MIN_RENEW = 1.0
 ROUTE_TABLE = "/proc/net/route"
-CARRIER_GRADE = ipaddress.ip_network("100.64.0.0/10")   # RFC 6598: not is_private
+CARRIER_GRADE = "100.64.0.0/10"   # RFC 6598 (not is_private)
 
 
 class MappingFailed(FludError):
@@ -77,13 +77,14 @@ def looks_natted(hosts) -> bool:
     the lab's 198.18/15)? Such a node asks for a mapping at once, so that
     its first reachability round can already confirm it, instead of after
     a round has judged it private."""
+    carrier_grade = ipaddress.ip_network(CARRIER_GRADE)   # ipaddress loads lazily in a node
     for host in hosts:
         try:
             address = ipaddress.ip_address(host)
         except ValueError:
             continue
         if address.version == 4 and not address.is_loopback and not address.is_link_local \
-                and (address.is_private or address in CARRIER_GRADE):
+                and (address.is_private or address in carrier_grade):
             return True
     return False
 
