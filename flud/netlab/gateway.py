@@ -126,5 +126,11 @@ def _wait(ready, proc, what: str, log_path: str, deadline: float) -> None:
 
 def stop(daemons: list) -> int:
     """Stop the recorded daemons still running (by pid and start time);
-    returns how many were."""
-    return launch.stop_nodes([d for d in daemons if d.get("start") is not None])
+    returns how many were. Those this process started are reaped."""
+    stopped = launch.stop_nodes([d for d in daemons if d.get("start") is not None])
+    for daemon in daemons:
+        try:
+            os.waitpid(daemon["pid"], os.WNOHANG)
+        except ChildProcessError:
+            pass          # another process's child (`flud lab up` started it)
+    return stopped

@@ -13,7 +13,8 @@ in the way). This responder, bound to the router's own WAN address, reports
 each request's source: the WAN address and the port it was sent from, which
 is the truth for a router that is itself the edge of the lab's "internet".
 
-Pure codec (binding_response) and a small blocking loop; CHANGE-REQUEST is
+Pure codec (binding_response) and a small blocking loop that answers only
+requests from the router itself (its own WAN address); CHANGE-REQUEST is
 ignored (the lab has one address to answer from), which miniupnpd accepts.
 """
 import socket
@@ -52,6 +53,8 @@ def serve(host: str, port: int) -> None:
     print("ready", flush=True)
     while True:
         data, (source_host, source_port) = sock.recvfrom(MAX_DATAGRAM)
+        if source_host != host:
+            continue      # only the router's own miniupnpd asks; nobody else is answered
         reply = binding_response(data, source_host, source_port)
         if reply is not None:
             sock.sendto(reply, (source_host, source_port))
