@@ -82,3 +82,18 @@ def test_miniupnpd_speaks_what_its_kind_says_and_learns_its_address_by_stun(topo
         assert f"allow 1024-65535 {router.lan_address} 1024-65535" in lines
         assert lines[-1] == "deny 0-65535 0.0.0.0/0 0-65535"
         assert f"lease_file={tmp_path}/leases" in lines
+
+
+def test_a_missing_or_iptables_miniupnpd_is_named_with_its_package(monkeypatch, tmp_path):
+    from flud.netlab import gateway
+    monkeypatch.setattr(gateway, "miniupnpd_path", lambda: None)
+    assert "miniupnpd-nftables" in gateway.missing_miniupnpd()
+    fake = tmp_path / "miniupnpd"
+    fake.write_text("#!/bin/sh\necho 'miniupnpd 2.3.1 Dec 21 2022'\n"
+                    "echo 'using netfilter(iptables) backend'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gateway, "miniupnpd_path", lambda: str(fake))
+    why = gateway.missing_miniupnpd()
+    assert "not built for nftables" in why and "miniupnpd-nftables" in why
+    fake.write_text("#!/bin/sh\necho 'miniupnpd 2.3.1'\necho 'using netfilter(nftables) backend'\n")
+    assert gateway.missing_miniupnpd() is None
