@@ -339,9 +339,13 @@ class PortMapper:
         return d
 
     def _mapped(self, outcome) -> None:
-        if self._call is None:
-            return
         method, done = outcome
+        if self._call is None:     # stopped while the gateway mapped: drop it again
+            try:
+                method.unmap(self.port).addErrback(lambda f: None)
+            except Exception:
+                pass
+            return
         where = (done.host, done.port)
         changed = where != self.mapped
         self.mapped, self.holder, self.failures, self.last_error = where, method, 0, ""

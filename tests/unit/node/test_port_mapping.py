@@ -267,3 +267,16 @@ def test_a_renewal_that_fails_discovers_again():
     clock.advance(LEASE / 2)
     assert ports.holder.name == "nat-pmp" and ports.mapped == ("198.18.201.1", 7400)
     assert seen[-1] == ("198.18.201.1", 7400) and ports.failures == 0
+
+
+def test_a_mapping_that_lands_after_stop_is_dropped_again():
+    clock, threads, seen = MemoryReactorClock(), LaterThreads(), []
+    gateway = FakeGateway()
+    ports = PortMapper(clock, threads, 7400, lambda h, p: seen.append((h, p)),
+                       methods=[UpnpIgd(threads, lambda: gateway)])
+    ports.start()
+    clock.advance(0)
+    threads.run_all()                 # discovered; the mapping request now waits
+    ports.stop()
+    threads.run_all()                 # the gateway maps, then is asked to drop it
+    assert seen == [] and gateway.calls == 1 and gateway.mappings == {}
