@@ -1,5 +1,5 @@
 """Lab routers that map ports on request: miniupnpd in the router's
-namespace, as on a home router (docs/network-lab.md, "Port mapping").
+namespace, as on a home router (docs/network-lab.md, "Port-mapping routers").
 
 - upnp:   UPnP-IGD and NAT-PMP/PCP both on (many home routers; a node
           maps with whichever it finds first, flud/node/port_mapping.py);
