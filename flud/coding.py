@@ -160,22 +160,6 @@ class SegmentCoder:
         chosen = sorted(slices)[: self.k]
         return self._get_decoder().decode([slices[i] for i in chosen], chosen)
 
-    def decode_piece(self, piece: Piece, slices: Mapping[int, Buffer]) -> Buffer:
-        """Bytes [piece.start, piece.end) of block piece.block_index.
-
-        `slices` holds that range of the primary share itself, or of any k shares.
-        """
-        if not 0 <= piece.block_index < self.k:
-            raise BadShares(f"block {piece.block_index} is not a primary block of a {self.k}-of-{self.n} code")
-        wanted = piece.end - piece.start
-        if piece.block_index in slices:
-            found = slices[piece.block_index]
-        else:
-            found = self.decode_blocks_range(slices)[piece.block_index]
-        if len(found) != wanted:
-            raise BadShares(f"slices of {len(found)} bytes given for a piece of {wanted} bytes")
-        return found
-
     # --- re-coding (repair) --------------------------------------------------
 
     def recreate(self, shares: Mapping[int, Buffer], indexes: Sequence[int]) -> dict[int, Buffer]:

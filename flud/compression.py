@@ -13,11 +13,11 @@ What a caller relies on:
   again by its plaintext digest, never by its compressed bytes.
 - Data that does not compress is stored as it is (method None): a file is
   compressed and the result kept only if it saves enough (worth_keeping);
-  a large segment asks looks_incompressible() of a sample first, at a
-  fraction of the cost (plan_segment).
+  a large segment asks sample_incompressible() of a sample first, at a
+  fraction of the cost (plan_pieces).
 - A large segment is compressed in place (compress_in_place), in its own
   buffer, a piece at a time: no second segment-sized buffer. Its compressed
-  length is learnt first without writing (plan_segment: an extent's
+  length is learnt first without writing (plan_pieces: an extent's
   streams declare their sizes before its first segment is sent).
 - decompress() refuses an unknown method, and bytes that do not give exactly
   the recorded size, with a typed error: it never makes more than that size.
@@ -64,7 +64,7 @@ CONTENT_LEVEL = 3
 MIN_SAVED_FRACTION = 32
 MIN_SAVED_BYTES = 64
 
-# looks_incompressible() compresses this many spans of this size, spread
+# sample_incompressible() compresses this many spans of this size, spread
 # evenly over its data (all of it when it is shorter): 32 KiB, ~0.1 ms.
 SAMPLE_SPANS = 8
 SAMPLE_SPAN = 4096
@@ -123,7 +123,7 @@ def working_bytes(size: int) -> int:
 
 
 def sample_spans(length: int) -> list:
-    """[(offset, size)] of the sample looks_incompressible() takes from
+    """[(offset, size)] of the sample sample_incompressible() takes from
     `length` bytes: SAMPLE_SPANS spans of SAMPLE_SPAN spread evenly (all of
     it when it is short)."""
     if length <= SAMPLE_SPANS * SAMPLE_SPAN:
@@ -135,14 +135,6 @@ def sample_spans(length: int) -> list:
 def sample_incompressible(sample) -> bool:
     """True when a sample (sample_spans' bytes, joined) does not save enough."""
     return not worth_keeping(len(sample), len(compress(sample)))
-
-
-def looks_incompressible(data) -> bool:
-    """A cheap guess from a sample of `data` (sample_spans): True when the
-    sample does not save enough to keep (media, archives, already
-    compressed data)."""
-    view = memoryview(data).cast("B")
-    return sample_incompressible(b"".join(view[o:o + n] for o, n in sample_spans(len(view))))
 
 
 # A segment is compressed SEGMENT_PIECE bytes at a time (zstd's own block
@@ -205,13 +197,6 @@ def plan_pieces(sample, pieces, length: int):
     if stored is None or not worth_keeping(length, stored):
         return None, length
     return ZSTD, stored
-
-
-def plan_segment(data):
-    """plan_pieces() of a segment held in `data`."""
-    view = memoryview(data).cast("B")
-    sample = b"".join(view[o:o + n] for o, n in sample_spans(len(view)))
-    return plan_pieces(sample, lambda: slices(view, len(view)), len(view))
 
 
 def compress_in_place(buffer, length: int):

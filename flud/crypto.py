@@ -199,20 +199,6 @@ def seal(key: bytes, plaintext: bytes, associated: bytes = b"") -> bytes:
     return nonce + ciphertext + tag
 
 
-def seal_in_place(key: bytes, buffer: bytearray, associated: bytes = b"") -> bytearray:
-    """seal() without a second copy: buffer holds GCM_NONCE_LENGTH bytes of
-    headroom, then the plaintext; it becomes nonce | ciphertext | tag."""
-    if len(buffer) < GCM_NONCE_LENGTH:
-        raise ValueError("seal_in_place needs the nonce's headroom at the start of the buffer")
-    nonce = secrets.token_bytes(GCM_NONCE_LENGTH)
-    cipher = _gcm(key, nonce, associated)
-    with memoryview(buffer) as view, view[GCM_NONCE_LENGTH:] as body:
-        cipher.encrypt(body, output=body)
-    buffer[:GCM_NONCE_LENGTH] = nonce
-    buffer += cipher.digest()
-    return buffer
-
-
 def open_sealed(key: bytes, blob: bytes, associated: bytes = b"") -> bytes:
     """Inverse of seal(); IntegrityError if anything was changed or the key is wrong."""
     _check_sealed_length(blob)

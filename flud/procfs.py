@@ -74,11 +74,6 @@ def command_line(pid):
         return None
 
 
-def pids() -> list:
-    """The pids of every process now."""
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
 def machine_cpu_ticks():
     """(busy, total) clock ticks of every CPU since boot, from /proc/stat
     (busy: all but idle and iowait)."""

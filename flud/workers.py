@@ -57,11 +57,6 @@ class CPUPool:
         self._outstanding = 0
 
     @property
-    def outstanding(self) -> int:
-        """Calls submitted and not finished: running plus waiting."""
-        return self._outstanding
-
-    @property
     def queued(self) -> int:
         """Calls waiting for a free thread."""
         return max(0, self._outstanding - self.size)

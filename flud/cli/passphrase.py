@@ -158,10 +158,6 @@ def _keyring(env):
     return keyring
 
 
-def keyring_present(env=None) -> bool:
-    return _keyring(os.environ if env is None else env) is not None
-
-
 def keyring_get(env=None):
     keyring = _keyring(os.environ if env is None else env)
     if keyring is None:

@@ -148,6 +148,7 @@ class Network(NodeRequests):
         what keeps one hostile bootstrap from confining this client to the
         ids it invented: it can add fakes, not hide the others' records."""
         records, errors, refused, answered = {}, [], 0, []
+        stalled = {}   # (host, port) -> why: a bootstrap that accepted TCP, never TLS
         for start in range(0, len(self.bootstrap), BOOTSTRAP_FANOUT):
             window = self.bootstrap[start:start + BOOTSTRAP_FANOUT]
             answers = yield defer.DeferredList(
@@ -157,6 +158,8 @@ class Network(NodeRequests):
                     answered.append((host, port, value))
                 else:
                     errors.append(f"{host}:{port}: {value.getErrorMessage()}")
+                    if value.check(defer.TimeoutError):
+                        stalled[(host, port)] = value.getErrorMessage()
             if len(answered) >= BOOTSTRAP_FANOUT:
                 break
         now = self.reactor.seconds()
@@ -183,6 +186,12 @@ class Network(NodeRequests):
             address = record.dial_address()   # direct, else "relay:ID" (pool dials through it)
             if alive and address and node_id not in self.nodes:
                 self.nodes[node_id] = NodeAddress(node_id, *address)
+        # The node at a bootstrap address that stalled fails for this run, as
+        # in peer(): the walks and the job do not wait on it a second time.
+        for node_id, node in self.nodes.items():
+            why = stalled.get((node.host, node.port))
+            if why is not None:
+                self.mark_failed(node_id, why)
         def relay_address(relay_id):
             held = records.get(relay_id)
             record = held[0] if held else self.finder.records.get(relay_id)
@@ -270,10 +279,21 @@ class Network(NodeRequests):
         return address
 
     def _ask_bootstrap(self, host, port):
-        d = self.net.peer(NodeAddress(None, host, port)).addTimeout(
-            CONNECT_TIMEOUT, self.reactor)
+        # The dial is held to the stall deadline, as in peer(): a stopped
+        # bootstrap node completes TCP from its kernel's backlog, never TLS,
+        # and the whole window waits for it (10 s held every job's start).
+        self.watch.start()
+        deadline = min(CONNECT_TIMEOUT, self.watch.deadline())
+        d = self.net.peer(NodeAddress(None, host, port)).addTimeout(deadline, self.reactor)
+        d.addErrback(self._bootstrap_stalled, host, port, deadline)
         d.addCallback(lambda peer: peer.peers().addCallback(lambda entries: (peer, entries)))
         return d
+
+    @staticmethod
+    def _bootstrap_stalled(failure, host, port, deadline):
+        failure.trap(defer.TimeoutError)
+        raise defer.TimeoutError(f"{host}:{port} did not complete its handshake in "
+                                 f"{deadline:.1f} s")
 
     def alive_ids(self) -> list:
         return [nid for nid in self.nodes if nid not in self.failed]

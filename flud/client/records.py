@@ -302,11 +302,6 @@ def bundle_block_length(bundle_wire) -> int:
     return bundle_wire["bl"]
 
 
-def extent_plain_length(extent_wire) -> int:
-    """The plaintext bytes of an extent record's segments, as written."""
-    return sum(ExtentSegment.from_wire(row).length for row in extent_wire["segs"])
-
-
 def extent_id_or_none(extent_wire) -> Optional[str]:
     """extent_id, or None for an extent record without holders."""
     return extent_wire["shares"][0][1] if extent_wire.get("shares") else None
@@ -491,11 +486,6 @@ def content_kind(record) -> str:
 def content_size(record) -> int:
     """The plaintext size a content record as written gives its file."""
     return record.get("size", 0)
-
-
-def small_key(record) -> str:
-    """The convergent key of a small file's content record as written."""
-    return record["key"]
 
 
 def bundle_of(record) -> Optional[str]:

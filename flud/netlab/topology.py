@@ -121,11 +121,6 @@ class Topology:
         names += [h.namespace for h in self.hosts]
         return names
 
-    def wan_egress(self) -> list:
-        """(namespace, interface) of every link onto the switch, seen from
-        the host or router side: where netem delays go."""
-        return [(link.a_ns, link.a_if) for link in self.links if link.bridge]
-
     def switch_members(self) -> list:
         """[(namespace, interface, mac, [addresses without prefix])] of
         every link onto the switch: each gets a permanent neighbour entry
@@ -137,12 +132,6 @@ class Topology:
                              if a.namespace == link.a_ns and a.interface == link.a_if]
                 found.append((link.a_ns, link.a_if, link.a_mac, addresses))
         return found
-
-    def public_hosts(self) -> list:
-        return [h for h in self.hosts if h.kind == "public"]
-
-    def natted_hosts(self) -> list:
-        return [h for h in self.hosts if h.kind != "public"]
 
 
 ROUTER_MAC_BASE = 0x8000

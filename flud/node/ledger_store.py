@@ -96,12 +96,6 @@ class LedgerStore:
             return [r[0] for r in self._db.execute(
                 "SELECT node FROM links WHERE owner = ? ORDER BY node", (owner,))]
 
-    def links_of_node(self, node: bytes) -> list[bytes]:
-        """The link records naming `node` (this node's own, to push)."""
-        with self._lock:
-            return [r[0] for r in self._db.execute(
-                "SELECT record FROM links WHERE node = ? ORDER BY owner", (node,))]
-
     def linked_owners(self) -> list[bytes]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT DISTINCT owner FROM links ORDER BY owner")]

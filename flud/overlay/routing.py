@@ -43,15 +43,6 @@ def subnet_of(host: str) -> str:
     return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
 
 
-def distance(a: bytes, b: bytes) -> int:
-    return int.from_bytes(a, "big") ^ int.from_bytes(b, "big")
-
-
-def bucket_of(self_id: bytes, other: bytes) -> int:
-    """0 for the farthest half of the id space, ID_BITS - 1 for the nearest."""
-    return ID_BITS - distance(self_id, other).bit_length()
-
-
 @dataclass
 class Contact:
     node_id: bytes

@@ -127,11 +127,6 @@ def frame_header(frame_type: int, op: int, flags: int, request_id: int,
     return HEADER.pack(payload_length, frame_type, op, flags, 0, request_id)
 
 
-def encode_frame(frame_type: int, op: int, flags: int, request_id: int,
-                 payload: bytes = b"") -> bytes:
-    return frame_header(frame_type, op, flags, request_id, len(payload)) + payload
-
-
 class FrameParser:
     """Accumulates bytes and yields whole frames.
 
@@ -220,11 +215,6 @@ class FrameParser:
             return []
         header, self._header = self._header, None
         return [Frame(header[1], header[2], header[3], header[5], Placed(header[0]))]
-
-    @property
-    def diverting(self) -> int:
-        """Bytes of a diverted payload still to be placed."""
-        return self._diverted
 
     def _take(self, n: int) -> bytes:
         """n bytes in one buffer (headers and message bodies are decoded whole)."""

@@ -92,7 +92,6 @@ class Connection(protocol.Protocol):
         self._scratch = None
         self.bytes_in = 0
         self._lost_reason = None  # what pending requests fail with (abort)
-        self._reading_paused = False
         self._throttled = False  # reading held back by the download limit
 
     # ---- Twisted protocol --------------------------------------------------
@@ -216,20 +215,10 @@ class Connection(protocol.Protocol):
     def stopProducing(self):
         self._out.pause()
 
-    def pause_reading(self):
-        self._reading_paused = True
-        self.transport.pauseProducing()
-
-    def resume_reading(self):
-        self._reading_paused = False
-        self._last_activity = self.clock.seconds()
-        if not self._throttled:
-            self.transport.resumeProducing()
-
     def _unthrottle(self):
         """The download limit lets us read again."""
         self._throttled = False
-        if not self.closed and not self._reading_paused:
+        if not self.closed:
             self._last_activity = self.clock.seconds()
             self.transport.resumeProducing()
 
@@ -249,7 +238,7 @@ class Connection(protocol.Protocol):
     def owes_us(self) -> bool:
         """The peer has something to do for us and nothing of it waits on us:
         answer a request that went out whole, or read what we hold for it."""
-        if self.closed or self._reading_paused or self._throttled:
+        if self.closed or self._throttled:
             return False
         return self._out.waiting() or self._requests.owed()
 

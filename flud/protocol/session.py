@@ -176,9 +176,6 @@ class Session:
     def open_outbound(self) -> int:
         return len(self._outbound_requests)
 
-    def is_streaming_request(self, rid: int) -> bool:
-        return rid in self._inbound_streaming
-
     def _emit(self, frame_type, op, flags, rid, payload) -> None:
         self._outbound.append(frame_header(frame_type, op, flags, rid, len(payload)))
         if payload:

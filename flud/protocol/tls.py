@@ -136,10 +136,6 @@ class TLSEndpoint:
     def channel_binding(self) -> bytes:
         return self._tls.get_channel_binding("tls-unique")
 
-    @property
-    def peer_certificate(self) -> bytes:
-        return self._tls.getpeercert(binary_form=True) or b""
-
     def _advance_handshake(self) -> None:
         try:
             self._tls.do_handshake()

@@ -81,14 +81,6 @@ class CapacityLedger:
                 f"{group.max_bytes} bytes at once (this upload needs {size}): finish or cancel "
                 f"some first")
 
-    def owner_reserved(self, owner: bytes) -> int:
-        with self._lock:
-            return self._by_owner.get(owner, 0)
-
-    def add_used(self, size: int) -> None:
-        with self._lock:
-            self._used += size
-
     def remove_used(self, size: int) -> None:
         with self._lock:
             self._used -= size

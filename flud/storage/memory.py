@@ -208,12 +208,6 @@ class MemoryShareStore:
                 "archives": len(self._archives),
             }
 
-    def archive_bytes(self, owner: bytes) -> bytes:
-        """The owner's archive as it would be on disk (for tests)."""
-        with self._lock:
-            archive = self._archives.get(check_owner(owner))
-            return bytes(archive.data) if archive else b""
-
     def close(self) -> None:
         self._closed = True
 

@@ -254,20 +254,6 @@ def stop_nodes(nodes: list, timeout: float = STOP_TIMEOUT) -> int:
     return len(running)
 
 
-def processes_mentioning(text: str) -> list:
-    """[(pid, start)] of the running processes (but this one) whose command
-    line contains text."""
-    me = os.getpid()
-    found = []
-    for pid in procfs.pids():
-        if pid == me or text not in (procfs.command_line(pid) or ""):
-            continue
-        start = procfs.start_ticks(pid)
-        if start is not None and is_running(pid, start):
-            found.append((pid, start))
-    return found
-
-
 # ---- a testnet --------------------------------------------------------------------
 
 class Testnet:

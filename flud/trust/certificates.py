@@ -208,15 +208,3 @@ def check_certificate(cert: FriendCertificate, user_der: bytes, now: float,
             and revocations.issued >= cert.issued:
         raise CertificateRefused(CERT_REVOKED, f"node {cert.node_id.hex()[:12]} is revoked")
     return cert
-
-
-def trusted_nodes(certificates, user_der: bytes, now: float, revocations=None) -> set:
-    """The node ids the valid certificates name (the others are skipped)."""
-    trusted = set()
-    for cert in certificates:
-        try:
-            check_certificate(cert, user_der, now, revocations=revocations)
-        except CertificateRefused:
-            continue
-        trusted.add(cert.node_id)
-    return trusted

@@ -164,14 +164,6 @@ def choose(object_id: bytes, candidates, count: int,
     return [c.node_id for c in sorted(chosen, key=lambda c: order[c.node_id])]
 
 
-def fewest_hosts(k: int, n: int) -> int:
-    """The fewest distinct hosts an object's n shares may sit on so that no
-    host holds more than n - k of them (losing any one host leaves k)."""
-    if n <= k:
-        return n
-    return -(-n // (n - k))
-
-
 def most_per_host(n: int, hosts: int) -> int:
     """Shares per host when n shares take turns over `hosts` hosts."""
     return -(-n // hosts) if hosts else n

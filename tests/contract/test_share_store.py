@@ -62,8 +62,10 @@ def read_all(store, key: bytes, owner: bytes, **kw) -> bytes:
 
 
 def archive_bytes(store, owner: bytes) -> bytes:
-    if isinstance(store, MemoryShareStore):
-        return store.archive_bytes(owner)
+    if isinstance(store, MemoryShareStore):  # the archive as it would be on disk
+        with store._lock:
+            archive = store._archives.get(owner)
+            return bytes(archive.data) if archive else b""
     path = Path(store.root) / "archives" / f"{owner.hex()}.tar"
     return path.read_bytes() if path.exists() else b""
 

@@ -40,10 +40,23 @@ from flud.testnet import launch  # noqa: E402
 # That very process exists and is not a zombie (pid + start time); processes
 # whose command line names a path: what the tests reap by.
 from flud.testnet.launch import is_running as is_alive  # noqa: E402
-from flud.testnet.launch import processes_mentioning  # noqa: E402,F401
 
 
 # ---- processes ----------------------------------------------------------------
+
+def processes_mentioning(text: str) -> list:
+    """[(pid, start)] of the running processes (but this one) whose command
+    line contains text."""
+    me = os.getpid()
+    found = []
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        if pid == me or text not in (procfs.command_line(pid) or ""):
+            continue
+        start = procfs.start_ticks(pid)
+        if start is not None and is_alive(pid, start):
+            found.append((pid, start))
+    return found
+
 
 def wait_until(predicate, timeout, what, interval=POLL):
     """Poll predicate() until it is truthy; fail the test after `timeout` s."""

@@ -136,10 +136,6 @@ class ObjectHealth(NamedTuple):
     needs_repair: bool
     urgent: bool               # down to the safety margin: the away ones are re-created too
 
-    @property
-    def readable(self) -> bool:
-        return self.healthy >= self.k
-
     def to_recreate(self) -> Tuple[int, ...]:
         """The indexes a repair makes."""
         if not self.needs_repair:

@@ -20,9 +20,10 @@ of these hold:
 5. every live backup has written a checkpoint since the run that marked it
    (plus CLOCK_SKEW): a backup that reused it before then names it there.
 
-A run is planned (plan_run) and its state written; then it looks again
-(second_look: the snapshots and checkpoints as they are now, since a backup
-may have finished meanwhile) and sends the deletes that still hold. An
+A run is planned (plan_run) and its state written; with backups running
+beside it, it would look again (second_look in tests/unit/client/
+test_prune_state.py: the snapshots and checkpoints as they are now, since a
+backup may have finished meanwhile) and send the deletes that still hold. An
 object decided for deletion goes to `pending` first, so a prune killed at
 any point leaves every decided object pending, and the next run sends its
 DELETE again (a DELETE of what is already gone is done, not an error:
@@ -44,8 +45,9 @@ cancelled, not raced.
 What a backup on a second machine sharing the key would have to do (not
 wired: on one home the job lock orders a backup and a prune, and the
 index forgets decided objects first): write a last checkpoint naming
-everything its snapshot will reference; ask must_restore() which of those
-a prune has decided to delete or deleted; and publish only once each is
+everything its snapshot will reference; ask which of those a prune has
+decided to delete or deleted (must_restore in the tests' model); and
+publish only once each is
 either cancelled (a prune's second look saw the checkpoint) or confirmed
 gone and stored again. Storing a copy while the DELETE may be in flight is
 no answer: the copy has the same content key, so the DELETE removes it.
@@ -207,18 +209,6 @@ def plan_run(state: PruneState, objects, referenced, checkpoints, now: float,
                    tuple(sorted(revived)), protected)
 
 
-def second_look(state: PruneState, referenced, checkpoints, now: float):
-    """After the run's state is written, just before its DELETEs: (the
-    state, the ids to delete, the ids revived) with what the snapshots and
-    live checkpoints reference now. Revived ones leave `pending`."""
-    named = set(referenced)
-    for checkpoint in live_checkpoints(checkpoints, now):
-        named |= checkpoint.refs
-    revived = sorted(i for i in state.pending if i in named)
-    pending = {i: p for i, p in state.pending.items() if i not in named}
-    return state._replace(pending=pending), tuple(sorted(pending)), tuple(revived)
-
-
 def _not_yet(obj: StoredObject, mark: Mark, live, now: float, grace: float) -> str:
     """Why a marked object may not be deleted yet ("" if it may)."""
     stored_at = obj.stored_at if obj.stored_at is not None else mark.seen
@@ -309,14 +299,6 @@ def stored_again(state: PruneState, object_ids) -> PruneState:
     ids = set(object_ids)
     return state._replace(pending={k: p for k, p in state.pending.items() if k not in ids},
                           deleted={k: t for k, t in state.deleted.items() if k not in ids})
-
-
-def must_restore(state: PruneState, refs) -> set:
-    """Of the ids a backup references (`refs`), those a prune decided to
-    delete (pending) or deleted (its index, read before, still listed
-    them): the backup stores them again, elsewhere, before it publishes its
-    snapshot."""
-    return {r for r in refs if r in state.pending or r in state.deleted}
 
 
 def _span(seconds: float) -> str:

@@ -3,15 +3,13 @@
 prepare (CPU, in the pool): digest -> convergent key -> (a large file's
 segment: compressed in place, if its plan says so) -> AES-CTR -> zfec into
 n shares -> BLAKE3 share keys -> VERIFY challenges.
-store: n STOREs to distinct nodes by rendezvous rank, with replacement and
-hedging (see SegmentUpload).
+store: the extent uploads and the bundle sender (extents.py, bundle_sender.py).
 fetch: ask the k cheapest holders (primaries first: no decode), add holders
 as shares fail their hash check or their node fails; decode; decrypt; check
 the plaintext against the convergent key.
 """
 import hashlib
 import hmac
-import logging
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,17 +17,12 @@ import blake3
 from twisted.internet import defer
 
 from flud.client.gather import gather
-from flud.client.records import Challenge, SegmentFetch, ShareHolder
+from flud.client.records import Challenge, SegmentFetch
 from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
 from flud.errors import FludError
-from flud.protocol.errors import ErrorCode, RemoteError
-
-log = logging.getLogger("flud.client")
 
 CHALLENGES_PER_SHARE = 2
 CHALLENGE_SPAN = 64 * 1024
-MAX_ATTEMPTS_PER_SHARE = 4
-HEDGE_AFTER = 2.0  # seconds a last share may lag before it is hedged
 
 
 class StoreFailed(FludError):
@@ -86,17 +79,12 @@ class PreparedSegment:
         return sum(len(s) for s in self.shares if s is not None)
 
 
-def prepare_segment(secret: bytes, coder, data) -> PreparedSegment:
-    """Encrypt, code and hash one segment. A writable `data` (a bytearray the
-    segment was read into) is encrypted in place and becomes the primary
-    shares: no second segment-sized buffer."""
-    return add_parity(secret, coder, prepare_primaries(secret, coder, data))
-
-
 def prepare_primaries(secret: bytes, coder, data, challenges: bool = True,
                       convergence=file_convergence, squeeze=None) -> PreparedSegment:
-    """The first half of prepare_segment: encrypt and hash the k primary
-    shares, so their STOREs can start while the parity is coded.
+    """The first half of a segment's preparing (add_parity is the second):
+    encrypt and hash the k primary shares (a writable `data` is encrypted in
+    place and becomes them: no second buffer), so their STOREs can start
+    while the parity is coded.
     challenges=False: a share of an extent stream (its stream has them).
     convergence: (digest, key) of the plaintext (crypto.segment_convergence
     for a large file's segment). squeeze(data): (method, the bytes to store)
@@ -134,154 +122,6 @@ def _add_shares(secret: bytes, prep: PreparedSegment, shares: list, challenges: 
     if challenges:
         prep.challenges.update((k.hex(), challenges_for(secret, k, s))
                                for k, s in zip(keys, shares))
-
-
-class SegmentUpload:
-    """The STOREs of one segment: n shares to n distinct nodes, with replacement.
-
-    A STORE that fails moves its share to the next node in rendezvous order.
-    One that is still running HEDGE_AFTER seconds after the others finished
-    is hedged: the same share also goes to the next node, the first answer
-    wins and the other is cancelled. That is the long-tail cut ("start n+d,
-    keep the first n") paying for the d extra STOREs only when a node is
-    failing or slow, instead of on every segment.
-    """
-
-    def __init__(self, network, prep, keep, counters, clock, place_key=None):
-        self.network = network
-        self.prep = prep
-        self.keep = keep
-        self.counters = counters
-        self.clock = clock
-        ranked = network.place(place_key or prep.share_keys[0], keep * 3)
-        if len(ranked) < keep:
-            raise StoreFailed(f"only {len(ranked)} nodes are reachable; {keep} are needed "
-                              f"for one segment. Start more nodes or lower n"
-                              f"{network.health.quota_note()}.")
-        self.spare = iter(ranked[keep:])
-        self.first = ranked[:keep]
-        self.sizes = {}         # share index -> bytes
-        self.launched = 0       # shares handed over so far (the parity may come later)
-        self.landed = {}        # share index -> node hex
-        self.running = {}       # share index -> {node id: Deferred}
-        self.attempts = {}
-        self.done = defer.Deferred()
-        # Fires once shares 0..primaries-1 have all landed: the segment's own
-        # buffer (they are views of it) is then needed by no one.
-        self.primaries = len(prep.shares) if not prep.coded else 0
-        self.primaries_landed = defer.Deferred()
-        self._hedge_call = None
-
-    def start(self):
-        """STOREs for every share the segment has now; more_shares() for the rest."""
-        self.more_shares()
-        return self.done
-
-    def more_shares(self):
-        for index in range(self.launched, len(self.prep.shares)):
-            self.sizes[index] = len(self.prep.shares[index])
-            self._launch(index, self.first[index])
-        self.launched = len(self.prep.shares)
-        self._check_stuck()
-
-    def abandon(self, err):
-        """The rest of the shares will never come (coding them failed)."""
-        self.launched = self.keep  # nothing more to wait for
-        if not self.done.called:
-            self._finish_failed(err)
-
-    def _launch(self, index, node_id):
-        self.attempts[index] = self.attempts.get(index, 0) + 1
-        d = self.network.store(node_id, self.prep.share_keys[index], self.prep.shares[index])
-        self.running.setdefault(index, {})[node_id] = d
-        d.addCallbacks(self._stored, self._failed, callbackArgs=(index, node_id),
-                       errbackArgs=(index, node_id))
-
-    def _stored(self, _, index, node_id):
-        self.running.get(index, {}).pop(node_id, None)
-        if self.counters is not None:
-            self.counters["bytes_sent"] += self.sizes[index]
-            self.counters["stores"] += 1
-        if index in self.landed:
-            return  # a hedge that also finished: the share has two holders now
-        self.landed[index] = node_id.hex()
-        for other_node, other in list(self.running.pop(index, {}).items()):
-            self.network.cancel(other_node, other)
-        if (self.primaries and not self.primaries_landed.called
-                and all(i in self.landed for i in range(self.primaries))):
-            self.primaries_landed.callback(None)
-        if len(self.landed) >= self.keep:
-            self._finish()
-        elif len(self.landed) >= self.keep - 1 and self._hedge_call is None:
-            self._hedge_call = self.clock.callLater(HEDGE_AFTER, self._hedge)
-        self._check_stuck()
-
-    def _failed(self, failure, index, node_id):
-        self.running.get(index, {}).pop(node_id, None)
-        if self.done.called or index in self.landed:
-            return
-        if failure.check(RemoteError) and failure.value.code == ErrorCode.CANCELLED:
-            return self._check_stuck()
-        log.warning("share %d of a segment failed on %s: %s", index, node_id.hex()[:12],
-                    failure.getErrorMessage())
-        self.network.blame(node_id, failure)
-        replacement = next(self.spare, None)
-        if replacement is not None and self.attempts[index] < MAX_ATTEMPTS_PER_SHARE:
-            return self._launch(index, replacement)
-        self._check_stuck()
-
-    def _hedge(self):
-        self._hedge_call = None
-        if self.done.called:
-            return
-        for index, attempts in list(self.running.items()):
-            if attempts and index not in self.landed:
-                replacement = next(self.spare, None)
-                if replacement is not None:
-                    log.info("share %d is slow; hedging on another node", index)
-                    self._launch(index, replacement)
-
-    def _check_stuck(self):
-        """Nothing running, no share still to come and too few landed: no answer will come."""
-        if (self.launched >= self.keep and not any(self.running.values())
-                and not self.done.called):
-            self._finish_failed()
-
-    def _cancel_running(self):
-        # Cancelling fires errbacks that edit self.running: walk copies.
-        for attempts in list(self.running.values()):
-            for node_id, d in list(attempts.items()):
-                self.network.cancel(node_id, d)
-        self.running.clear()
-
-    def _finish(self):
-        if self._hedge_call is not None and self._hedge_call.active():
-            self._hedge_call.cancel()
-        self._cancel_running()
-        self.done.callback(tuple(sorted(ShareHolder(i, self.prep.share_keys[i].hex(), n)
-                                        for i, n in self.landed.items())))
-
-    def _finish_failed(self, err=None):
-        if self._hedge_call is not None and self._hedge_call.active():
-            self._hedge_call.cancel()
-        self._cancel_running()
-        if self.primaries and not self.primaries_landed.called:
-            self.primaries_landed.callback(None)  # they are needed no more either
-        self.done.errback(err or StoreFailed(
-            f"only {len(self.landed)} of {self.keep} shares of a segment could be stored: "
-            f"too few nodes are reachable ({len(self.network.alive_ids())} answering). "
-            f"Start more nodes, or make a client home with a lower --n"
-            f"{self.network.health.quota_note()}"))
-
-
-def store_segment(network, prep: PreparedSegment, keep: int, counters=None, clock=None,
-                  place_key=None):
-    """Store the shares on distinct nodes; fires with their ShareHolders, by index.
-
-    place_key: rank nodes by this instead of the first share's key."""
-    if clock is None:
-        from twisted.internet import reactor as clock
-    return SegmentUpload(network, prep, keep, counters, clock, place_key).start()
 
 
 @defer.inlineCallbacks

@@ -230,10 +230,15 @@ class BlockRestore:
 
     def _by_blocks(self, record) -> bool:
         """A full segment of an extent whose blocks fit the file's buffers,
-        stored as it is."""
+        stored as it is, with no primary on a node that failed this run (that
+        one is fetched whole from other holders at once, in the window: by
+        blocks, it would wait for the repair turn, one segment at a time, and
+        fetch its good blocks twice)."""
         if not self._by_blocks_allowed or record.method is not None:
             return False
-        primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)}
+        failed = self.ctx.network.failed
+        primaries = {h.index for h in record.holders if isinstance(h, BlockHolder)
+                     and bytes.fromhex(h.node) not in failed}
         return (record.block_length == self.buffers.size
                 and record.length == self.coder.k * record.block_length
                 and all(i in primaries for i in range(self.coder.k)))

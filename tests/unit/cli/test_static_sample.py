@@ -12,12 +12,12 @@ defer_unused_imports()
 from flud.cli.jobs import load_job_code
 load_job_code("backup")
 before = set(sys.modules)
-from flud.client.repository.segments import prepare_segment
+from flud.client.repository.segments import add_parity, prepare_primaries
 from flud.coding import SegmentCoder
 from flud.crypto import derive_key, open_sealed, seal
 secret = bytes(32)
-prepare_segment(secret, SegmentCoder(4, 8), bytearray(b"x" * 100000))
-prepare_segment(secret, SegmentCoder(4, 8), b"y" * 1000)
+for data in (bytearray(b"x" * 100000), b"y" * 1000):
+    add_parity(secret, SegmentCoder(4, 8), prepare_primaries(secret, SegmentCoder(4, 8), data))
 open_sealed(derive_key(secret, "manifest"), seal(derive_key(secret, "manifest"), b"m"))
 print(" ".join(sorted(set(sys.modules) - before)))
 """

@@ -128,3 +128,37 @@ def test_a_holder_refusing_at_its_old_address_is_looked_up_and_dialled_where_it_
     assert got and got[0] is nodes[5999], got
     assert network.nodes[moved.node_id].port == 5999
     assert network.relocated[moved.node_id] == (("127.0.0.1", 5004), ("127.0.0.1", 5999))
+
+
+def test_a_stalled_bootstrap_holds_the_start_for_the_stall_deadline_and_fails_for_the_run(
+        tmp_path):
+    """A stopped bootstrap node accepts TCP from its kernel's backlog and
+    never completes TLS. Its window waited CONNECT_TIMEOUT (10 s) for it, and
+    the random walks dialled it again (test_faults' stalled-before restore:
+    14 s when the stopped holder was node 1 or 2 of the testnet)."""
+    from flud.client.network import CONNECT_TIMEOUT, WALK_SECONDS
+    current = {i.node_id: entry(i, 4000 + n).record for n, i in enumerate(HONEST)}
+    view = [entry(i, 4000 + n) for n, i in enumerate(HONEST)]
+    nodes = {4000 + n: FakeNodeAt(i, view, current) for n, i in enumerate(HONEST)}
+    network = network_over(tmp_path, [(4000 + n, nodes[4000 + n]) for n in range(3)])
+    stopped = HONEST[1]
+    dials = []
+
+    def peer(address):
+        dials.append(address.port)
+        if address.port == 4001:
+            return defer.Deferred()                      # TCP accepted, TLS never
+        return defer.succeed(nodes[address.port])
+    network.net.peer = peer
+    reactor = network.reactor
+    started = reactor.seconds()
+    done = []
+    network.discover().addBoth(done.append)
+    while not done and reactor.seconds() - started < 60:
+        reactor.advance(0.1)
+    assert done and not isinstance(done[0], Exception), done
+    assert reactor.seconds() - started <= network.watch.deadline() + WALK_SECONDS + 0.5
+    assert reactor.seconds() - started < CONNECT_TIMEOUT
+    assert stopped.node_id in network.failed
+    assert dials.count(4001) == 1                        # the walks do not wait on it again
+    assert {i.node_id for i in HONEST} - {stopped.node_id} <= set(network.alive_ids())

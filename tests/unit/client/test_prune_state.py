@@ -11,10 +11,9 @@ import pytest
 
 from flud.client.repository.prune_books import (ABSENT, CHECKPOINT_STALE, CLOCK_SKEW, DELETED, FAILED,
                                      TOMBSTONE_KEEP, Outcome, PruneState,
-                                     PruneStateError, StoredObject, must_restore,
-                                     deleted_copies, pending_object_ids, plan_run,
-                                     stored_again,
-                                     record_deletes, second_look)
+                                     PruneStateError, StoredObject,
+                                     deleted_copies, live_checkpoints, pending_object_ids,
+                                     plan_run, stored_again, record_deletes)
 
 
 class Checkpoint(NamedTuple):
@@ -23,6 +22,29 @@ class Checkpoint(NamedTuple):
     started: float
     written: float
     refs: frozenset
+
+
+# What a backup beside a prune would need (not wired: on one home the job
+# lock orders them; prune_books.py says what a second machine would do).
+
+def second_look(state: PruneState, referenced, checkpoints, now: float):
+    """After the run's state is written, just before its DELETEs: (the
+    state, the ids to delete, the ids revived) with what the snapshots and
+    live checkpoints reference now. Revived ones leave `pending`."""
+    named = set(referenced)
+    for checkpoint in live_checkpoints(checkpoints, now):
+        named |= checkpoint.refs
+    revived = sorted(i for i in state.pending if i in named)
+    pending = {i: p for i, p in state.pending.items() if i not in named}
+    return state._replace(pending=pending), tuple(sorted(pending)), tuple(revived)
+
+
+def must_restore(state: PruneState, refs) -> set:
+    """Of the ids a backup references (`refs`), those a prune decided to
+    delete (pending) or deleted (its index, read before, still listed
+    them): the backup stores them again, elsewhere, before it publishes its
+    snapshot."""
+    return {r for r in refs if r in state.pending or r in state.deleted}
 
 
 HOUR = 3600

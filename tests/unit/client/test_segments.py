@@ -5,10 +5,15 @@ import random
 import pytest
 
 from flud.client.records import SegmentFetch
-from flud.client.repository.segments import _decode_and_decrypt, prepare_segment
+from flud.client.repository.segments import _decode_and_decrypt, add_parity, prepare_primaries
 from flud.coding import SegmentCoder
 
 SECRET = bytes(range(32))
+
+
+def prepare_segment(secret, coder, data):
+    """Encrypt, code and hash one segment: both halves, as a large file's do."""
+    return add_parity(secret, coder, prepare_primaries(secret, coder, data))
 
 
 def _prepared(length):

@@ -13,11 +13,27 @@ import pytest
 
 from flud import compression
 from flud.compression import (LEVEL, MIN_SAVED_BYTES, ZSTD, check_method, compress,
-                              compress_if_worth, decompress, looks_incompressible,
-                              worth_keeping, zstd)
+                              compress_if_worth, decompress, plan_pieces, sample_incompressible,
+                              sample_spans, slices, worth_keeping, zstd)
 from flud.errors import BadCompressedData, CompressionError, FludError, UnknownCompression
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def _sample(view) -> bytes:
+    return b"".join(view[o:o + n] for o, n in sample_spans(len(view)))
+
+
+def looks_incompressible(data) -> bool:
+    """The guess a large segment's plan makes from a sample of `data`."""
+    return sample_incompressible(_sample(memoryview(data).cast("B")))
+
+
+def plan_segment(data):
+    """plan_pieces() of a segment held in `data` (a backup reads its pieces
+    from the file instead)."""
+    view = memoryview(data).cast("B")
+    return plan_pieces(_sample(view), lambda: slices(view, len(view)), len(view))
 
 
 def text(size: int, seed: int = 1) -> bytes:
@@ -157,7 +173,7 @@ print(sorted(m for m in sys.modules if "zstd" in m or m.startswith("compression"
 
 def test_a_segment_is_compressed_in_place_to_exactly_what_its_plan_said():
     data = text(700_000)  # several SEGMENT_PIECEs and a short last one
-    method, stored = compression.plan_segment(data)
+    method, stored = plan_segment(data)
     assert method == ZSTD and stored < len(data) // 2
     buffer = bytearray(data) + b"tail that is not the segment's"
     assert compression.compress_in_place(buffer, len(data)) == stored
@@ -174,12 +190,12 @@ def test_a_segment_is_compressed_in_place_to_exactly_what_its_plan_said():
 
 def test_a_segment_that_does_not_compress_is_planned_as_it_is():
     noise = os.urandom(1 << 20)
-    assert compression.plan_segment(noise) == (None, len(noise))
-    assert compression.plan_segment(b"") == (None, 0)
+    assert plan_segment(noise) == (None, len(noise))
+    assert plan_segment(b"") == (None, 0)
     # noise first: the frame would overwrite bytes not read yet, so it is not
     # compressed in place even though its second half compresses
     mixed = os.urandom(300_000) + text(700_000)
-    assert compression.plan_segment(mixed) == (None, len(mixed))
+    assert plan_segment(mixed) == (None, len(mixed))
     buffer = bytearray(mixed)
     assert compression.compress_in_place(buffer, len(mixed)) is None
 
@@ -188,7 +204,7 @@ def test_a_segment_that_saves_too_little_is_planned_as_it_is(monkeypatch):
     data = text(200_000)
     monkeypatch.setattr(compression, "sample_incompressible", lambda _: False)
     monkeypatch.setattr(compression, "MIN_SAVED_FRACTION", 1)  # must save all of it
-    assert compression.plan_segment(data) == (None, len(data))
+    assert plan_segment(data) == (None, len(data))
 
 
 def test_decompress_pieces_makes_the_recorded_size_from_pieces_or_refuses():

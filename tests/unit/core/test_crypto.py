@@ -197,20 +197,3 @@ def test_ctr_is_nist_aes256_ctr_both_ways(monkeypatch):
 def test_crypt_ctr_in_place_refuses_read_only_buffers():
     with pytest.raises(ValueError, match="writable"):
         crypt_ctr_in_place(bytes(32), b"abc")
-
-
-def test_sealing_in_place_is_sealing():
-    from flud.crypto import GCM_NONCE_LENGTH, seal_in_place
-
-    key = bytes(range(32))
-    plaintext = random.Random(9).randbytes(100_003)
-    buffer = bytearray(GCM_NONCE_LENGTH) + plaintext
-    sealed = seal_in_place(key, buffer, b"ctx")
-    assert sealed is buffer and len(sealed) == len(plaintext) + SEALED_OVERHEAD
-    assert open_sealed(key, bytes(sealed), b"ctx") == plaintext  # the same format as seal()
-    tampered = bytearray(sealed)
-    tampered[GCM_NONCE_LENGTH + 5] ^= 1
-    with pytest.raises(IntegrityError):
-        open_sealed(key, bytes(tampered), b"ctx")
-    with pytest.raises(IntegrityError):
-        open_sealed(key, bytes(sealed), b"other context")

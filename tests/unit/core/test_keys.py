@@ -15,10 +15,10 @@ from flud.keys import (
     WrongPassphrase,
     export_secret_bundle,
     import_secret_bundle,
-    public_der_of_cert,
     self_signed_cert_der,
     self_signed_cert_pem,
 )
+from tests.cert_reader import public_der_of_cert
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,8 @@ def test_public_der_of_cert_rejects_every_damaged_certificate(identity):
 
 
 def test_public_der_of_cert_without_the_optional_version(identity):
-    from flud.keys import _der_elements, _sequence
+    from flud.keys import _sequence
+    from tests.cert_reader import _der_elements
 
     def parts(der):
         (whole,) = _der_elements(der, 0, len(der))

@@ -13,7 +13,8 @@ from Crypto.PublicKey import ECC
 from Crypto.Signature import DSS
 
 from flud import libcrypto
-from flud.keys import BadKeyFile, Identity, public_der_of_cert, self_signed_cert_der
+from flud.keys import BadKeyFile, Identity, self_signed_cert_der
+from tests.cert_reader import public_der_of_cert
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -97,9 +97,9 @@ def test_pool_starts_lazily_with_bounded_threads(reactor):
     box = results_of(pool.run(pow, 2, 10))
     [threadpool] = FakeThreadPool.instances
     assert threadpool.started and threadpool.maxthreads == 3
-    assert box == [] and pool.outstanding == 1
+    assert box == [] and pool._outstanding == 1
     threadpool.run_next()
-    assert box == [1024] and pool.outstanding == 0
+    assert box == [1024] and pool._outstanding == 0
 
 
 def test_failures_come_back_as_failures(reactor):
@@ -107,7 +107,7 @@ def test_failures_come_back_as_failures(reactor):
     box = results_of(pool.run(int, "not a number"))
     FakeThreadPool.instances[0].run_next()
     assert box[0].check(ValueError)
-    assert pool.outstanding == 0
+    assert pool._outstanding == 0
 
 
 def test_saturation_is_a_typed_error_not_growth(reactor):
@@ -118,10 +118,10 @@ def test_saturation_is_a_typed_error_not_growth(reactor):
     with pytest.raises(PoolSaturated, match="limit 3") as info:
         pool.run(len, b"x")
     assert isinstance(info.value, FludError)
-    assert pool.outstanding == 5
+    assert pool._outstanding == 5
     FakeThreadPool.instances[0].run_next()
     pool.run(len, b"x")  # room again
-    assert pool.outstanding == 5
+    assert pool._outstanding == 5
 
 
 def test_default_queue_bound(reactor):
@@ -174,4 +174,4 @@ def test_real_threads_run_off_the_calling_thread():
     threads = {box[0] for box in boxes}
     assert threading.current_thread() not in threads
     assert 1 <= len(threads) <= 2
-    assert pool.outstanding == 0
+    assert pool._outstanding == 0

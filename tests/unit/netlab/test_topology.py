@@ -9,6 +9,14 @@ from flud.netlab.topology import LabSpecError, build_topology, parse_nat
 LAB_RANGE = ipaddress.ip_network("198.18.0.0/15")
 
 
+def public_hosts(topo) -> list:
+    return [h for h in topo.hosts if h.kind == "public"]
+
+
+def natted_hosts(topo) -> list:
+    return [h for h in topo.hosts if h.kind != "public"]
+
+
 def test_parse_nat_reads_kinds_and_counts_and_refuses_the_rest():
     assert parse_nat("cone:2,symmetric:1, double") == [("cone", 2), ("symmetric", 1), ("double", 1)]
     assert parse_nat("") == []
@@ -19,7 +27,7 @@ def test_parse_nat_reads_kinds_and_counts_and_refuses_the_rest():
 
 def test_every_v4_address_is_in_the_benchmarking_range_and_unique():
     topo = build_topology("fl1", 50, parse_nat("cone:2,symmetric:1,double:1"))
-    assert len(topo.public_hosts()) == 50 and len(topo.natted_hosts()) == 4
+    assert len(public_hosts(topo)) == 50 and len(natted_hosts(topo)) == 4
     v4 = [a.address for a in topo.addresses if ":" not in a.address]
     interfaces = [ipaddress.ip_interface(a) for a in v4]
     assert all(i.ip in LAB_RANGE for i in interfaces)
@@ -40,7 +48,7 @@ def test_a_double_nat_site_has_two_routers_in_a_chain():
     kinds = {r.namespace: r.kind for r in topo.routers}
     assert kinds == {"fl1-c00": "carrier", "fl1-r00": "cone"}
     assert any(l.a_ns == "fl1-c00" and l.b_ns == "fl1-r00" and not l.bridge for l in topo.links)
-    host = topo.natted_hosts()[0]
+    host = natted_hosts(topo)[0]
     assert host.kind == "double" and host.expected_reachability == "private"
 
 

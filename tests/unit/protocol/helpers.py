@@ -11,9 +11,16 @@ from twisted.test import iosim
 
 from flud.keys import Identity, self_signed_cert_pem
 from flud.protocol import messages
+from flud.protocol.codec import frame_header
 from flud.protocol.tls import make_context
 from flud.protocol.party import LocalParty
 from flud.protocol.connection import Connection
+
+
+def encode_frame(frame_type: int, op: int, flags: int, request_id: int,
+                 payload: bytes = b"") -> bytes:
+    """One frame's bytes on the wire: its header, then its payload."""
+    return frame_header(frame_type, op, flags, request_id, len(payload)) + payload
 
 
 def key_of(data: bytes) -> bytes:

@@ -14,13 +14,13 @@ import pytest
 
 from flud.protocol import codec, connection, messages, session
 from flud.protocol.codec import (FLAG_END, HEADER_SIZE, MAX_FRAME_PAYLOAD, Frame,
-                                 FrameParser, FrameType, Op, Placed, encode_frame)
+                                 FrameParser, FrameType, Op, Placed)
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
 from flud.protocol.messages import (KIND_ARCHIVE, KIND_SHARE, KIND_STREAMED_SHARE, MAX_NONCE,
                                     MAX_PEERS_LIST, MAX_ROOT_RECORD, NO_KEY, TO_END)
 from flud.keys import Identity
 from flud.protocol.node_record import Address, sign_record
-from tests.unit.protocol.helpers import key_of
+from tests.unit.protocol.helpers import encode_frame, key_of
 
 DOC = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
 KEY = key_of(b"abc")
@@ -482,16 +482,16 @@ def test_a_diverted_data_payload_is_put_in_place_by_the_caller():
     assert parser.feed(data[:HEADER_SIZE + 30]) == []
     assert parser.data_due() == (7, 100, 30)
     placed = bytearray(b"".join(bytes(p) for p in parser.divert()))
-    assert placed == payload[:30] and parser.diverting == 70
+    assert placed == payload[:30] and parser._diverted == 70
     with pytest.raises(RuntimeError):
         parser.feed(b"more")  # the rest is the caller's to place
     with pytest.raises(RuntimeError):
         parser.placed(71)
-    assert parser.placed(50) == [] and parser.diverting == 20
+    assert parser.placed(50) == [] and parser._diverted == 20
     [frame] = parser.placed(20)
     assert (frame.type, frame.request_id, frame.end) == (FrameType.DATA, 7, True)
     assert type(frame.payload) is Placed and len(frame.payload) == 100
-    assert parser.data_due() is None and parser.diverting == 0
+    assert parser.data_due() is None and parser._diverted == 0
     [after] = parser.feed(ping)  # parsing goes on where the payload ended
     assert after.request_id == 9 and after.op == Op.PING
 

@@ -8,14 +8,14 @@ from twisted.internet import task
 from flud.keys import Identity
 from flud.protocol import messages
 from flud.protocol.client import ClientOnlyHandler, PeerClient
-from flud.protocol.codec import DATA_CHUNK, FLAG_END, FrameType, Op, encode_frame
+from flud.protocol.codec import DATA_CHUNK, FLAG_END, FrameType, Op
 from flud.protocol.errors import (AuthenticationFailed, ConnectionLost, ErrorCode,
                                   RemoteError)
 from flud.protocol.tls import hello_transcript
 from flud.protocol.connection import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, Connection
 from flud.protocol.outbound import BytesSource, FedSource
 from tests.unit.protocol.helpers import (Outcome, RecordingHandler, RoomyQueue,
-                                         TCPStringTransport, connect, key_of, make_party,
+                                         TCPStringTransport, connect, encode_frame, key_of, make_party,
                                          send_raw)
 
 

@@ -7,12 +7,12 @@ import struct
 import pytest
 
 from flud.protocol import messages
-from flud.protocol.codec import FLAG_END, FrameParser, FrameType, Op, encode_frame
+from flud.protocol.codec import FLAG_END, FrameParser, FrameType, Op
 from flud.protocol.errors import ErrorCode, FrameError, RemoteError
 from flud.protocol.session import (ErrorReceived, HelloReceived, RequestCancelled,
                                    RequestData, RequestReceived, ResponseData,
                                    ResponseReceived, Session, State)
-from tests.unit.protocol.helpers import key_of
+from tests.unit.protocol.helpers import encode_frame, key_of
 
 KEY = key_of(b"abcdefghij")
 
@@ -258,7 +258,7 @@ def test_streaming_store(pair):
         RequestData(rid, b"defg", False),
         RequestData(rid, b"hij", True),
     ]
-    assert server.open_inbound == 1 and not server.is_streaming_request(rid)
+    assert server.open_inbound == 1 and rid not in server._inbound_streaming
     # A DATA after the END has no open stream to go to.
     with pytest.raises(FrameError) as excinfo:
         server.receive(encode_frame(FrameType.DATA, 0, FLAG_END, rid, b"more"))
@@ -551,7 +551,8 @@ def test_remote_error_keeps_unknown_codes():
 def test_refused_streams_are_remembered_within_a_bound():
     """A peer that opens many uploads it never finishes cannot grow our state:
     beyond the bound the oldest is forgotten, and its late DATA closes."""
-    from flud.protocol.codec import FLAG_END, FrameType, Op, encode_frame
+    from flud.protocol.codec import FLAG_END, FrameType, Op
+    from tests.unit.protocol.helpers import encode_frame
     from flud.protocol.errors import FrameError
     from flud.protocol.messages import Hello, PROTOCOL_VERSION, ROLE_NODE, StoreRequest
     server = Session(tls_client=False, max_inflight=4)

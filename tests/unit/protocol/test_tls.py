@@ -6,9 +6,10 @@ import ssl
 
 import pytest
 
-from flud.keys import Identity, public_der_of_cert
+from flud.keys import Identity
 from flud.protocol import tls
 from flud.protocol.tls import TLSEndpoint, TLSFailed, hello_transcript, make_context
+from tests.cert_reader import public_der_of_cert
 from tests.unit.protocol.helpers import write_cert
 
 
@@ -74,9 +75,10 @@ def test_hello_transcript_binds_side_and_session():
 def test_client_sees_the_servers_certificate(contexts, identities, tmp_path):
     server, client = endpoints(contexts)
     handshake(server, client)
-    assert client.peer_certificate == ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text())
-    assert public_der_of_cert(client.peer_certificate) == identities[0].public_der
-    assert server.peer_certificate == b""  # identity comes from HELLO, not X.509
+    seen = client._tls.getpeercert(binary_form=True)
+    assert seen == ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text())
+    assert public_der_of_cert(seen) == identities[0].public_der
+    assert server._tls.getpeercert(binary_form=True) is None  # identity comes from HELLO, not X.509
 
 
 def test_data_both_ways(contexts):

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from flud.trust.placement_rules import (
-    LOOPBACK_GROUP, Candidate, PlacementPolicy, choose, diversity_group, fewest_hosts,
+    LOOPBACK_GROUP, Candidate, PlacementPolicy, choose, diversity_group,
     is_loopback_net, most_per_host, unvetted_slots)
 
 
@@ -102,12 +102,12 @@ def test_placement_is_stable_per_object():
     assert choose(b"s" * 32, nodes, 8) == choose(b"s" * 32, list(reversed(nodes)), 8)
 
 
-@pytest.mark.parametrize("k,n,fewest", [(4, 8, 2), (3, 5, 3), (2, 3, 3), (3, 4, 4), (4, 4, 4)])
-def test_fewest_hosts_keeps_at_most_n_minus_k_shares_per_host(k, n, fewest):
-    assert fewest_hosts(k, n) == fewest
-    if n > k:
-        assert most_per_host(n, fewest) <= n - k
-        assert fewest == 1 or most_per_host(n, fewest - 1) > n - k
+@pytest.mark.parametrize("k,n,fewest", [(4, 8, 2), (3, 5, 3), (2, 3, 3), (3, 4, 4)])
+def test_most_per_host_keeps_at_most_n_minus_k_shares_per_host_from_the_fewest_hosts(k, n, fewest):
+    """The bundle sender's rule: `fewest` hosts are the fewest on which n
+    shares taking turns leave at most n - k on one (losing a host leaves k)."""
+    assert most_per_host(n, fewest) <= n - k
+    assert fewest == 1 or most_per_host(n, fewest - 1) > n - k
 
 
 def test_many_ids_on_one_host_win_no_more_objects_than_one_id():

@@ -64,7 +64,7 @@ def test_classes_say_what_a_restore_could_do_now_whatever_the_grace():
         _away(book, obj, range(away))
         health = book.classify(obj, DAY, policy)
         assert (away, health.state) == (away, state)
-        assert health.readable == (state not in (UNAVAILABLE, LOST))
+        assert (health.healthy >= health.k) == (state not in (UNAVAILABLE, LOST))
 
 
 def test_an_object_stored_with_k_plus_one_shares_is_at_risk_with_all_of_them_confirmed():
@@ -151,7 +151,7 @@ def test_fewer_than_k_left_is_lost_and_cannot_be_repaired():
     for i in range(5):
         book.observe(Observation(obj.shares[i].key, obj.shares[i].node, MISSING, 0.0))
     health = book.classify(obj, 0.0, RepairPolicy())
-    assert health.state == LOST and not health.readable and not health.needs_repair
+    assert health.state == LOST and health.healthy < health.k and not health.needs_repair
 
 
 def test_fewer_than_k_confirmed_but_others_away_is_unavailable_not_lost():
@@ -159,7 +159,7 @@ def test_fewer_than_k_confirmed_but_others_away_is_unavailable_not_lost():
     for i in range(5):
         book.observe(Observation(obj.shares[i].key, obj.shares[i].node, UNREACHABLE, 0.0))
     health = book.classify(obj, 1.0, RepairPolicy())
-    assert health.state == UNAVAILABLE and not health.readable and not health.needs_repair
+    assert health.state == UNAVAILABLE and health.healthy < health.k and not health.needs_repair
 
 
 def test_a_node_back_after_its_share_moved_is_surplus_not_a_second_share():
