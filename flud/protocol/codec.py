@@ -44,6 +44,7 @@ class Op(enum.IntEnum):
     RELAY_INCOMING = 52  # relay -> reserved node: someone waits on circuit TOKEN
     PUNCH_CONNECT = 53   # hole punch: here are my addresses, yours? (docs/reachability.md)
     PUNCH_SYNC = 54      # hole punch: dial me now (the asker dials half a round trip later)
+    OBSERVED = 55        # where do you see me? (a client learns its outside address to punch)
     FIND_NODE = 40
 
 

@@ -543,6 +543,25 @@ class PunchSync:
         return cls(attempt)
 
 
+@dataclass(slots=True)
+class Observed:
+    """OBSERVED's answer: the address and source port the answerer sees
+    the asker's connection come from."""
+    host: str
+    port: int
+
+    def encode(self) -> bytes:
+        return _U16.pack(self.port) + _host_bytes(self.host)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Observed":
+        r = Reader(payload, "OBSERVED answer")
+        port = r.u16()
+        host = _host_text(r, "OBSERVED answer")
+        r.done()
+        return cls(host, port)
+
+
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
@@ -616,6 +635,7 @@ BODIES = {
     Op.RELAY_INCOMING: (Circuit, Empty),
     Op.PUNCH_CONNECT: (PunchConnect, PunchConnect),
     Op.PUNCH_SYNC: (PunchSync, Empty),
+    Op.OBSERVED: (Empty, Observed),
     Op.FIND_NODE: (FindNode, FoundNodes),
 }
 

@@ -23,7 +23,7 @@ observed, the check of announced addresses (a node dials only where its
 peer could have been seen: never loopback, never its own or a known third
 party's address, only the peer's listening port), the initiator's attempts
 and round trip (Punch), the responder's bounds (PunchGate) and the record
-of each peer's outcome (PunchBook). flud/node/puncher.py is the glue.
+of each peer's outcome (PunchBook). flud/node/puncher.py and flud/protocol/punch_initiator.py are the glue.
 """
 import ipaddress
 from collections import OrderedDict
@@ -82,13 +82,17 @@ def plain(host: str):
     return address
 
 
+# A client listens nowhere: it punches from an ephemeral port, never below this.
+LOWEST_CLIENT_PORT = 1024
+
+
 def check_announced(addresses, peer_port: int, own_hosts=(), third_party_hosts=()) -> list:
     """The announced (host, port) this node may dial to punch: hosts that
     are unicast IP addresses (not loopback, unspecified, multicast,
     link-local or broadcast), not this node's own, not any other node's it
     knows (a punch aimed at a third party), on the peer's listening port
-    (a punch dials from it: a peer is seen there or not at all). Raises
-    PUNCH_ADDRESS when none is left."""
+    (a punch dials from it: a peer is seen there or not at all; peer_port 0,
+    a client: an ephemeral port). Raises PUNCH_ADDRESS when none is left."""
     own = {plain(h) for h in own_hosts} - {None}
     others = {plain(h) for h in third_party_hosts} - {None}
     accepted, why = [], "no address"
@@ -103,8 +107,10 @@ def check_announced(addresses, peer_port: int, own_hosts=(), third_party_hosts=(
             why = f"{host} is this node's own address"
         elif address in others:
             why = f"{host} is another node's address: a punch dials only its peer"
-        elif port != peer_port:
+        elif peer_port and port != peer_port:
             why = f"port {port} is not the peer's listening port {peer_port}"
+        elif not peer_port and port < LOWEST_CLIENT_PORT:
+            why = f"port {port} is not an ephemeral port a client punches from"
         else:
             if (str(address), port) not in accepted:
                 accepted.append((str(address), port))
