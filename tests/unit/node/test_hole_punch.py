@@ -228,3 +228,126 @@ def test_when_both_ends_start_a_punch_only_the_lower_ids_goes_on():
     puncher.active[lower.peer_id] = None
     puncher.serve_connect(lower, 1, connect)          # the peer's id is lower: it goes on
     assert lower.answers
+
+
+def test_a_client_punches_from_an_ephemeral_port_not_a_low_one():
+    assert hp.check_announced([("198.18.200.1", 40000)], 0) == [("198.18.200.1", 40000)]
+    with pytest.raises(RemoteError) as caught:
+        hp.check_announced([("198.18.200.1", 80)], 0)
+    assert caught.value.code == ErrorCode.PUNCH_ADDRESS
+
+
+# ---- the initiator's glue, on fakes ------------------------------------------------
+
+from twisted.internet import defer  # noqa: E402
+
+from flud.protocol.codec import Op  # noqa: E402
+from flud.protocol.punch_initiator import PunchInitiator  # noqa: E402
+
+
+class FakeRelayed:
+    relayed = True
+    tls_client = True
+
+    def __init__(self, answer):
+        self.peer_id = PEER
+        self.peer_hello = messages.Hello(1, messages.ROLE_NODE, 7400, b"k", b"s")
+        self.answer = answer
+        self.closed = False
+        self.sent = []
+        self.session = type("S", (), {"open_inbound": 0, "open_outbound": 0})()
+
+    def request(self, op, message):
+        self.sent.append(Op(op).name)
+        if op == Op.PUNCH_CONNECT:
+            return defer.succeed(self.answer)
+        return defer.succeed(messages.Empty())
+
+    def describe(self):
+        return "peer"
+
+    def close(self):
+        self.closed = True
+
+
+class FakePool:
+    def __init__(self):
+        self.replaced = []
+
+    def replace(self, conn):
+        self.replaced.append(conn)
+
+    def connection(self, peer_id):
+        return None
+
+
+class ScriptedInitiator(PunchInitiator):
+    def __init__(self, clock, dials, nat=hp.NAT_PRESERVING, third=()):
+        local = type("L", (), {"listen_port": 7400})()
+        super().__init__(clock, local, None, FakePool())
+        self.dials = list(dials)
+        self.dialled = []
+        self._nat = nat
+        self._third = set(third)
+
+    def wants(self, conn):
+        return True
+
+    def own_addresses(self, relayed):
+        return [("198.18.200.1", 7400)]
+
+    def nat(self):
+        return self._nat
+
+    def third_parties(self, peer_id):
+        return self._third
+
+    def dial(self, targets, peer_id, tls_client, port):
+        self.dialled.append((targets, tls_client, port))
+        self.gate.end()
+        outcome = self.dials.pop(0)
+        return defer.succeed((outcome, None) if outcome else (None, "timed out"))
+
+
+def _run(initiator, relayed, clock):
+    done = []
+    initiator.initiate(relayed).addBoth(done.append)
+    for _ in range(20):
+        clock.advance(1.0)
+    return done[0]
+
+
+def test_the_initiator_retries_then_moves_the_pair_to_the_punched_connection():
+    clock = Clock()
+    direct = type("C", (), {"closed": False, "describe": lambda self: "direct"})()
+    initiator = ScriptedInitiator(clock, [None, None, direct])
+    relayed = FakeRelayed(messages.PunchConnect([("198.18.201.1", 7400)], hp.NAT_PRESERVING))
+    assert _run(initiator, relayed, clock) is direct
+    assert relayed.sent == ["PUNCH_CONNECT", "PUNCH_SYNC"] * 3
+    assert initiator.dialled == [([("198.18.201.1", 7400)], True, 7400)] * 3
+    assert initiator.pool.replaced == [direct] and relayed.closed     # the relay is released
+    assert initiator.book.peers[PEER][0] == "punched" and not initiator.active
+
+
+def test_the_initiator_gives_up_after_its_attempts_and_stays_relayed():
+    clock = Clock()
+    initiator = ScriptedInitiator(clock, [None] * 5)
+    relayed = FakeRelayed(messages.PunchConnect([("198.18.201.1", 7400)], hp.NAT_PRESERVING))
+    assert _run(initiator, relayed, clock) is None
+    assert len(initiator.dialled) == hp.MAX_ATTEMPTS and not relayed.closed
+    assert initiator.book.peers[PEER][0] == "3 attempts failed: timed out"
+    assert not initiator.book.may_try(PEER, clock.seconds())
+
+
+def test_the_initiator_dials_nothing_it_must_not():
+    clock = Clock()
+    both_symmetric = ScriptedInitiator(clock, [], nat=hp.NAT_CHANGING)
+    relayed = FakeRelayed(messages.PunchConnect([("198.18.201.1", 7400)], hp.NAT_CHANGING))
+    assert _run(both_symmetric, relayed, clock) is None
+    assert relayed.sent == ["PUNCH_CONNECT"] and not both_symmetric.dialled
+    assert "symmetric" in both_symmetric.book.peers[PEER][0]
+    aimed = ScriptedInitiator(clock, [], third=["198.18.1.1"])
+    relayed = FakeRelayed(messages.PunchConnect([("198.18.1.1", 7400)], hp.NAT_PRESERVING))
+    assert _run(aimed, relayed, clock) is None
+    assert relayed.sent == ["PUNCH_CONNECT"] and not aimed.dialled
+    assert "another node's address" in aimed.book.peers[PEER][0]
