@@ -256,9 +256,10 @@ class PunchBook:
         held = self.peers.get(peer_id)
         return held is None or held[0] == "punched" or now - held[1] >= RETRY_AFTER
 
-    def summary(self, limit: int = 64) -> dict:
+    def summary(self, limit: int = 32) -> dict:
+        """Counters and the latest `limit` peers' outcomes (STATS is bounded)."""
         last = list(self.peers.items())[-limit:]
         return dict(self.counters, peers={
-            peer.hex(): {"outcome": o, "role": role, "attempts": a,
+            peer.hex(): {"outcome": o[:160], "role": role, "attempts": a,
                          "rtt_ms": None if rtt is None else round(rtt * 1000, 1)}
             for peer, (o, _, role, a, rtt) in last})
