@@ -12,8 +12,9 @@ one double), then measures and prints:
 - each NATed node reached through the relay it reserved on, from a public
   host that cannot reach it directly;
 - the share of node pairs that connect directly (at least one side public:
-  the NATed side dials out), and the pairs of NATed nodes, which go through
-  a relay;
+  the NATed side dials out), the pairs of NATed nodes a hole punch connects
+  directly and those that stay relayed, and why (flud/netlab/punchcheck.py;
+  the lab's NATed nodes dial each other through their relays for it);
 - a client behind one NAT backs up a sample home, and a new home made from
   the exported key alone behind another NAT restores it: identical or not;
 - port mapping, in a small lab of its own (tools/netlab_portmap.py): a node
@@ -36,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from flud.netlab import build, natcheck  # noqa: E402
+from flud.netlab import build, natcheck, punchcheck  # noqa: E402
 from flud.netlab.lab import Lab  # noqa: E402
 from flud.netlab.topology import NODE_PORT, parse_nat  # noqa: E402
 from tools import netlab_portmap  # noqa: E402
@@ -91,6 +92,7 @@ def main() -> int:
         shutil.rmtree(work)
     os.makedirs(work)
     os.environ["FLUD_PASSPHRASE"] = PASSPHRASE
+    os.environ[punchcheck.DIAL_RELAYED_ENV] = "1"   # every NATed pair meets: punched or not
     lab = Lab(os.path.join(work, "lab"))
     figures, failures = {}, []
     try:
@@ -136,12 +138,16 @@ def main() -> int:
                      if n["name"] not in relayed_ok]
         pairs = len(nodes) * (len(nodes) - 1) // 2
         both_natted = len(natted) * (len(natted) - 1) // 2
-        relayed_pairs = len(relayed_ok) * (len(relayed_ok) - 1) // 2
-        figures["node pairs connected directly"] = (
+        figures["node pairs connected directly (one side public)"] = (
             f"{pairs - both_natted} of {pairs} ({100 * (pairs - both_natted) / pairs:.1f} %: "
-            f"at least one side public, the NATed side dials)")
-        figures["node pairs relayed (both NATed; no hole punching yet)"] = (
-            f"{relayed_pairs} of {both_natted}")
+            f"the NATed side dials)")
+        rows, seconds = wait_for(lab, lambda rows: punchcheck.settled(
+            punchcheck.pair_outcomes(rows)), args.timeout)
+        outcomes = punchcheck.pair_outcomes(rows)
+        figures.update(punchcheck.figures(nodes, outcomes))
+        figures["NATed pairs settled (punched or given up)"] = f"{seconds:.1f} s"
+        failures += [f"NATed pair {a}-{b}: not settled" for (a, b), v in outcomes.items()
+                     if v is None]
 
         if len(natted) >= 2:
             source = os.path.join(work, "sample")

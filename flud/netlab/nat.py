@@ -14,7 +14,12 @@
 
 Every kind filters the same way: what comes from the WAN side is forwarded
 only when it belongs to a connection made from inside (conntrack's
-established/related); nothing inside is reachable unasked.
+established/related); nothing inside is reachable unasked. A connection
+opened unasked to the router itself is dropped silently, as most home
+routers do ("stealth"), not refused: a refusal (RST) of a hole punch's first
+SYN would also close the punching side's own mapping, and in a lab without
+delay that SYN always arrives before the other side's has left
+(docs/reachability.md, "Hole punching").
 """
 from flud.netlab import miniupnpd
 from flud.netlab.topology import Router
@@ -37,6 +42,10 @@ def ruleset(router: Router) -> str:
   chain postrouting {{
     type nat hook postrouting priority srcnat; policy accept;
     oifname "{router.wan_if}" {masquerade}
+  }}
+  chain input {{
+    type filter hook input priority filter; policy accept;
+    iifname "{router.wan_if}" meta l4proto tcp ct state new drop
   }}
   chain forward {{
     type filter hook forward priority filter; policy drop;

@@ -15,6 +15,7 @@ addresses (a private node lists none: it is reached through a relay, or
 not at all).
 """
 import logging
+from collections import deque
 
 from twisted.internet import defer
 
@@ -96,6 +97,7 @@ class Prober:
         self._call = None
         self._soon = False        # a new candidate waits for a round
         self._last_round = None   # when the last round began
+        self.port_observations = deque(maxlen=16)   # (local port, observed port)
 
     def start(self) -> None:
         self._schedule(FIRST_ROUND_AFTER)
@@ -183,7 +185,10 @@ class Prober:
         d = dial(self.reactor, self.local, self.handler, host, port, expected_peer=peer_id,
                  timeout=DIAL_TIMEOUT)
 
+        local_port = []
+
         def ask(conn):
+            local_port.append(conn.transport.getHost().port)
             request = conn.request(Op.DIAL_BACK, messages.DialBackRequest(self.listen_port))
             request.addTimeout(ASK_TIMEOUT, self.reactor)
             request.addBoth(lambda result: (conn.close(), result)[1])
@@ -191,6 +196,8 @@ class Prober:
 
         def answered(response):
             self.judge.record(host, response.observed_host, self.listen_port, response.reached)
+            # how our NAT maps ports (flud/node/hole_punch.py: may a punch work?)
+            self.port_observations.append((local_port[0], response.observed_port))
 
         d.addCallback(ask)
         d.addCallback(answered)

@@ -154,6 +154,8 @@ class Discovery:
             node_id = record.node_id
             if node_id == self.node_id or node_id in self.queued:
                 continue
+            if record.first_tcp() is None:
+                continue    # reached only through a relay: never in a table of direct ones
             held = self.table.get(node_id)
             if held is not None and held.record is not None and \
                     held.record.sequence >= record.sequence:

@@ -8,6 +8,7 @@ import logging
 
 from twisted.internet import defer
 
+from flud.node.reachability import plain_host
 from flud.protocol import messages
 from flud.protocol.codec import DATA_CHUNK, Op, pieces_of
 from flud.protocol.errors import ErrorCode, RemoteError
@@ -138,11 +139,15 @@ class NodeHandler:
             Op.DIAL_BACK: self._dial_back,
             Op.RESERVE: self._reserve,
             Op.RELAY_INCOMING: self._relay_incoming,
+            Op.PUNCH_CONNECT: self._punch_connect,
+            Op.PUNCH_SYNC: self._punch_sync,
+            Op.OBSERVED: self._observed,
             Op.FIND_NODE: self._find_node,
         }
         self.dial_back = None   # flud/node/dial_back.py's DialBackServer
         self.relay = None       # flud/node/relay.py: RelayService, ReservationKeeper
         self.reservation = None
+        self.punch = None       # flud/node/puncher.py's Puncher
 
     # ---- connection events -------------------------------------------------
 
@@ -219,6 +224,21 @@ class NodeHandler:
         if self.reservation is None:
             raise RemoteError(ErrorCode.RELAY_REFUSED, "this node holds no reservation")
         return self.reservation.incoming(conn, rid, message)
+
+    def _punch_connect(self, conn, rid, message, end):
+        if self.punch is None:
+            raise RemoteError(ErrorCode.PUNCH_REFUSED, "this node does not punch holes")
+        return self.punch.serve_connect(conn, rid, message)
+
+    def _punch_sync(self, conn, rid, message, end):
+        if self.punch is None:
+            raise RemoteError(ErrorCode.PUNCH_REFUSED, "this node does not punch holes")
+        return self.punch.serve_sync(conn, rid, message)
+
+    def _observed(self, conn, rid, message, end):
+        """Where the asker is seen: costs nothing, keeps nothing."""
+        seen = conn.transport.getPeer()
+        conn.respond(rid, messages.Observed(plain_host(seen.host), seen.port))
 
     def _stats(self, conn, rid, message, end):
         values = dict(self.stats())

@@ -23,6 +23,8 @@ from flud.node.dial_back import DialBackServer, Prober
 from flud.node.own_record import OwnRecord
 from flud.node.port_mapping import PortMapper, looks_natted
 from flud.node.relay import RelayDoor, RelayService, ReservationKeeper
+from flud.node.puncher import DIAL_RELAYED_ENV, Puncher, RelayedPeerDialer
+from flud.protocol.punched import share_listening_port
 from flud.protocol.node_record import Address
 from flud.node.reachability import candidate_addresses, is_loopback
 from flud.node.peers import Membership
@@ -208,7 +210,20 @@ class NodeService(Service):
             self.relay.reachable = lambda: self.prober.verdict != "private"
         self.port_mapper = PortMapper(self.reactor, self.workers.run, self.local.listen_port,
                                       self._port_mapped)
-        self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation]
+        if self.prober is not None:
+            # punches dial from the listening port (flud/protocol/punched.py);
+            # a node on loopback only punches nothing and shares nothing
+            share_listening_port(self._listening)
+        self.puncher = Puncher(self.reactor, self.local, self.handler, self.pool,
+                               self.membership, self.prober, self.host)
+        self.handler.punch = self.puncher
+        self.relayed_dialer = None
+        if os.environ.get(DIAL_RELAYED_ENV) == "1":
+            self.relayed_dialer = RelayedPeerDialer(self.reactor, self.node_id, self.membership,
+                                                    self.pool, self.prober)
+            self.relayed_dialer.start()
+        self.handler.listeners = [self.pool, self.membership, self.relay, self.reservation,
+                                  self.puncher]
         self.discovery = Discovery(self.node_id, self.own_record, self.reactor, self.rng,
                                    probe=self._probe, connect=self._connect, home=self.home)
         self.handler.discovery = self.discovery
@@ -297,6 +312,8 @@ class NodeService(Service):
         if self.prober is not None:
             self.prober.stop()
         self.reservation.stop()
+        if self.relayed_dialer is not None:
+            self.relayed_dialer.stop()
         unmapped = self.port_mapper.stop()   # the gateway drops our port (best effort)
         self.discovery.stop()
         self.leases.stop()
@@ -335,6 +352,7 @@ class NodeService(Service):
             "port_mapping": self.port_mapper.summary(),
             "relay": dict(self.relay.stats(), reserved_on=(self.reservation.relay[0].hex()
                                                            if self.reservation.relay else None)),
+            "punch": self.puncher.stats(),
             "dht": self.discovery.stats(),
             "connections": len(self.pool),
             # connections that have not said HELLO yet, and those closed at

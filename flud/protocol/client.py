@@ -4,6 +4,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from flud.protocol import messages
+from flud.protocol.client_punch import ClientPuncher
 from flud.protocol.codec import Op
 from flud.protocol.errors import ErrorCode, RemoteError
 from flud.protocol.outbound import BytesSource, FedSource
@@ -180,7 +181,9 @@ class ClientNet:
         self.local = load_party(home, messages.ROLE_CLIENT)
         self.handler = ClientOnlyHandler()
         self.pool = ConnectionPool(reactor, self.local, self.handler)
-        self.handler.listeners = [self.pool]
+        # a node reached through a relay is punched to when the NATs allow
+        self.puncher = ClientPuncher(reactor, self.local, self.handler, self.pool)
+        self.handler.listeners = [self.pool, self.puncher]
 
     @property
     def client_id(self) -> bytes:

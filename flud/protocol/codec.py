@@ -42,6 +42,9 @@ class Op(enum.IntEnum):
     DIAL_BACK = 50   # reachability: dial me back at the address you see (docs/reachability.md)
     RESERVE = 51     # relay: hold a reservation for me (docs/reachability.md, "Relay")
     RELAY_INCOMING = 52  # relay -> reserved node: someone waits on circuit TOKEN
+    PUNCH_CONNECT = 53   # hole punch: here are my addresses, yours? (docs/reachability.md)
+    PUNCH_SYNC = 54      # hole punch: dial me now (the asker dials half a round trip later)
+    OBSERVED = 55        # where do you see me? (a client learns its outside address to punch)
     FIND_NODE = 40
 
 

@@ -66,6 +66,11 @@ class ErrorCode(str, enum.Enum):
     # relay: this node relays for nobody (--no-relay), or its reservations are full
     RELAY_REFUSED = "RELAY_REFUSED", 51
     RELAY_FULL = "RELAY_FULL", 52
+    # hole punching: this node will not punch now (not behind a NAT, not on
+    # a relayed connection, no CONNECT agreed before a SYNC), or an announced
+    # address the peer could not be seen at (a third party, loopback...)
+    PUNCH_REFUSED = "PUNCH_REFUSED", 53
+    PUNCH_ADDRESS = "PUNCH_ADDRESS", 54
 
 
 _BY_WIRE = {code.wire: code for code in ErrorCode}

@@ -491,6 +491,77 @@ class Circuit:
         return cls(bytes(payload))
 
 
+# A PUNCH_CONNECT names at most this many addresses (flud/node/hole_punch.py).
+MAX_PUNCH_ADDRESSES = 4
+
+
+@dataclass(slots=True)
+class PunchConnect:
+    """PUNCH_CONNECT, and its answer: the sender's addresses as peers
+    observed them ((host, port): its NAT's outside address, its listening
+    port) and how its NAT maps ports (hole_punch.NAT_*), for a hole punch
+    over the relayed connection it is sent on."""
+    addresses: list
+    nat: int = 0
+
+    def encode(self) -> bytes:
+        parts = [bytes([self.nat, len(self.addresses[:MAX_PUNCH_ADDRESSES])])]
+        for host, port in self.addresses[:MAX_PUNCH_ADDRESSES]:
+            parts.append(_U16.pack(port) + _host_bytes(host))
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "PunchConnect":
+        r = Reader(payload, "PUNCH_CONNECT")
+        nat, count = r.u8(), r.u8()
+        if count > MAX_PUNCH_ADDRESSES:
+            raise malformed(f"PUNCH_CONNECT names {count} addresses, over {MAX_PUNCH_ADDRESSES}")
+        addresses = []
+        for _ in range(count):
+            port = r.u16()
+            host = _host_text(r, "PUNCH_CONNECT")
+            if not port or not host:
+                raise malformed("PUNCH_CONNECT address without a host or a port")
+            addresses.append((host, port))
+        r.done()
+        return cls(addresses, nat)
+
+
+@dataclass(slots=True)
+class PunchSync:
+    """PUNCH_SYNC: dial now; `attempt` counts from 1 (bounded by the asked)."""
+    attempt: int
+
+    def encode(self) -> bytes:
+        return bytes([self.attempt])
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "PunchSync":
+        r = Reader(payload, "PUNCH_SYNC")
+        attempt = r.u8()
+        r.done()
+        return cls(attempt)
+
+
+@dataclass(slots=True)
+class Observed:
+    """OBSERVED's answer: the address and source port the answerer sees
+    the asker's connection come from."""
+    host: str
+    port: int
+
+    def encode(self) -> bytes:
+        return _U16.pack(self.port) + _host_bytes(self.host)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "Observed":
+        r = Reader(payload, "OBSERVED answer")
+        port = r.u16()
+        host = _host_text(r, "OBSERVED answer")
+        r.done()
+        return cls(host, port)
+
+
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
@@ -562,6 +633,9 @@ BODIES = {
     Op.DIAL_BACK: (DialBackRequest, DialBackResponse),
     Op.RESERVE: (Empty, Reservation),
     Op.RELAY_INCOMING: (Circuit, Empty),
+    Op.PUNCH_CONNECT: (PunchConnect, PunchConnect),
+    Op.PUNCH_SYNC: (PunchSync, Empty),
+    Op.OBSERVED: (Empty, Observed),
     Op.FIND_NODE: (FindNode, FoundNodes),
 }
 

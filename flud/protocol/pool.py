@@ -36,6 +36,12 @@ class ConnectionPool:
         if conn.peer_id is not None and not conn.closed:
             self._by_peer.setdefault(conn.peer_id, conn)
 
+    def replace(self, conn) -> None:
+        """conn serves its peer from now on, in place of the connection held
+        (a punched, direct one taking over from a relayed one)."""
+        if conn.peer_id is not None and not conn.closed:
+            self._by_peer[conn.peer_id] = conn
+
     def discard(self, conn) -> None:
         if self._by_peer.get(conn.peer_id) is conn:
             del self._by_peer[conn.peer_id]

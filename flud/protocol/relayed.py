@@ -57,6 +57,7 @@ class PreambleConnection(Connection):
     """A Connection that writes a relay preamble before its TLS."""
 
     preamble = b""
+    relayed = True      # a hole punch may replace it (flud/node/puncher.py)
 
     def connectionMade(self):
         self.transport.write(self.preamble)

@@ -78,6 +78,8 @@ def test_router_rules_per_kind():
     assert "masquerade fully-random" in rules["symmetric"]
     for text in rules.values():
         assert "policy drop" in text and "ct state established,related accept" in text
+        # unasked connections to the router itself vanish (a punch's early SYN)
+        assert "meta l4proto tcp ct state new drop" in text
     setup = build.router_setup(topo)
     assert all("ip_forward=1" in command for command, _ in setup.values())
 

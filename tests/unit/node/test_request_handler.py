@@ -1294,3 +1294,15 @@ def test_honest_connections_coming_and_going_do_not_trim(tmp_path):
         pair.flush()
         door.clock.advance(TRIM_DELAY)
     assert door.trims == [] and door.factory.refused == 0
+
+
+def test_observed_says_where_the_asker_is_seen_and_punches_need_a_puncher(alice):
+    from twisted.internet.address import IPv6Address
+    alice.server.transport.getPeer = lambda: IPv6Address("TCP", "::ffff:198.18.200.1", 40123)
+    answer = ok(alice, alice.client.request(Op.OBSERVED, messages.Empty()))
+    assert (answer.host, answer.port) == ("198.18.200.1", 40123)    # one spelling
+    connect = messages.PunchConnect([("198.18.200.1", 7400)], 1)
+    assert error_code(alice, alice.client.request(Op.PUNCH_CONNECT, connect)) == \
+        ErrorCode.PUNCH_REFUSED
+    assert error_code(alice, alice.client.request(Op.PUNCH_SYNC, messages.PunchSync(1))) == \
+        ErrorCode.PUNCH_REFUSED

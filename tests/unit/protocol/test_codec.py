@@ -210,6 +210,9 @@ def test_every_op_round_trips_through_its_request_and_response_types(op):
         messages.Circuit: messages.Circuit(b"t" * 16),
         messages.FindNode: messages.FindNode(KEY, _entry(9, "a", 1).record),
         messages.FoundNodes: messages.FoundNodes([_entry(9, "a", 1).record]),
+        messages.PunchConnect: messages.PunchConnect([("198.18.200.1", 7400)], 1),
+        messages.PunchSync: messages.PunchSync(2),
+        messages.Observed: messages.Observed("198.18.200.1", 40123),
     }
     request_type, response_type = messages.BODIES[op]
     request, response = samples[request_type], samples[response_type]
