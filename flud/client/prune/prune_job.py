@@ -117,6 +117,7 @@ class Prune:
         s["live_bytes"] = sum(reached.bundles.values())
         s["reached_bundle_bytes"] = bundle_bytes
         s["live_extent_bytes"] = reached.extent_bytes
+        s["mostly_dead_bundles"] = len(dead_share)
         self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
                  f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
                  f"dead) and {reached.extent_bytes} bytes in extents, before n/k")
