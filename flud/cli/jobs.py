@@ -214,7 +214,7 @@ JOB_MODULES = {
     "prune": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "check": ("flud.cli.check", "flud.client.backup.small_files", *_READ),
-    "adopt": ("flud.client.repository.head", *_READ),
+    "adopt": ("flud.client.repository.head_adopt", *_READ),
 }
 
 
@@ -309,7 +309,7 @@ def _check(reactor, home, network, pool, monitor, progress, args):
 @defer.inlineCallbacks
 def _adopt(reactor, home, network, pool, monitor, progress, args):
     """`flud adopt`: this home becomes the writer of the nodes' head."""
-    from flud.client.repository.head import adopt
+    from flud.client.repository.head_adopt import adopt
     from flud.client.repository.root_store import ManifestMissing
 
     try:

@@ -1,11 +1,12 @@
 """The client's import floors (tools/house_shape.py, issue 26) do not grow
 back: 11 before the re-layering, 8 since the record format, the sealed
-JSON opener and the listing fingerprint moved down; no circles."""
+JSON opener and the listing fingerprint moved down, 7 since taking the
+nodes' head (head_adopt.py) left the head's writers; no circles."""
 import pytest
 
 from tools import house_shape
 
-MAX_FLOORS = 8
+MAX_FLOORS = 7
 
 
 @pytest.fixture(scope="module")
