@@ -17,7 +17,6 @@ import logging
 
 from twisted.internet import defer
 
-from flud.client.repository.bundle_sender import BundleSender
 from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, SUPERSEDED_META,
                                               ForkedHead, HeadError, Saved, StaleRoot,
                                               judge_home, judge_remembered, refuse_superseded,
@@ -337,11 +336,3 @@ def _still_merged(old: MapIndex, new: MapIndex) -> MapIndex:
     if new.merged or not old.merged or new.pages[:old.merged] != old.pages[:old.merged]:
         return new
     return new._replace(merged=old.merged)
-
-
-def record_sender(ctx):
-    """A BundleSender for records alone (forget, tag, prune, repair: no
-    file data), opened; close() it when done."""
-    sender = BundleSender(ctx, ctx.home.config["small_file_limit"])
-    sender.open(with_files=False)
-    return sender

@@ -21,7 +21,7 @@ from twisted.internet import defer
 from flud.client.gather import gather
 from flud.client.records import Challenge, SegmentFetch, ShareHolder
 from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
-from flud.errors import FludError
+from flud.errors import FetchFailed, FludError, StoreFailed  # noqa: F401 (re-exported)
 from flud.protocol.errors import ErrorCode, RemoteError
 
 log = logging.getLogger("flud.client")
@@ -30,18 +30,6 @@ CHALLENGES_PER_SHARE = 2
 CHALLENGE_SPAN = 64 * 1024
 MAX_ATTEMPTS_PER_SHARE = 4
 HEDGE_AFTER = 2.0  # seconds a last share may lag before it is hedged
-
-
-class StoreFailed(FludError):
-    """Too few nodes took a segment, an extent or a bundle."""
-
-    code = "STORE_FAILED"
-
-
-class FetchFailed(FludError):
-    """Too few good shares of a segment or a small file could be fetched."""
-
-    code = "FETCH_FAILED"
 
 
 def challenges_for(secret: bytes, key: bytes, share) -> list:
