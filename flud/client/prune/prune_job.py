@@ -30,8 +30,8 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
-from flud.client.repository.bundle_sender import record_sender
-from flud.client.repository.head import Head, store_blobs, write_head
+from flud.client.repository.bundle_sender import record_sender, store_blobs
+from flud.client.repository.head import Head, write_head
 from flud.client.repository.holder_map import MapIndex, MapPage, PAGE_ROWS
 from flud.client.repository.reach import (BUNDLE, EXTENT, Reach, index_extents, inventory,
                                     named_shares, object_id)

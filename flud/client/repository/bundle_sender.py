@@ -452,6 +452,21 @@ def _hosts_too_few(network, hosts: int, k: int, n: int) -> bool:
             and most_per_host(n, hosts) > n - k)
 
 
+@defer.inlineCallbacks
+def store_blobs(small, blobs):
+    """Hand blobs [(blob id, sealed)] to a BundleSender and land them in a
+    bundle of their own: (their BlobRefs by id, {bundle id: Bundle}, the
+    challenges of those bundles' shares)."""
+    for blob_id, sealed in blobs:
+        yield small.add_blob(blob_id, sealed)
+    yield small.finish()
+    bundles, challenges = small.records()
+    wanted = {blob_id for blob_id, _ in blobs}
+    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in wanted}
+    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in wanted]
+    return refs, bundles, challenges
+
+
 def tar_challenges(secret, tar):
     """{member key hex: [Challenge]} of a tar's members (in the pool)."""
     view = memoryview(tar.data)

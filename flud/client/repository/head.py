@@ -17,6 +17,7 @@ import logging
 
 from twisted.internet import defer
 
+from flud.client.repository.bundle_sender import store_blobs
 from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, SUPERSEDED_META,
                                               ForkedHead, HeadError, Saved, StaleRoot,
                                               judge_home, judge_remembered, refuse_superseded,
@@ -172,21 +173,6 @@ def _unmoved(head: Head, found, home_id: str) -> bool:
     if not isinstance(found, RootRecord):
         return head.generation == 0
     return found.generation == head.generation and found.home in ("", home_id)
-
-
-@defer.inlineCallbacks
-def store_blobs(small, blobs):
-    """Hand blobs [(blob id, sealed)] to a BundleSender and land them in a
-    bundle of their own: (their BlobRefs by id, {bundle id: Bundle}, the
-    challenges of those bundles' shares)."""
-    for blob_id, sealed in blobs:
-        yield small.add_blob(blob_id, sealed)
-    yield small.finish()
-    bundles, challenges = small.records()
-    wanted = {blob_id for blob_id, _ in blobs}
-    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in wanted}
-    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in wanted]
-    return refs, bundles, challenges
 
 
 @defer.inlineCallbacks
