@@ -9,6 +9,8 @@ import os
 import sqlite3
 
 from flud.client import run_rows
+from flud.client.index_blobs import StoredBlobs
+from flud.client.index_challenges import ShareChallengeRows
 from flud.client.index_dirs import DirRecords
 from flud.client.index_files import FileState, FileStates  # noqa: F401 (FileState: re-exported)
 from flud.client.index_rows import _pack, _unpack  # noqa: F401 (re-exported)
@@ -75,12 +77,13 @@ class IndexVersionError(FludError):
     code = "INDEX_VERSION"
 
 
-class ClientIndex(FileStates, DirRecords, PendingFiles, StoredObjects, SnapshotRows, MetaRows,
-                  run_rows.OpenRun):
+class ClientIndex(FileStates, DirRecords, PendingFiles, StoredObjects, StoredBlobs,
+                  ShareChallengeRows, SnapshotRows, MetaRows, run_rows.OpenRun):
     """The client's local index: one sqlite file, its schema migrated here,
     its tables read and written by the parts it is made of (one concern
     each, flud/client/index_*.py): file states, directory records, a
-    run's pending files, the objects stored, the snapshots listed, meta
+    run's pending files, the objects stored, their records' blobs, their
+    shares' challenges, the snapshots listed, meta
     values, and a backup run's own rows (run_rows.py)."""
 
     def __init__(self, path: str):

@@ -1,13 +1,13 @@
-"""What this home stored and where: records' blobs, contents, bundles,
-segments and extents, their shares' VERIFY challenges; what prune drops
-and what repair moved.
+"""What this home stored and where: contents, bundles, segments and
+extents; what prune drops (with the blobs and challenges that go with
+them) and what repair moved.
 """
 import json
 import sqlite3
 import threading
 
 from flud.client.index_rows import IndexRows, _pack, _unpack
-from flud.client.records import BlobRef, bundle_of, extent_id_or_none, extents_of, holder_rows
+from flud.client.records import bundle_of, extent_id_or_none, extents_of, holder_rows
 
 
 class ContentLookup:
@@ -31,8 +31,8 @@ class ContentLookup:
 
 
 class StoredObjects(IndexRows):
-    """The blobs, contents, bundles, segments and challenges tables (and a
-    run's temporary run_blobs)."""
+    """The contents, bundles and segments tables (drop_stored clears the
+    blobs, files, dirs and challenges that name what it drops)."""
 
     path = None
 
@@ -40,46 +40,6 @@ class StoredObjects(IndexRows):
         """Whether any chunk of a large file is known (backup/chunked.py)."""
         return self.db.execute("SELECT 1 FROM segments WHERE seg_key >= 'C' AND seg_key < 'D' "
                                "LIMIT 1").fetchone() is not None
-
-    # ---- where version-2 records' blobs are ----------------------------------
-
-    def known_blob(self, blob_id: str) -> bool:
-        return self.db.execute("SELECT 1 FROM blobs WHERE blob_id=?",
-                               (blob_id,)).fetchone() is not None
-
-    def blob(self, blob_id: str):
-        """The BlobRef of a stored blob, or None."""
-        row = self.db.execute("SELECT blob_id, bundle, offset, length FROM blobs "
-                              "WHERE blob_id=?", (blob_id,)).fetchone()
-        return BlobRef(*row) if row else None
-
-    def add_blobs(self, refs, this_run: bool = False) -> None:
-        """refs: BlobRefs of stored records; this_run: also listed for this
-        run's map page (run_blobs, a temporary table: a first backup of a
-        large tree makes one record per directory)."""
-        refs = [tuple(ref) for ref in refs]
-        self._replace_rows("blobs", 4, refs)
-        if this_run:
-            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS run_blobs (blob_id TEXT PRIMARY KEY, "
-                            "bundle TEXT, offset INTEGER, length INTEGER)")
-            self._replace_rows("run_blobs", 4, refs)
-
-    def begin_run_blobs(self) -> None:
-        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS run_blobs (blob_id TEXT PRIMARY KEY, "
-                        "bundle TEXT, offset INTEGER, length INTEGER)")
-        self.db.execute("DELETE FROM run_blobs")
-
-    def run_blob_pages(self, rows: int):
-        """This run's BlobRefs, sorted, a list of at most `rows` at a time."""
-        after = ""
-        while True:
-            page = [BlobRef(*row) for row in self.db.execute(
-                "SELECT blob_id, bundle, offset, length FROM run_blobs WHERE blob_id > ? "
-                "ORDER BY blob_id LIMIT ?", (after, rows))]
-            if not page:
-                return
-            after = page[-1].blob_id
-            yield page
 
     # ---- where contents and bundles are -------------------------------------
 
@@ -94,20 +54,6 @@ class StoredObjects(IndexRows):
 
     def bundle_rows(self):
         return self._rows("SELECT bundle_id, record FROM bundles")
-
-    def challenge_rows(self):
-        """(share key hex, [[offset, span, digest hex], ...] as JSON bytes)."""
-        return self._rows("SELECT share_key, record FROM challenges")
-
-    def add_challenges(self, items, transaction: bool = True) -> None:
-        """items: (share key hex, challenges) as segments.challenges_for()."""
-        self._replace_rows("challenges", 2, ((key, _pack(record)) for key, record in items),
-                           transaction)
-
-    def challenges(self, share_key: str):
-        row = self.db.execute("SELECT record FROM challenges WHERE share_key=?",
-                              (share_key,)).fetchone()
-        return _unpack(row[0]) if row else None
 
     def content_lookup(self) -> "ContentLookup":
         """`content id in lookup`, from any thread, without the set of every
