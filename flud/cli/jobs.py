@@ -23,6 +23,9 @@ log = logging.getLogger("flud.client")
 
 # Jobs that change nothing on the nodes or in the index run beside any other.
 READ_ONLY_JOBS = {"ls", "find", "diff", "dump", "stats"}
+# Jobs whose stdout is their data (a file's bytes, a tar stream): with
+# --json their JSON lines go to stderr, the summary its last line.
+JSON_ON_STDERR = {"dump"}
 
 
 def run_client(args, job: str) -> int:
@@ -33,7 +36,8 @@ def run_client(args, job: str) -> int:
     config = RunConfig.from_args(args)   # read once: the job runs on it, not on args
     as_json = config.as_json
     args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
-    args.json_out = sys.stdout   # the JSON lines' (the job's own prints go to stderr)
+    # the JSON lines' (the job's own prints go to stderr)
+    args.json_out = sys.stderr if job in JSON_ON_STDERR else sys.stdout
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
@@ -41,7 +45,8 @@ def run_client(args, job: str) -> int:
     try:
         if job not in READ_ONLY_JOBS and not config.lock_held:
             lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with (contextlib.redirect_stdout(sys.stderr) if as_json and job not in JSON_ON_STDERR
+              else contextlib.nullcontext()):
             code = run_reactor(lambda reactor: _job(reactor, home, args, job, config))
     except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -101,11 +106,12 @@ def _json_result(as_json, job, code, summary, error_code=None, message=None) -> 
     if as_json:
         from flud.cli.jsonlines import line, summary_line
 
+        out = sys.stderr if job in JSON_ON_STDERR else sys.stdout
         record = {"command": job, "exit": code, **summary}
         if error_code:
             record["error"] = {"code": error_code, "message": message}
-            print(line("error", job, level="error", code=error_code, message=message))
-        print(summary_line(job, record))
+            print(line("error", job, level="error", code=error_code, message=message), file=out)
+        print(summary_line(job, record), file=out)
     return code
 
 
