@@ -92,3 +92,27 @@ class BadCompressedData(CompressionError):
     """Compressed bytes that do not decompress to the recorded size."""
 
     code = "BAD_COMPRESSED_DATA"
+
+
+# --- client: records and fetches --------------------------------------------
+# Here, below every client module, so the record formats and the fetch
+# paths that raise them import nothing of the client's to do so
+# (client/records.py and client/repository/segments.py re-export them).
+
+
+class BadRecord(FludError):
+    """A record that is not what its kind says: damaged, or written by a hostile party."""
+
+    code = "BAD_RECORD"
+
+
+class StoreFailed(FludError):
+    """Too few nodes took a segment, an extent or a bundle."""
+
+    code = "STORE_FAILED"
+
+
+class FetchFailed(FludError):
+    """Too few good shares of a segment or a small file could be fetched."""
+
+    code = "FETCH_FAILED"

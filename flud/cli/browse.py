@@ -7,6 +7,7 @@ import time
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
+from flud.cli.job_config import BrowseConfig
 from flud.client.repository.root_store import ManifestMissing
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
@@ -79,12 +80,13 @@ def _pick(records, snapshot_id):
 
 @defer.inlineCallbacks
 def ls(ctx, args):
+    config = BrowseConfig.from_args(args)
     repo = yield _repository(ctx)
     problems = []
     try:
         records = yield _records(repo, problems)
         summary = vars(args).setdefault("summary", {})
-        if args.snapshot is None and not args.path:
+        if config.snapshot is None and not config.path:
             summary["snapshots"] = [
                 {"id": r.snapshot_id, "created": r.time, "host": r.host, "paths": list(r.paths),
                  "tags": list(r.tags), "files": r.stats.get("files", 0),
@@ -96,13 +98,13 @@ def ls(ctx, args):
                 print(snapshot_line(r.snapshot_id, r.time, r.host, r.paths, r.tags,
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
             return EXIT_SKIPPED if problems else EXIT_OK
-        _, record = _pick(records, args.snapshot)
-        if getattr(args, "dir", None) is not None:
-            return (yield _one_directory(repo, record, args))
-        paths = snapshot_paths(record.paths, [args.path]) if args.path else []
+        _, record = _pick(records, config.snapshot)
+        if config.dir is not None:
+            return (yield _one_directory(repo, record, config.dir, summary))
+        paths = snapshot_paths(record.paths, [config.path]) if config.path else []
         reader = TreeReader(repo.fetch_sealed, repo.sealer)
         summary["snapshot"] = record.snapshot_id
-        entries = summary["entries"] = [] if getattr(args, "json", False) else None
+        entries = summary["entries"] = [] if config.as_json else None
 
         def visit(path, entry):
             target = entry.ref if entry.kind == SYMLINK else ""
@@ -121,15 +123,14 @@ def ls(ctx, args):
 
 
 @defer.inlineCallbacks
-def _one_directory(repo, record, args):
+def _one_directory(repo, record, directory: str, summary: dict):
     """`ls --dir PATH`: the entries of one directory, its record (and its
     continuations) and those of the directories above it fetched, nothing
     below."""
     from flud.client.repository.tree_walk import NotADirectory
 
     reader = TreeReader(repo.fetch_sealed, repo.sealer)
-    path = args.dir.strip("/")
-    summary = vars(args).setdefault("summary", {})
+    path = directory.strip("/")
     summary.update(snapshot=record.snapshot_id, path=path)
     try:
         blob_id = yield reader.directory(record.tree, path)
@@ -156,12 +157,13 @@ def find(ctx, args):
     """Paths matching a pattern (on the name, or on the whole path when the
     pattern holds a '/') in every snapshot, or one."""
     repo = yield _repository(ctx)
+    config = BrowseConfig.from_args(args)
     problems, hits = [], [0]
-    pattern = args.pattern
+    pattern = config.pattern
     try:
         records = yield _records(repo, problems)
-        if args.snapshot is not None:
-            records = [_pick(records, args.snapshot)]
+        if config.snapshot is not None:
+            records = [_pick(records, config.snapshot)]
         for _, record in records:
             reader = TreeReader(repo.fetch_sealed, repo.sealer)
 
@@ -192,8 +194,9 @@ def diff(ctx, args):
     problems, counts = [], {"+": 0, "-": 0, "M": 0}
     try:
         records = yield _records(repo, problems)
-        _, old = _pick(records, args.old)
-        _, new = _pick(records, args.new)
+        config = BrowseConfig.from_args(args)
+        _, old = _pick(records, config.old)
+        _, new = _pick(records, config.new)
         reader = TreeReader(repo.fetch_sealed, repo.sealer)
 
         def report(change, path, a, b):
@@ -213,18 +216,19 @@ def stats(ctx, args):
     dedup, bytes on each node (client/repository/tree_stats.py: the trees streamed)."""
     from flud.client.repository.tree_stats import RepositoryStats
 
+    config = BrowseConfig.from_args(args)
     repo = yield _repository(ctx)
     problems = []
     try:
         records = yield _records(repo, problems)
-        if args.snapshot is not None:
-            records = [_pick(records, args.snapshot)]
+        if config.snapshot is not None:
+            records = [_pick(records, config.snapshot)]
         counted = RepositoryStats(repo, TreeReader(repo.fetch_sealed, repo.sealer),
                                   lambda path, why: _damaged_reporter(problems)(
                                       Damaged(path, why)))
         for _, record in records:
             yield counted.add_snapshot(record)
-        figures = counted.summary(with_nodes=args.snapshot is None)
+        figures = counted.summary(with_nodes=config.snapshot is None)
     finally:
         repo.close()
     summary = vars(args).setdefault("summary", {})

@@ -14,34 +14,30 @@ from flud.client.context import wall_clock
 from flud.client.progress import human_bytes
 from flud.client.repair.object_health import CLASSES, HEALTHY, SAFETY_MARGIN
 from flud.client.repair.check_job import REPAIRED
-from flud.client.repair.rotation import BadDataSubset, parse_subset
 from flud.client.repair.repository_check import Check
-from flud import units
+from flud.cli.job_config import CheckConfig
+from flud.cli.results import CheckResult
 from flud.errors import FludError
 
 
 @defer.inlineCallbacks
 def check(ctx, args):
-    try:
-        subset = parse_subset(args.read_data_subset) if args.read_data_subset else None
-        grace = units.parse_seconds(args.unreachable_grace)
-    except (BadDataSubset, units.UnitError) as err:
-        raise UserError(str(err))
-    m = getattr(args, "repair_below", None)
+    config = CheckConfig.from_args(args)
+    m = config.repair_below
     k, n = ctx.coder.k, ctx.coder.n
     if m is not None and not k < m <= n:
         raise UserError(f"--repair-below {m}: give a threshold above k={k} and at most n={n}")
-    margin = getattr(args, "safety_margin", None)
-    margin = SAFETY_MARGIN if margin is None else margin
+    margin = SAFETY_MARGIN if config.safety_margin is None else config.safety_margin
     if not 0 <= margin <= n - k:
         raise UserError(f"--safety-margin {margin}: give 0 to n-k={n - k}")
-    job = Check(ctx, repair=args.repair, subset=subset, grace=grace, m=m, clock=wall_clock,
-                margin=margin)
+    job = Check(ctx, repair=config.repair, subset=config.subset,
+                grace=config.unreachable_grace, m=m, clock=wall_clock, margin=margin)
     try:
         report = yield job.run()
     except FludError as err:
         raise UserError(str(err))
-    summary = report.summary()
+    done = CheckResult.from_summary({**report.summary(), "unconfirmed": job.unconfirmed or ""})
+    summary = done.to_json()
     counts = summary["counts"]
     vars(args).setdefault("summary", {}).update(summary)  # --json prints it (cli/jobs.py)
     print(f"check: {report.challenged} shares challenged, {report.downloaded} downloaded "
@@ -60,7 +56,6 @@ def check(ctx, args):
         print(line + (f"; {obj['error']}" if obj["error"] else "") + ")")
     if job.unconfirmed:
         # what was checked may be an old head: objects of a newer one were not
-        vars(args)["summary"]["unconfirmed"] = job.unconfirmed   # (--json prints that one)
         print(f"check: not sure this is the newest head: {job.unconfirmed}")
     if job.left_out:
         print(f"check: {job.left_out} object(s) prune is deleting are not counted")

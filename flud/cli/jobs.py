@@ -11,8 +11,9 @@ from twisted.internet import defer
 
 from flud.cli.exits import EXIT_ERROR, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.home import open_home
-from flud.cli.job_config import RestoreConfig, RunConfig
-from flud.cli.results import BackupResult, RestoreResult
+from flud.cli.job_config import (AdoptConfig, BackupConfig, DumpConfig, RestoreConfig,
+                                 RunConfig, VerifyConfig)
+from flud.cli.results import BackupResult, RestoreResult, VerifyResult
 from flud.cli.runner import run_reactor
 from flud.agent.lock import HomeBusy, HomeLock
 from flud.client.progress import human_bytes
@@ -22,6 +23,9 @@ log = logging.getLogger("flud.client")
 
 # Jobs that change nothing on the nodes or in the index run beside any other.
 READ_ONLY_JOBS = {"ls", "find", "diff", "dump", "stats"}
+# Jobs whose stdout is their data (a file's bytes, a tar stream): with
+# --json their JSON lines go to stderr, the summary its last line.
+JSON_ON_STDERR = {"dump"}
 
 
 def run_client(args, job: str) -> int:
@@ -32,7 +36,8 @@ def run_client(args, job: str) -> int:
     config = RunConfig.from_args(args)   # read once: the job runs on it, not on args
     as_json = config.as_json
     args.summary = dict(getattr(args, "summary", None) or {})   # what a caller began
-    args.json_out = sys.stdout   # the JSON lines' (the job's own prints go to stderr)
+    # the JSON lines' (the job's own prints go to stderr)
+    args.json_out = sys.stderr if job in JSON_ON_STDERR else sys.stdout
     home = open_home(args.home)
     if home is None:
         return _json_result(as_json, job, EXIT_ERROR, {}, "CLIENT_HOME", "no client home there")
@@ -40,7 +45,8 @@ def run_client(args, job: str) -> int:
     try:
         if job not in READ_ONLY_JOBS and not config.lock_held:
             lock.acquire()   # (lock_held: the caller holds it, e.g. --stdin-from-command)
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        with (contextlib.redirect_stdout(sys.stderr) if as_json and job not in JSON_ON_STDERR
+              else contextlib.nullcontext()):
             code = run_reactor(lambda reactor: _job(reactor, home, args, job, config))
     except (UserError, HomeBusy, *_refusals()) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -100,11 +106,12 @@ def _json_result(as_json, job, code, summary, error_code=None, message=None) -> 
     if as_json:
         from flud.cli.jsonlines import line, summary_line
 
+        out = sys.stderr if job in JSON_ON_STDERR else sys.stdout
         record = {"command": job, "exit": code, **summary}
         if error_code:
             record["error"] = {"code": error_code, "message": message}
-            print(line("error", job, level="error", code=error_code, message=message))
-        print(summary_line(job, record))
+            print(line("error", job, level="error", code=error_code, message=message), file=out)
+        print(summary_line(job, record), file=out)
     return code
 
 
@@ -162,6 +169,8 @@ def _job(reactor, home, args, job, config: RunConfig = None):
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
                   "adopt": _adopt}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
+        # what the run used, for every job's --json summary (MemoryResult)
+        _summary(args).setdefault("memory", monitor.snapshot())
     finally:
         if lines is not None:
             lines.stop()
@@ -211,7 +220,7 @@ JOB_MODULES = {
     "prune": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "tag": ("flud.cli.retain", "flud.client.backup.small_files", *_READ),
     "check": ("flud.cli.check", "flud.client.backup.small_files", *_READ),
-    "adopt": ("flud.client.repository.head", *_READ),
+    "adopt": ("flud.client.repository.head_adopt", *_READ),
 }
 
 
@@ -236,20 +245,20 @@ def _typed(user_error, err):
 
 @defer.inlineCallbacks
 def _backup(reactor, home, network, pool, monitor, progress, args):
-    from flud.cli.backup_flags import exclude_options
     from flud.client.backup.backup_job import Backup
     from flud.client.repository.segments import StoreFailed
     from flud.errors import FludError
 
-    stream = getattr(args, "stream_source", None)   # --stdin-from-command (backup_modes.py)
+    config = BackupConfig.from_args(args)
+    stream = config.stream   # --stdin-from-command (backup_modes.py)
     parts = {}
     if stream is not None:
         from flud.client.backup.command_stream import streaming_large_files
         parts = {"large_files": streaming_large_files(stream)}
     job = Backup(reactor, home, network, pool, monitor, progress,
-                 parallel_files=args.parallel_files, **parts)
+                 parallel_files=config.parallel_files, **parts)
     try:
-        result = yield job.run(args.paths, exclude_options(args), tags=args.tag)
+        result = yield job.run(list(config.paths), config.excludes, tags=list(config.tags))
     except StoreFailed as err:
         raise _typed(UserError(f"{str(err).rstrip('.')}. Nothing that landed is lost: "
                                f"run the backup again."), err)
@@ -306,12 +315,12 @@ def _check(reactor, home, network, pool, monitor, progress, args):
 @defer.inlineCallbacks
 def _adopt(reactor, home, network, pool, monitor, progress, args):
     """`flud adopt`: this home becomes the writer of the nodes' head."""
-    from flud.client.repository.head import adopt
+    from flud.client.repository.head_adopt import adopt
     from flud.client.repository.root_store import ManifestMissing
 
     try:
         head, was = yield adopt(_context(reactor, home, network, pool, monitor, progress),
-                                accept_older=args.accept_older)
+                                accept_older=AdoptConfig.from_args(args).accept_older)
     except ManifestMissing as err:
         raise UserError(str(err))
     snapshots = [s["id"] for s in home.index.snapshots()]
@@ -378,8 +387,8 @@ def _restore(reactor, home, network, pool, monitor, progress, args):
         record_retrieves[0] += n
     from flud.client.pathmatch import PatternError
     from flud.client.restore.selection import Selection
-    found = yield _find(ctx, args.snapshot, count_retrieves=count, cached=True)
     cfg = RestoreConfig.from_args(args)
+    found = yield _find(ctx, cfg.snapshot, count_retrieves=count, cached=True)
     steer = cfg.steer
     include, exclude = cfg.include, cfg.exclude
     if cfg.dry_run:
@@ -472,11 +481,12 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
     if out.isatty():
         raise UserError("flud dump writes a file's bytes (or a tar stream): redirect stdout "
                         "to a file or a pipe (`flud dump ... > out.tar`)")
+    config = DumpConfig.from_args(args)
     ctx = _context(reactor, home, network, pool, monitor, progress)
     start = reactor.seconds()
-    found = yield _find(ctx, args.snapshot, cached=True)
+    found = yield _find(ctx, config.snapshot, cached=True)
     try:
-        dump = yield dump_snapshot(ctx, found, args.path, out)
+        dump = yield dump_snapshot(ctx, found, config.path, out)
     except DumpError as err:
         raise _typed(UserError(str(err)), err)
     except FetchFailed as err:
@@ -489,7 +499,7 @@ def _dump(reactor, home, network, pool, monitor, progress, args):
     _summary(args).update(s, snapshot=found.snapshot_id, elapsed=elapsed,
                           damaged=[{"path": d.path, "why": d.why} for d in dump.damaged])
     what = "a tar stream" if dump.as_tar else "a file"
-    print(f"dumped {args.path} of snapshot {found.snapshot_id} as {what}: {s['files']} "
+    print(f"dumped {config.path} of snapshot {found.snapshot_id} as {what}: {s['files']} "
           f"files, {s['dirs']} dirs, {s['symlinks']} symlinks, {human_bytes(s['bytes'])} "
           f"in {elapsed:.2f} s", file=sys.stderr)
     print(_memory_line(monitor), file=sys.stderr)
@@ -563,13 +573,14 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
     from flud.client.verify.verify_job import (challenge_index, describe_round, short_of_k, summary_line,
                                     verify)
 
-    shares = yield _shares_for(home, network, pool, args.snapshot, reactor, monitor, progress)
-    full = getattr(args, "full", False)
+    config = VerifyConfig.from_args(args)
+    shares = yield _shares_for(home, network, pool, config.snapshot, reactor, monitor, progress)
+    full = config.full
     round_number = home.index.get_meta("verify_round", 0)
     kind = challenge_index(round_number, CHALLENGES_PER_SHARE, full)
     heading = "full check" if full else f"round {round_number}"
     print(f"verify ({heading}): {describe_round(kind)}")
-    per_node, bad = yield verify(network, home.secret, shares, round_number, args.sample,
+    per_node, bad = yield verify(network, home.secret, shares, round_number, config.sample,
                                  full=full)
     trust = getattr(network, "trust", None)
     if trust is not None:   # what this home saw its nodes keep, or lose
@@ -578,17 +589,18 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
         home.index.set_meta("verify_round", round_number + 1)
     totals = _verify_table(per_node)
     damaged = shares.damaged
-    _summary(args).update(snapshot=shares.snapshot, full=full, round=round_number,
-                          totals=totals, nodes=per_node, unreadable=len(damaged),
-                          damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
-                          bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]])
+    # never healthier than a restore: what it could not rebuild (every share
+    # was asked; a sample says nothing of the rest)
+    short = short_of_k(shares, bad) if config.sample >= 1.0 else []
+    done = VerifyResult(snapshot=shares.snapshot, full=full, round=round_number,
+                        totals=totals, nodes=per_node, unreadable=len(damaged),
+                        damaged=[{"path": p, "why": w} for p, w in damaged[:100]],
+                        bad=[{"node": n, "share": k, "what": w} for n, k, w in bad[:100]],
+                        short_of_k=len(short), root_unconfirmed=shares.unconfirmed or "")
+    _summary(args).update(done.to_json())
     for node_hex, key_hex, what in bad[:20]:
         print(f"  {what}: share {key_hex[:16]} on node {node_hex[:12]}")
     print(summary_line(kind, totals["confirmed"], sum(totals.values())))
-    # never healthier than a restore: what it could not rebuild (every share
-    # was asked; a sample says nothing of the rest)
-    short = short_of_k(shares, bad) if args.sample >= 1.0 else []
-    _summary(args).update(short_of_k=len(short))
     if short:
         print(f"{len(short)} object(s) with fewer than k shares confirmed: a restore now "
               f"could not rebuild them")
@@ -599,13 +611,11 @@ def _verify(reactor, home, network, pool, monitor, progress, args):
         print(f"{len(damaged)} record(s) could not be read: what they hold was not verified "
               f"and a restore would miss it")
         _listed(damaged, "unreadable")
-    unconfirmed = shares.unconfirmed
-    if unconfirmed:   # what was verified is the newest snapshot these nodes show
-        print(f"not sure this is the newest snapshot: {unconfirmed}")
-        _summary(args).update(root_unconfirmed=unconfirmed)
+    if done.root_unconfirmed:   # what was verified is the newest snapshot these nodes show
+        print(f"not sure this is the newest snapshot: {done.root_unconfirmed}")
     if damaged or short:
         return EXIT_ERROR
-    return EXIT_OK if not bad and not unconfirmed else EXIT_SKIPPED
+    return EXIT_OK if not bad and not done.root_unconfirmed else EXIT_SKIPPED
 
 
 def _verify_table(per_node) -> dict:

@@ -43,6 +43,9 @@ def add_dump_command(sub, mib, rate) -> None:
                       help="MiB of transfer buffers held at once (default 64)")
     dump.add_argument("--limit-download", type=rate, default=0, metavar="RATE",
                       help="download at most RATE: KiB/s, or 500K, 10M (default: no limit)")
+    dump.add_argument("--json", action="store_true",
+                      help="end with the summary as one JSON line on stderr (stdout is the "
+                           "data)")
     dump.set_defaults(handler=_cmd_dump)
 
 

@@ -98,3 +98,112 @@ class MemoryResult:
     def from_summary(cls, summary: dict) -> "MemoryResult":
         memory = summary.get("memory") or {}
         return cls(**{f.name: memory.get(f.name, 0) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """A verify round: the snapshot, the round (full: every challenge kind
+    at once), the outcome counts in total and per node (node hex -> counts),
+    the records that could not be read (unreadable; damaged: their first
+    paths and why), the bad shares (their first ones), the objects with
+    fewer than k shares confirmed, and why the snapshot may not be the
+    newest (root_unconfirmed: '' when it is)."""
+    snapshot: int
+    full: bool
+    round: int
+    totals: dict
+    nodes: dict
+    unreadable: int = 0
+    damaged: list = ()
+    bad: list = ()
+    short_of_k: int = 0
+    root_unconfirmed: str = ""
+
+    @classmethod
+    def from_summary(cls, summary: dict) -> "VerifyResult":
+        defaults = {f.name: f.default for f in fields(cls)}
+        return cls(**{name: summary.get(name, default) for name, default in defaults.items()})
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record["damaged"], record["bad"] = list(self.damaged), list(self.bad)
+        if not self.root_unconfirmed:
+            del record["root_unconfirmed"]
+        return record
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """A prune: what the kept snapshots reach (live_bytes in bundles of
+    reached_bundle_bytes, live_extent_bytes in extents; mostly_dead_bundles
+    to repack), what was marked, deleted (objects, shares, bytes freed on
+    the nodes), repacked and left pending or failed."""
+    snapshots: int = 0
+    objects: int = 0
+    reached: int = 0
+    records_read: int = 0
+    live_bytes: int = 0
+    reached_bundle_bytes: int = 0
+    live_extent_bytes: int = 0
+    mostly_dead_bundles: int = 0
+    marked: int = 0
+    waiting: int = 0
+    deleted: int = 0
+    failed: int = 0
+    pending: int = 0
+    cancelled: int = 0
+    shares_deleted: int = 0
+    bytes_freed: int = 0
+    surplus: int = 0
+    surplus_deleted: int = 0
+    repacked_bundles: int = 0
+    repacked_members: int = 0
+
+    @classmethod
+    def from_summary(cls, summary: dict) -> "PruneResult":
+        """From the job's summary, or a --json summary's `prune` read back."""
+        return cls(**{f.name: summary.get(f.name, 0) for f in fields(cls)})
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def text_line(self) -> str:
+        return (f"prune done: {self.deleted} objects deleted, {self.shares_deleted} shares, "
+                f"{human_bytes(self.bytes_freed)} freed on the nodes; {self.pending} pending; "
+                f"{self.repacked_members} members of {self.repacked_bundles} bundles repacked")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A check: the objects' counts by health class (and repaired), the
+    part of the cycle challenged, shares challenged and downloaded, what
+    repair re-created and fetched, the objects not healthy, each node's
+    tally, the shares moved and the surplus copies, and why the head checked
+    may not be the newest (unconfirmed: '' when it is)."""
+    counts: dict
+    window: float = 0.0
+    challenged: int = 0
+    downloaded: int = 0
+    recreated: dict = None
+    fetched_bytes: int = 0
+    objects: list = ()
+    nodes: list = ()
+    moved: dict = None
+    surplus: list = ()
+    unconfirmed: str = ""
+
+    @classmethod
+    def from_summary(cls, summary: dict) -> "CheckResult":
+        """From the job's report.summary(), or a --json summary read back."""
+        defaults = {f.name: f.default for f in fields(cls)}
+        record = cls(**{name: summary.get(name, default) for name, default in defaults.items()})
+        return record
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record.update(recreated=dict(self.recreated or {"shares": 0, "bytes": 0}),
+                      moved=dict(self.moved or {}), objects=list(self.objects),
+                      nodes=list(self.nodes), surplus=list(self.surplus))
+        if not self.unconfirmed:
+            del record["unconfirmed"]
+        return record

@@ -33,6 +33,9 @@ def add_testnet_commands(sub) -> None:
     up.add_argument("--memory-log", action="store_true", help="each node writes memory.csv in its home")
     up.add_argument("--spawn", choices=("fork", "exec"), default="fork",
                     help="fork nodes from the launcher (fast) or exec a fresh interpreter each")
+    up.add_argument("--json", action="store_true",
+                    help="end with one JSON summary line on stdout (seconds, nodes); the "
+                         "messages go to stderr")
     up.set_defaults(handler=cmd_up)
     for name, text, handler in (("status", "one row per node", cmd_status),
                                 ("down", "stop the testnet's processes", cmd_down)):
@@ -48,6 +51,22 @@ def quota_options(args) -> dict:
 
 
 def cmd_up(args) -> int:
+    """Start the testnet; with --json, the text goes to stderr and the last
+    line on stdout is the summary (docs/json.md): nodes, seconds (until every
+    node joined), processes_seconds (until every process was ready)."""
+    if not getattr(args, "json", False):
+        return _up(args, None)
+    import contextlib
+    from flud.cli.jsonlines import summary_line
+
+    summary = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _up(args, summary)
+    print(summary_line("testnet up", {"exit": code, "nodes": args.nodes, **summary}))
+    return code
+
+
+def _up(args, summary) -> int:
     from flud.testnet.launch import LaunchError, Testnet, testnet_file
 
     directory = os.path.abspath(args.dir)
@@ -78,6 +97,8 @@ def cmd_up(args) -> int:
         net.abort()
         return EXIT_NOT_DONE
     total = time.monotonic() - started
+    if summary is not None:
+        summary.update(seconds=round(total, 3), processes_seconds=round(processes_ready, 3))
     print(f"testnet up: {args.nodes} nodes on 127.0.0.1, every node joined the DHT, "
           f"in {total:.2f} s (processes {processes_ready:.2f} s). Details: {testnet_file(directory)}")
     return EXIT_OK

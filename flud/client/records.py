@@ -45,7 +45,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import blake3
 
-from flud.errors import FludError
+from flud.errors import BadRecord, FludError  # noqa: F401 (BadRecord: re-exported)
 
 EMPTY, SMALL, LARGE = "E", "S", "L"
 # One set of kinds for every entry held in memory (a scan's, a version-1
@@ -547,12 +547,6 @@ def challenges_to_wire(challenges) -> list:
 # --- shared with the version-2 records (repository/tree_records.py) -----------
 # BlobRef is here, not there, so the local index (which keeps them) reads
 # it as it reads every other record: the client's floor imports no room above.
-
-class BadRecord(FludError):
-    """A record that is not what its kind says: damaged, or written by a hostile party."""
-
-    code = "BAD_RECORD"
-
 
 def _need(condition, what: str) -> None:
     if not condition:

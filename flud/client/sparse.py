@@ -21,7 +21,7 @@ import ctypes
 import errno
 import os
 
-MAX_RANGES = 4096   # data ranges of one file recorded (nearer ones are merged; entry_meta.py checks it)
+MAX_RANGES = 4096   # data ranges of one file recorded (nearer ones are merged; entry_meta.py checks it: the same number)
 
 MIN_HOLES = 1024 * 1024   # a file with fewer bytes in holes is read as it is
 MERGE_GAP = 64 * 1024     # data ranges nearer than this are one range

@@ -9,7 +9,6 @@ tools/bench/bench_restore.py's."""
 import hashlib
 import json
 import os
-import re
 import subprocess
 import tarfile
 
@@ -69,7 +68,7 @@ def test_an_interrupted_restore_resumes_fetching_only_what_did_not_land(backed_u
 def test_dump_streams_a_large_file_in_bounded_memory(backed_up):
     base, home, _ = backed_up
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([PYTHON, "-m", "flud", "dump", "--home", str(home),
+    proc = subprocess.Popen([PYTHON, "-m", "flud", "dump", "--home", str(home), "--json",
                              str(base / "one" / "big.bin")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=ROOT,
                             env=env, start_new_session=True)
@@ -85,17 +84,15 @@ def test_dump_streams_a_large_file_in_bounded_memory(backed_up):
     with open(base / "one" / "big.bin", "rb") as f:
         assert digest.hexdigest() == hashlib.file_digest(f, "sha256").hexdigest()
     assert size == 32 * MIB + 333
-    rss, static = _memory(stderr)
+    # --json: stdout stays the file's bytes (checked above), the summary is
+    # stderr's last line
+    summary = json.loads(stderr.strip().splitlines()[-1])
+    assert (summary["type"], summary["command"], summary["exit"]) == ("summary", "dump", 0)
+    assert summary["bytes"] == 32 * MIB + 333 and summary["files"] == 1
+    rss, static = summary["memory"]["peak_rss"], summary["memory"]["static_rss"]
     # a segment fetched, QUEUE_BYTES waiting and the connections' buffers:
     # half the 32 MiB file or less, whatever its size
     assert rss - static <= 16 * MIB, stderr
-
-
-def _memory(text) -> tuple:
-    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
-    m = re.search(r"process peak RSS ([\d.]+) (\w+) \(static ([\d.]+) (\w+)\)", text)
-    assert m, text
-    return float(m[1]) * units[m[2]], float(m[3]) * units[m[4]]
 
 
 def test_dump_of_a_directory_is_a_tar_of_it(backed_up):

@@ -522,11 +522,9 @@ class Simulation:
     def op_adopt(self, home_name):
         """`flud adopt`: this home takes over writing (where the code has it);
         the other home is refused from then on."""
-        from flud.client.repository import head as head_module
-        if not hasattr(head_module, "adopt"):
-            return f"adopt ({home_name}): no `flud adopt` in this code"
+        from flud.client.repository import head_adopt
         status, result = self._job("adopt", self.homes[home_name],
-                                   lambda clock, home, network, ctx: head_module.adopt(ctx))
+                                   lambda clock, home, network, ctx: head_adopt.adopt(ctx))
         return f"adopt ({home_name}) {status}: {_short(result if status != 'ok' else '')}"
 
     # ---- nodes -----------------------------------------------------------------

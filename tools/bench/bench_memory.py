@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -219,18 +218,15 @@ def _read_csv(path: str) -> list:
         return []
 
 
-_PROGRESS = re.compile(r"backup: \d+/\d+ files, ([\d.]+) (B|kB|MB|GB)/([\d.]+) (B|kB|MB|GB)")
-_UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
-
-
-def _progress(stderr: str, stdout: str, size: int) -> float:
+def _progress(stdout: str, size: int) -> float:
+    """The part of `size` a backup read: 1 when it ended with its summary,
+    else its last --json status line's bytes_done (a backup stopped at the cap)."""
     if common.parse_backup(stdout).get("elapsed") is not None:
         return 1.0
-    found = _PROGRESS.findall(stderr)
-    if not found:
+    status = common.json_lines(stdout, "status")
+    if not status:
         return 0.0
-    done, unit = found[-1][0], found[-1][1]
-    return min(1.0, float(done) * _UNIT[unit] / size)
+    return min(1.0, (status[-1].get("bytes_done") or 0) / size)
 
 
 # The kernel's peak RSS of a process counts what it inherited: a process
@@ -355,7 +351,8 @@ def _concurrent(args, size: int, conc: list, cap: float) -> list:
             log(f"bench_memory: {c} concurrent upload(s) of {size_txt} in one client, "
                 f"cap {cap:.0f} s")
             argv = [common.PY, "-c", WRAPPER, common.PY, "-m", "flud", "backup", dirs[c],
-                    "--home", home, "--parallel-files", str(c), "--memory-log", csv_path]
+                    "--home", home, "--parallel-files", str(c), "--memory-log", csv_path,
+                    "--json"]
             _run_capped(argv, cap, results, 0)
             node_stats = tn.stats()
             rows += _concurrent_rows(c, size_txt, size, results[0], csv_path, tn, before,
@@ -386,7 +383,7 @@ def _concurrent_rows(c, size_txt, size, r, csv_path, tn, before, node_stats, cap
         or s.get("peak_transfer", 0)
     buffered = max((x["peak_buffered"] for x in samples), default=0)
     active = max((x["active_transfers"] for x in samples), default=0)
-    done = _progress(r.stderr, r.stdout, size * c) if r else 0.0
+    done = _progress(r.stdout, size * c) if r else 0.0
     status = (f"finished in {r.wall:.0f} s" if done >= 1.0 else
               f"stopped at {cap:.0f} s, {100 * done:.0f}% of the bytes read")
     bound = 1.1 * (static + c * PER_TRANSFER)

@@ -83,7 +83,7 @@ def _measure(tn, base, tree, seed, snapshots, keep_last) -> dict:
     for day in range(1, snapshots + 1):
         if day > 1:
             mutate(tree, seed, day)
-        r = common.flud("backup", tree, "--home", home, env=simdays.env_at(day),
+        r = common.flud("backup", tree, "--home", home, "--json", env=simdays.env_at(day),
                         timeout=simdays.TIMEOUT)
         if r.rc not in (0, 1):  # 1: some files skipped
             r.check(f"flud backup, day {day}")
@@ -99,7 +99,7 @@ def _measure(tn, base, tree, seed, snapshots, keep_last) -> dict:
     out["forget"] = r.wall
     out["prunes"] = []
     for run_no in (1, 2):
-        r = common.flud("prune", "--home", home, "--grace", "0",
+        r = common.flud("prune", "--home", home, "--grace", "0", "--json",
                         env=simdays.env_at(snapshots, 2 + run_no), timeout=simdays.TIMEOUT)
         r.check(f"flud prune, run {run_no}")
         p = simdays.parse_prune(r.stdout)

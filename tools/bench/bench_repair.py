@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -128,10 +127,6 @@ def _by_node(tn) -> list:
                   key=lambda pair: pair[0])
 
 
-_MEMORY = re.compile(r"process peak RSS ([\d.]+) (B|kB|MB|GB) \(static ([\d.]+) (B|kB|MB|GB)\)")
-_UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
-
-
 def _check(home: str, n: int) -> dict:
     r = common.flud("check", "--home", home, "--repair", "--unreachable-grace", "0",
                     "--repair-below", n, "--json", timeout=TIMEOUT)
@@ -140,8 +135,7 @@ def _check(home: str, n: int) -> dict:
     except (ValueError, IndexError):
         raise common.BenchError(f"flud check exited {r.rc} without its JSON summary:\n"
                                 f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
-    m = _MEMORY.search(r.stderr)
-    static = float(m.group(3)) * _UNIT[m.group(4)] if m else None
+    static = common.memory_of(summary).get("static_rss")
     counts = summary["counts"]
     log(f"{NAME}: check {r.wall:.1f} s, exit {r.rc}: {counts}; re-created "
         f"{summary['recreated']['shares']} shares, {summary['recreated']['bytes'] / MB:,.1f} MB;"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -128,7 +127,7 @@ def _dump_rows(base, home, size) -> list:
     common.flud("backup", os.path.dirname(src), "--home", home,
                 timeout=TIMEOUT).check("flud backup")
     log("bench_restore: flud dump")
-    proc = subprocess.Popen([common.PY, "-m", "flud", "dump", "--home", home, src],
+    proc = subprocess.Popen([common.PY, "-m", "flud", "dump", "--home", home, "--json", src],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, cwd=common.ROOT)
     got, count = hashlib.sha256(), 0
@@ -141,12 +140,11 @@ def _dump_rows(base, home, size) -> list:
     stderr = proc.stderr.read().decode()
     if proc.wait() != 0:
         raise common.BenchError(f"flud dump exited {proc.returncode}: {stderr[-2000:]}")
-    m = re.search(r"process peak RSS ([\d.]+) (\w+) \(static ([\d.]+) (\w+)\)", stderr)
-    units = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
-    rss = float(m[1]) * units[m[2]] if m else float("nan")
-    static = float(m[3]) * units[m[4]] if m else float("nan")
-    timing = re.search(r"in ([\d.]+) s", stderr)
-    seconds = float(timing[1]) if timing else float("nan")
+    summary = common.summary_record(stderr, "dump")   # --json: stderr's last line
+    memory = common.memory_of(summary)
+    rss = memory.get("peak_rss", float("nan"))
+    static = memory.get("static_rss", float("nan"))
+    seconds = summary.get("elapsed", float("nan"))
     same = got.digest() == digest.digest() and count == size
     return [
         Row(f"dump of a {size / MiB:.0f} MiB file: SHA-256 equal", [1 if same else 0], "",

@@ -108,7 +108,8 @@ def _days(args, base, source, nodes, days, seed, forget, unused) -> dict:
                 r.check(f"flud backup, day {day}")
             out["backup_s"].append(r.wall)
             if forget:
-                r = common.flud(*forget, "--home", home, env=env, timeout=simdays.TIMEOUT)
+                r = common.flud(*forget, "--home", home, "--json", env=env,
+                                timeout=simdays.TIMEOUT)
                 r.check(f"flud forget --prune, day {day}")
                 p = simdays.parse_prune(r.stdout)
                 out["forget_s"].append(r.wall)
@@ -123,7 +124,8 @@ def _days(args, base, source, nodes, days, seed, forget, unused) -> dict:
                 f"nodes; backup {out['backup_s'][-1]:.1f} s"
                 + (f", forget --prune {out['forget_s'][-1]:.1f} s" if forget else ""))
         if forget:
-            r = common.flud("prune", "--home", home, "--dry-run", "--grace", "0", *unused,
+            r = common.flud("prune", "--home", home, "--dry-run", "--grace", "0", "--json",
+                            *unused,
                             env=simdays.env_at(days), timeout=simdays.TIMEOUT)
             out["final_reach"] = simdays.parse_prune(r.check("flud prune --dry-run").stdout)
             out["settled"] = simdays.settled_bytes(tn)

@@ -85,7 +85,7 @@ def _backup_fresh(tn, base, name, src, small_limit, measure_stored=True) -> dict
     home = common.new_home(os.path.join(base, name), tn.dir, small_file_limit=small_limit)
     cfg = common.home_config(home)
     before = tn.bytes_stored() if measure_stored else 0
-    r = common.flud("backup", src, "--home", home).check("flud backup")
+    r = common.flud("backup", src, "--home", home, "--json").check("flud backup")
     after = tn.bytes_stored() if measure_stored else 0
     s = common.parse_backup(r.stdout)
     s.update(wall=r.wall, stored=after - before, k=cfg["k"], n=cfg["n"], home=home,
@@ -247,7 +247,7 @@ def _home(args, tn, base, data) -> list:
         per_file.append(s["wall"] / files * 1e3)
         dest = os.path.join(base, f"home-rs{i}")
         shutil.rmtree(dest, ignore_errors=True)
-        r = common.flud("restore", "--home", s["home"], "--to", dest).check("flud restore")
+        r = common.flud("restore", "--home", s["home"], "--to", dest, "--json").check("flud restore")
         rest.append(r.wall)
         rs = common.parse_restore(r.stdout)
         if i == 0:

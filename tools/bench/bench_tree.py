@@ -112,7 +112,8 @@ def _flud_once(tn, base, tree, i, repeat) -> dict:
     cfg = common.home_config(home)
     log(f"bench_tree: flud backup ({i + 1}/{repeat})")
     before = tn.bytes_stored()
-    r = common.flud("backup", tree, "--home", home, timeout=TIMEOUT).check("flud backup")
+    r = common.flud("backup", tree, "--home", home, "--json",
+                    timeout=TIMEOUT).check("flud backup")
     stored = tn.bytes_stored() - before
     s = common.parse_backup(r.stdout)
     out = {"backup": r.wall, "stored": stored, "backup_rss": r.maxrss, "k": cfg["k"],
@@ -121,7 +122,8 @@ def _flud_once(tn, base, tree, i, repeat) -> dict:
     dest = os.path.join(base, f"rs{i}")
     shutil.rmtree(dest, ignore_errors=True)
     log(f"bench_tree: flud restore ({i + 1}/{repeat})")
-    r = common.flud("restore", "--home", home, "--to", dest, timeout=TIMEOUT).check("flud restore")
+    r = common.flud("restore", "--home", home, "--to", dest, "--json",
+                    timeout=TIMEOUT).check("flud restore")
     rs = common.parse_restore(r.stdout)
     out.update(restore=r.wall, restore_rss=r.maxrss, retrieves=rs.get("retrieves"),
                restore_static=rs.get("static_rss"))
@@ -131,7 +133,7 @@ def _flud_once(tn, base, tree, i, repeat) -> dict:
     shutil.rmtree(dest, ignore_errors=True)
     log(f"bench_tree: flud no-change backup ({i + 1}/{repeat})")
     before = tn.bytes_stored()
-    r = common.flud("backup", tree, "--home", home, timeout=TIMEOUT)
+    r = common.flud("backup", tree, "--home", home, "--json", timeout=TIMEOUT)
     r.check("flud backup (no change)")
     s = common.parse_backup(r.stdout)
     out.update(nochange=r.wall, nochange_stored=tn.bytes_stored() - before,

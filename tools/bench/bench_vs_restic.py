@@ -86,7 +86,7 @@ def _flud_once(tn, base, paths, i) -> dict:
     dest = os.path.join(base, f"rs{i}")
     shutil.rmtree(dest, ignore_errors=True)
     r, nodes = _timed(tn, lambda: common.flud("restore", "--home", home, "--to", dest,
-                                              timeout=TIMEOUT).check("flud restore"))
+                                              "--json", timeout=TIMEOUT).check("flud restore"))
     rs = common.parse_restore(r.stdout)
     out.update(restore=r.wall, restore_cpu=r.cpu, restore_nodes=nodes,
                restore_rss=r.maxrss, retrieves=rs.get("retrieves"))

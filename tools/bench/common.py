@@ -5,7 +5,7 @@
   (flud/testnet/launch.py tells, by pid and start time).
 - run() / flud(): a command with its wall time, CPU time and peak RSS (from
   wait4, i.e. the kernel's high-water mark of the child), stdout and stderr.
-- parse_backup() / parse_restore(): the summary lines that flud prints.
+- parse_backup() / parse_restore(): the --json summary records flud prints.
 - Row: one figure (samples, unit, target, anchor) and print_table().
 - NoiseMeter: how much CPU *other* people's processes took while we measured.
 - Data: random files, the seed's 51-file home mix, a >=4000-file home.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -251,7 +250,6 @@ def flud(*args, timeout: float | None = 3600, env=None) -> CmdResult:
     return run([PY, "-m", "flud", *map(str, args)], timeout=timeout, env=env)
 
 
-_SIZE = r"([\d.]+) (B|kB|MB|GB|TB)"
 _UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 
 
@@ -259,79 +257,90 @@ def _bytes(number: str, unit: str) -> float:
     return float(number) * _UNITS[unit]
 
 
-def _memory(text: str, out: dict) -> None:
-    m = re.search(r"memory: peak per transfer " + _SIZE + r", process peak RSS " + _SIZE +
-                  r" \(static " + _SIZE + r"\)", text)
-    if m:
-        out["peak_transfer"] = _bytes(m.group(1), m.group(2))
-        out["peak_rss"] = _bytes(m.group(3), m.group(4))
-        out["static_rss"] = _bytes(m.group(5), m.group(6))
-
-
-def _summary_record(text: str, command: str):
-    """The --json summary line of `command` in text (the last line), or None."""
+def summary_record(text: str, command: str) -> dict:
+    """The --json summary line of `command` in text (its last line; run the
+    command with --json), or {} when there is none (the command did not end
+    with one: killed, or run without --json)."""
     lines = text.strip().splitlines()
     try:
         record = json.loads(lines[-1]) if lines else None
     except ValueError:
-        return None
+        return {}
     if isinstance(record, dict) and record.get("type") == "summary" \
             and record.get("command") == command:
         return record
-    return None
+    return {}
+
+
+def json_lines(text: str, kind: str) -> list:
+    """The --json lines of one kind ("status", "error") in text, in order."""
+    found = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == kind:
+            found.append(record)
+    return found
+
+
+def memory_of(record: dict) -> dict:
+    """A --json summary's memory (flud/cli/results.py MemoryResult) as the
+    figures the benchmarks print: {} when the summary has none."""
+    if not record.get("memory"):
+        return {}
+    from flud.cli.results import MemoryResult
+    memory = MemoryResult.from_summary(record)
+    return {"peak_transfer": memory.peak_transfer_bytes, "peak_rss": memory.peak_rss,
+            "static_rss": memory.static_rss}
 
 
 def parse_backup(text: str) -> dict:
-    """A backup's result: its --json summary line's typed record
-    (flud/cli/results.py) when the output has one, else 'read X, sent Y in
-    N STOREs (T tars), S s, R/s' and the memory line of the text."""
-    record = _summary_record(text, "backup")
-    if record is not None:
-        from flud.cli.results import BackupResult, MemoryResult
-        done, memory = BackupResult.from_summary(record), MemoryResult.from_summary(record)
-        return {"snapshot": done.snapshot, "files": done.files, "new": done.new,
-                "changed": done.changed, "unchanged": done.unchanged, "skipped": done.skipped,
-                "read": done.bytes_read, "sent": done.bytes_sent, "stores": done.stores,
-                "tars": done.tars, "elapsed": done.elapsed,
-                "peak_transfer": memory.peak_transfer_bytes, "peak_rss": memory.peak_rss,
-                "static_rss": memory.static_rss}
-    out = {}
-    m = re.search(r"snapshot (\d+): (\d+) files \((\d+) new, (\d+) changed, (\d+) unchanged, "
-                  r"(\d+) skipped", text)
-    if m:
-        out.update(snapshot=int(m.group(1)), files=int(m.group(2)), new=int(m.group(3)),
-                   changed=int(m.group(4)), unchanged=int(m.group(5)), skipped=int(m.group(6)))
-    m = re.search(r"read " + _SIZE + r", sent " + _SIZE + r" in (\d+) STOREs \((\d+) tars\), "
-                  r"([\d.]+) s", text)
-    if m:
-        out.update(read=_bytes(m.group(1), m.group(2)), sent=_bytes(m.group(3), m.group(4)),
-                   stores=int(m.group(5)), tars=int(m.group(6)), elapsed=float(m.group(7)))
-    _memory(text, out)
-    return out
+    """A backup's result, from its --json summary line's typed record
+    (flud/cli/results.py); {} when the output has none."""
+    record = summary_record(text, "backup")
+    if not record:
+        return {}
+    from flud.cli.results import BackupResult
+    done = BackupResult.from_summary(record)
+    return {"snapshot": done.snapshot, "files": done.files, "new": done.new,
+            "changed": done.changed, "unchanged": done.unchanged, "skipped": done.skipped,
+            "read": done.bytes_read, "sent": done.bytes_sent, "stores": done.stores,
+            "tars": done.tars, "elapsed": done.elapsed, **memory_of(record)}
 
 
 def parse_restore(text: str) -> dict:
-    """A restore's result: its --json summary line's typed record
-    (flud/cli/results.py) when the output has one, else the text's."""
-    record = _summary_record(text, "restore")
-    if record is not None:
-        from flud.cli.results import MemoryResult, RestoreResult
-        done, memory = RestoreResult.from_summary(record), MemoryResult.from_summary(record)
-        out = {"snapshot": done.snapshot, "files": done.files, "dirs": done.dirs,
-               "bytes": done.bytes, "elapsed": done.elapsed,
-               "retrieves": done.retrieves + done.record_retrieves}
-        if record.get("memory"):
-            out.update(peak_transfer=memory.peak_transfer_bytes, peak_rss=memory.peak_rss,
-                       static_rss=memory.static_rss)
+    """A restore's result, from its --json summary line's typed record
+    (flud/cli/results.py); {} when the output has none."""
+    record = summary_record(text, "restore")
+    if not record:
+        return {}
+    from flud.cli.results import RestoreResult
+    done = RestoreResult.from_summary(record)
+    return {"snapshot": done.snapshot, "files": done.files, "dirs": done.dirs,
+            "bytes": done.bytes, "elapsed": done.elapsed,
+            "retrieves": done.retrieves + done.record_retrieves, **memory_of(record)}
+
+
+def parse_prune(text: str) -> dict:
+    """What a `flud prune --json` (or `forget --prune --json`) did, from its
+    summary's typed record (flud/cli/results.py PruneResult): what the kept
+    snapshots reach (bytes in bundles and in extents, each once, before n/k),
+    what was deleted and freed, and the run's memory (peak and static RSS)."""
+    record = summary_record(text, "prune") or summary_record(text, "forget")
+    out = memory_of(record)
+    if not record.get("prune"):
         return out
-    out = {}
-    m = re.search(r"restored snapshot (\d+) to .*?: (\d+) files, (\d+) dirs, (\d+) symlinks, "
-                  + _SIZE + r" in ([\d.]+) s .*?, (\d+) RETRIEVEs", text)
-    if m:
-        out.update(snapshot=int(m.group(1)), files=int(m.group(2)), dirs=int(m.group(3)),
-                   bytes=_bytes(m.group(5), m.group(6)), elapsed=float(m.group(7)),
-                   retrieves=int(m.group(8)))
-    _memory(text, out)
+    from flud.cli.results import PruneResult
+    done = PruneResult.from_summary(record["prune"])
+    out.update(reach_bundles=done.live_bytes, reached_bundle_bytes=done.reached_bundle_bytes,
+               mostly_dead_bundles=done.mostly_dead_bundles,
+               reach_extents=done.live_extent_bytes,
+               reached=done.live_bytes + done.live_extent_bytes, deleted=done.deleted,
+               shares_deleted=done.shares_deleted, freed=done.bytes_freed,
+               pending=done.pending, repacked_members=done.repacked_members,
+               repacked_bundles=done.repacked_bundles)
     return out
 
 
@@ -371,7 +380,7 @@ class Testnet:
             shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(os.path.dirname(self.dir), exist_ok=True)
         argv = ["testnet", "up", "--nodes", str(self.count), "--dir", self.dir,
-                "--timeout", str(int(self.timeout))]
+                "--timeout", str(int(self.timeout)), "--json"]
         if self.memory_log:
             argv.append("--memory-log")
         if self.spawn:
@@ -383,8 +392,7 @@ class Testnet:
         if self.up_result.rc != 0:
             raise BenchError(f"testnet up failed ({self.up_result.rc}):\n"
                              f"{self.up_result.stdout}\n{self.up_result.stderr}")
-        m = re.search(r"every node (?:knows every other|joined the DHT), in ([\d.]+) s", self.up_result.stdout)
-        self.up_reported = float(m.group(1)) if m else None
+        self.up_reported = summary_record(self.up_result.stdout, "testnet up").get("seconds")
         return self.up_result.wall
 
     def _load(self) -> list:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 
@@ -82,35 +81,13 @@ def settled_bytes(tn, ratio: float = 0.25, timeout: float = 70) -> tuple:
 
 
 def remote_snapshots(home: str, env: dict | None = None) -> list:
-    """The snapshot ids the nodes hold (`flud ls --remote`), oldest first."""
-    r = common.flud("ls", "--home", home, "--remote", timeout=600, env=env)
+    """The snapshot ids the nodes hold (`flud ls --remote --json`), oldest first."""
+    r = common.flud("ls", "--home", home, "--remote", "--json", timeout=600, env=env)
     r.check("flud ls --remote")
-    return [int(line.split()[1]) for line in r.stdout.splitlines()
-            if line.startswith("snapshot ")]
+    return [s["id"] for s in common.summary_record(r.stdout, "ls").get("snapshots", [])]
 
 
-_PRUNE = re.compile(r"prune done: (\d+) objects deleted, (\d+) shares, ([\d.]+) (B|kB|MB|GB|TB) "
-                    r"freed on the nodes; (\d+) pending; (\d+) members of (\d+) bundles repacked")
-_REACH = re.compile(r"reach (\d+) bytes in bundles \(of (\d+); (\d+) bundles more than "
-                    r"(\d+)% dead\) and (\d+) bytes in extents")
-
-
-def parse_prune(text: str) -> dict:
-    """Prune's summary line, what it says the kept snapshots reach (bytes in bundles and in
-    extents, each once, before n/k) and the memory line (peak and static RSS)."""
-    out: dict = {}
-    m = _REACH.search(text)
-    if m:
-        out.update(reach_bundles=int(m.group(1)), reached_bundle_bytes=int(m.group(2)),
-                   mostly_dead_bundles=int(m.group(3)), reach_extents=int(m.group(5)))
-        out["reached"] = out["reach_bundles"] + out["reach_extents"]
-    m = _PRUNE.search(text)
-    if m:
-        out.update(deleted=int(m.group(1)), shares_deleted=int(m.group(2)),
-                   freed=common._bytes(m.group(3), m.group(4)), pending=int(m.group(5)),
-                   repacked_members=int(m.group(6)), repacked_bundles=int(m.group(7)))
-    common._memory(text, out)
-    return out
+parse_prune = common.parse_prune   # (its callers' name)
 
 
 def snapshot_json(home: str, snapshot: int) -> dict:

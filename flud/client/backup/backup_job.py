@@ -37,7 +37,7 @@ from flud.client.budget_plan import plan_budget
 from flud.client.context import JobContext
 from flud.client.backup.source_excludes import LARGER_THAN, ExcludeRules
 from flud.client.gather import settle_all
-from flud.client.repository.head import adopt_head
+from flud.client.repository.head_adopt import adopt_head
 from flud.client.repository.record_cache import RecordCache
 from flud.client.lease_renewal import renew_leases
 from flud.client.records import DIRECTORY, FILE, EmptyContent

@@ -168,36 +168,42 @@ class DirectoryLister:
                                                        base=relative))
         self._open.append((path, chain))
         prefix = relative + "/" if relative else ""
-        globs = self.options.globs
-        limit = self.options.larger_than
         children = []
         for child in found:
-            glob = globs and next((p for p in globs if fnmatch.fnmatch(child.name, p)
-                                   or fnmatch.fnmatch(child.path, p)), None)
-            if glob:
-                self._exclude(child.path, f"matches --exclude {glob!r}")
-                continue
-            if chain:
-                try:
-                    is_dir = child.is_dir(follow_symlinks=False)
-                except OSError:
-                    is_dir = False
-                hit = chain.hit(prefix + child.name, is_dir)
-                if hit is not None and hit.include:
-                    self._exclude(child.path, f"matches {hit}")
-                    continue
-            try:
-                child_st = child.stat(follow_symlinks=False)
-            except OSError as err:
-                on_skip(child.path, f"vanished or unreadable: {err.strerror}")
-                continue
-            if limit is not None and stat.S_ISREG(child_st.st_mode) and child_st.st_size > limit:
-                self._exclude(child.path, f"{LARGER_THAN}: {child_st.st_size} bytes")
-                continue
-            entry = entry_of(child.path, child_st, on_skip)
+            entry = self._kept(child, chain, prefix, on_skip)
             if entry is not None:
                 children.append(entry)
         return children
+
+    def _kept(self, child, chain, prefix: str, on_skip):
+        """The entry of one child of a listed directory, or None: left out
+        (--exclude, an ignore file's pattern, --exclude-larger-than: said
+        as excluded) or unreadable (said to on_skip)."""
+        globs = self.options.globs
+        limit = self.options.larger_than
+        glob = globs and next((p for p in globs if fnmatch.fnmatch(child.name, p)
+                               or fnmatch.fnmatch(child.path, p)), None)
+        if glob:
+            self._exclude(child.path, f"matches --exclude {glob!r}")
+            return None
+        if chain:
+            try:
+                is_dir = child.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            hit = chain.hit(prefix + child.name, is_dir)
+            if hit is not None and hit.include:
+                self._exclude(child.path, f"matches {hit}")
+                return None
+        try:
+            child_st = child.stat(follow_symlinks=False)
+        except OSError as err:
+            on_skip(child.path, f"vanished or unreadable: {err.strerror}")
+            return None
+        if limit is not None and stat.S_ISREG(child_st.st_mode) and child_st.st_size > limit:
+            self._exclude(child.path, f"{LARGER_THAN}: {child_st.st_size} bytes")
+            return None
+        return entry_of(child.path, child_st, on_skip)
 
     def _marker(self, path: str) -> Optional[str]:
         """The tag or marker file that makes this directory keep only itself."""

@@ -28,7 +28,8 @@ from flud.client.backup.tree_builder import TreeBuilder
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
 from flud.client.backup.source_excludes import ExcludeRules
-from flud.client.repository.head import Head, store_blobs, write_head
+from flud.client.repository.bundle_sender import store_blobs
+from flud.client.repository.head import Head, write_head
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage
 from flud.client.repository.snapshot_paths import root_names
 from flud.client.records import (DIRECTORY, EMPTY, FILE, LARGE, SMALL, SYMLINK, content_from_wire,

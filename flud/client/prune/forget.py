@@ -13,7 +13,8 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
-from flud.client.repository.head import Head, record_sender, write_head
+from flud.client.repository.bundle_sender import record_sender
+from flud.client.repository.head import Head, write_head
 from flud.client.repository.holder_map import MapIndex
 from flud.client.prune.retention import SnapshotInfo, decide, render
 from flud.client.repository.snapshot_lookup import open_repository

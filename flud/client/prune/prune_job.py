@@ -30,7 +30,8 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import wall_clock
-from flud.client.repository.head import Head, record_sender, store_blobs, write_head
+from flud.client.repository.bundle_sender import record_sender, store_blobs
+from flud.client.repository.head import Head, write_head
 from flud.client.repository.holder_map import MapIndex, MapPage, PAGE_ROWS
 from flud.client.repository.reach import (BUNDLE, EXTENT, Reach, index_extents, inventory,
                                     named_shares, object_id)
@@ -117,6 +118,7 @@ class Prune:
         s["live_bytes"] = sum(reached.bundles.values())
         s["reached_bundle_bytes"] = bundle_bytes
         s["live_extent_bytes"] = reached.extent_bytes
+        s["mostly_dead_bundles"] = len(dead_share)
         self.say(f"prune: the kept snapshots reach {s['live_bytes']} bytes in bundles (of "
                  f"{bundle_bytes}; {len(dead_share)} bundles more than {self.max_unused}% "
                  f"dead) and {reached.extent_bytes} bytes in extents, before n/k")

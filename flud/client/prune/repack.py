@@ -16,7 +16,7 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobSealer
 from flud.client.repository.bundle_ranges import BundleRangeReader
 from flud.client.repository.small_contents import ContentCheckFailed, open_small
-from flud.client.repository.head import record_sender, store_blobs
+from flud.client.repository.bundle_sender import record_sender, store_blobs
 from flud.client.records import SmallContent
 
 

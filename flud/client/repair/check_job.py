@@ -191,26 +191,7 @@ class CheckJob:
         objects = [state.current(obj) for obj in objects]
         window, rotation = plan_run(state.rotation, self.now(), self.cycle, self.interval)
         download = select_objects([o.object_id for o in objects], subset, self.rng)
-        asked, fetched, reached = [], [], set()
-        for obj in objects:
-            whole = obj.object_id in download
-            for share in obj.shares:
-                if whole:
-                    fetched.append(share)
-                elif window.contains(slot(share.key)):
-                    asked.append(share)
-                else:
-                    continue
-                reached.add(share.node)
-        for obj in objects:   # every holder node is asked something each run
-            for share in obj.shares:
-                if share.node not in reached:
-                    reached.add(share.node)
-                    asked.append(share)
-        for (key, node), _ in sorted(book.superseded.items()):
-            if node not in reached:   # a node that held moved shares: back? still there?
-                reached.add(node)
-                asked.append(ShareHolder(-1, key, node))
+        asked, fetched = self._shares_to_ask(objects, download, window)
         runs = [self._slots.run(self._challenge, s) for s in asked]
         runs += [self._downloads.run(self._download, s) for s in fetched]
         seen = [observation for ok, observation in (yield gather(runs)) if ok]
@@ -245,6 +226,34 @@ class CheckJob:
                            len(asked), len(fetched), window.fraction,
                            self.counters["recreated_shares"], self.counters["recreated_bytes"],
                            self.counters["fetched_bytes"], book.surplus())
+
+    def _shares_to_ask(self, objects, download, window) -> tuple:
+        """(the shares to challenge, the shares to download whole) this run:
+        the objects picked for download whole, the shares whose slot is in
+        this run's window, one share of every other holder node, and one
+        moved share of each node that held some."""
+        book = self.state.book
+        asked, fetched, reached = [], [], set()
+        for obj in objects:
+            whole = obj.object_id in download
+            for share in obj.shares:
+                if whole:
+                    fetched.append(share)
+                elif window.contains(slot(share.key)):
+                    asked.append(share)
+                else:
+                    continue
+                reached.add(share.node)
+        for obj in objects:   # every holder node is asked something each run
+            for share in obj.shares:
+                if share.node not in reached:
+                    reached.add(share.node)
+                    asked.append(share)
+        for (key, node), _ in sorted(book.superseded.items()):
+            if node not in reached:   # a node that held moved shares: back? still there?
+                reached.add(node)
+                asked.append(ShareHolder(-1, key, node))
+        return asked, fetched
 
     @defer.inlineCallbacks
     def _challenge(self, share):
@@ -295,60 +304,57 @@ class CheckJob:
             self._groups = self.trust.groups(self.network.nodes)
             healths = retiring(self.trust, objects, healths, candidates)
         todo = [(obj, h) for obj, h in zip(objects, healths) if h.to_recreate()]
-        # Bundles (shares of a MiB or less) in batches, so one tar per node
-        # carries many; extents a range at a time, REPAIR_IN_FLIGHT at once;
-        # an extent fetched whole (its length unknown) alone, so memory holds
-        # at most k fetched and n - k made streams.
-        bundles = [item for item in todo if item[0].kind == BUNDLE]
-        ranged = [item for item in todo if item[0].kind != BUNDLE and item[0].share_length]
-        batches = [bundles[i:i + REPAIR_BATCH] for i in range(0, len(bundles), REPAIR_BATCH)]
-        batches += [ranged[i:i + REPAIR_IN_FLIGHT]
-                    for i in range(0, len(ranged), REPAIR_IN_FLIGHT)]
-        batches += [[item] for item in todo
-                    if item[0].kind != BUNDLE and not item[0].share_length]
         limit = defer.DeferredSemaphore(REPAIR_IN_FLIGHT)
-        for batch in batches:
-            made, wanted, landed = {}, {}, {}
-            objects_by_id = {obj.object_id: obj for obj, _ in batch}
-            for obj, health in batch:
-                # An index the map names no holder for has no known key to
-                # re-create it under: it counts as lost, but is not made here.
-                wanted[obj.object_id] = self._placeable(
-                    obj, set(health.to_recreate()) & {s.index for s in obj.shares}, candidates)
-            for obj, _ in batch:   # no node can take any of its shares: said, not fetched
-                if not wanted[obj.object_id]:
-                    self._record(obj, {}, self._short.get(obj.object_id, set()), results)
-            # Extents of known length a range at a time, several at once;
-            # what that could not land goes the whole-share way below.
-            streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length
-                       and wanted[obj.object_id]]
-            outcomes = yield gather([repair_streamed(self, obj, wanted[obj.object_id],
-                                                     candidates, load, self.stream_chunk)
-                                     for obj in streams])
-            for obj, (ok, value) in zip(streams, outcomes):
-                if not ok:
-                    value.raiseException()
-                landed[obj.object_id], wanted[obj.object_id] = value
-            todo_now = [obj for obj, _ in batch if wanted[obj.object_id]]
-            outcomes = yield gather([limit.run(self._recode, obj, wanted[obj.object_id])
-                                     for obj in todo_now])
-            for obj, (ok, value) in zip(todo_now, outcomes):
-                if ok and isinstance(value, dict):
-                    made[obj.object_id] = (obj, value, landed.pop(obj.object_id, {}))
-                else:
-                    error = value if ok else value.getErrorMessage()
-                    # the fetch saw what the challenges did not (a share
-                    # confirmed earlier and gone since): the object is
-                    # reported as the book has it now, not as it was believed
-                    # (seed 70055: "at risk" while a restore could not read it)
-                    health = self.state.book.classify(obj, self.now(), self.policy)
-                    results[obj.object_id] = results[obj.object_id]._replace(
-                        health=health, error=error)
-            for object_id, done in landed.items():   # all streamed, or the rest failed
-                self._record(objects_by_id[object_id], done, self._short.get(object_id, set()),
-                             results)
-            if made:
-                yield self._store(made, candidates, load, results)
+        for batch in _batches(todo):
+            yield self._repair_batch(batch, candidates, load, limit, results)
+
+    @defer.inlineCallbacks
+    def _repair_batch(self, batch, candidates, load, limit, results):
+        """Re-create what the (object, health) pairs of one batch miss:
+        extents of known length streamed a range at a time, the rest
+        fetched whole and recoded, then stored (one tar per node for
+        bundles); results updated."""
+        made, wanted, landed = {}, {}, {}
+        objects_by_id = {obj.object_id: obj for obj, _ in batch}
+        for obj, health in batch:
+            # An index the map names no holder for has no known key to
+            # re-create it under: it counts as lost, but is not made here.
+            wanted[obj.object_id] = self._placeable(
+                obj, set(health.to_recreate()) & {s.index for s in obj.shares}, candidates)
+        for obj, _ in batch:   # no node can take any of its shares: said, not fetched
+            if not wanted[obj.object_id]:
+                self._record(obj, {}, self._short.get(obj.object_id, set()), results)
+        # Extents of known length a range at a time, several at once;
+        # what that could not land goes the whole-share way below.
+        streams = [obj for obj, _ in batch if obj.kind != BUNDLE and obj.share_length
+                   and wanted[obj.object_id]]
+        outcomes = yield gather([repair_streamed(self, obj, wanted[obj.object_id],
+                                                 candidates, load, self.stream_chunk)
+                                 for obj in streams])
+        for obj, (ok, value) in zip(streams, outcomes):
+            if not ok:
+                value.raiseException()
+            landed[obj.object_id], wanted[obj.object_id] = value
+        todo_now = [obj for obj, _ in batch if wanted[obj.object_id]]
+        outcomes = yield gather([limit.run(self._recode, obj, wanted[obj.object_id])
+                                 for obj in todo_now])
+        for obj, (ok, value) in zip(todo_now, outcomes):
+            if ok and isinstance(value, dict):
+                made[obj.object_id] = (obj, value, landed.pop(obj.object_id, {}))
+            else:
+                error = value if ok else value.getErrorMessage()
+                # the fetch saw what the challenges did not (a share
+                # confirmed earlier and gone since): the object is
+                # reported as the book has it now, not as it was believed
+                # (seed 70055: "at risk" while a restore could not read it)
+                health = self.state.book.classify(obj, self.now(), self.policy)
+                results[obj.object_id] = results[obj.object_id]._replace(
+                    health=health, error=error)
+        for object_id, done in landed.items():   # all streamed, or the rest failed
+            self._record(objects_by_id[object_id], done, self._short.get(object_id, set()),
+                         results)
+        if made:
+            yield self._store(made, candidates, load, results)
 
     def _placeable(self, obj, wanted: set, candidates) -> set:
         """The part of `wanted` that nodes answering and holding none of
@@ -448,3 +454,19 @@ class CheckJob:
                  if unplaced else results[obj.object_id].error)
         results[obj.object_id] = results[obj.object_id]._replace(
             repaired=tuple(sorted(landed)), error=error, unplaced=len(unplaced))
+
+
+def _batches(todo) -> list:
+    """The (object, health) pairs to repair, in batches: bundles (shares of
+    a MiB or less) REPAIR_BATCH at a time, so one tar per node carries
+    many; extents of known length REPAIR_IN_FLIGHT at a time (streamed a
+    range at a time); an extent fetched whole (its length unknown) alone,
+    so memory holds at most k fetched and n - k made streams."""
+    bundles = [item for item in todo if item[0].kind == BUNDLE]
+    ranged = [item for item in todo if item[0].kind != BUNDLE and item[0].share_length]
+    batches = [bundles[i:i + REPAIR_BATCH] for i in range(0, len(bundles), REPAIR_BATCH)]
+    batches += [ranged[i:i + REPAIR_IN_FLIGHT]
+                for i in range(0, len(ranged), REPAIR_IN_FLIGHT)]
+    batches += [[item] for item in todo
+                if item[0].kind != BUNDLE and not item[0].share_length]
+    return batches

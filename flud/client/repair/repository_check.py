@@ -17,8 +17,8 @@ from twisted.internet import defer
 
 from flud.client.repository.blobs import BlobSealer
 from flud.client.context import JobContext
-from flud.client.repository.head import (CHECK_LEAST, Head, put_root_again, record_sender,
-                                         store_blobs, write_head)
+from flud.client.repository.bundle_sender import record_sender, store_blobs
+from flud.client.repository.head import CHECK_LEAST, Head, put_root_again, write_head
 from flud.client.repository.holder_map import HolderMap, MapPage
 from flud.client.repository.prune_books import deleted_copies, pending_object_ids
 from flud.client.records import Extent, ShareHolder, stream_length

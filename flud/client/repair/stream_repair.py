@@ -39,14 +39,7 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
     if len(sources) < obj.k or not length:
         return {}, wanted
     placed, _ = place([(obj, sorted(wanted))], candidates, load, groups=job._groups)
-    stores = {}
-    opened = yield gather([job.open_store(p.node, length) for p in placed])
-    for p, (ok, value) in zip(placed, opened):
-        if ok:
-            stores[p.index] = (p, value, blake3.blake3())
-        else:
-            load[p.node] -= 1
-            job.network.blame(bytes.fromhex(p.node), value.value)
+    stores = yield _open_stores(job, placed, length, load)
     pick = _Sources(job, sources[:obj.k], sources[obj.k:])
     coder = job._coder(obj.k, obj.n)
     offset, ahead = 0, None
@@ -74,6 +67,29 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
             _drop(job, stores, index, None, load)
     if ahead is not None:   # stopped early: what is still on its way is not wanted
         ahead.addErrback(lambda _: None)
+    landed = yield _finish_stores(job, stores, length, load)
+    return landed, wanted - set(landed)
+
+
+@defer.inlineCallbacks
+def _open_stores(job, placed, length, load):
+    """{index: (Placement, open store, its hasher)} of the placements a
+    node took a streamed STORE for (the others blamed, their load given back)."""
+    stores = {}
+    opened = yield gather([job.open_store(p.node, length) for p in placed])
+    for p, (ok, value) in zip(placed, opened):
+        if ok:
+            stores[p.index] = (p, value, blake3.blake3())
+        else:
+            load[p.node] -= 1
+            job.network.blame(bytes.fromhex(p.node), value.value)
+    return stores
+
+
+@defer.inlineCallbacks
+def _finish_stores(job, stores, length, load):
+    """{index: Placement} of the streamed shares that hashed to their key
+    and that their node took whole (counted as re-created)."""
     landed = {}
     finishing = [(index, p, store) for index, (p, store, hasher) in stores.items()
                  if hasher.hexdigest() == p.key]
@@ -89,7 +105,7 @@ def repair_streamed(job, obj, wanted, candidates, load, chunk: int = CHUNK):
         else:
             load[p.node] -= 1
             job.network.blame(bytes.fromhex(p.node), value.value)
-    return landed, wanted - set(landed)
+    return landed
 
 
 class _Sources:

@@ -13,8 +13,8 @@ and prune's repacking (prune/repack.py) all read through it.
 from twisted.internet import defer
 
 from flud.client.records import Bundle
-from flud.client.repository.segments import FetchFailed
 from flud.coding import locate
+from flud.errors import FetchFailed
 
 
 class BundleRangeReader:

@@ -31,14 +31,15 @@ from flud.aggregator.aggregator import MEMBER_OVERHEAD, Aggregator
 from flud.aggregator.policy import DEFAULT_MAX_PENDING_BYTES, FlushPolicy
 from flud.aggregator.records import PlacementExhausted
 from flud.aggregator.tarball import END_OF_ARCHIVE, TarWriter
-from flud.client.repository.share_challenges import PackedChallenges, tar_challenges
+from flud.client.repository.segments import challenges_for
+from flud.client.repository.share_challenges import PackedChallenges
 from flud.client.gather import settle_all
 from flud.client.budget_plan import plan_budget
 from flud.client.records import Bundle, ShareHolder
-from flud.client.repository.segments import StoreFailed
 from flud.client.repository.tree_records import BlobRef
 from flud.compression import working_bytes
 from flud.protocol.messages import KIND_ARCHIVE
+from flud.errors import StoreFailed
 from flud.trust.placement_rules import most_per_host
 
 log = logging.getLogger("flud.client")
@@ -449,3 +450,34 @@ def _hosts_too_few(network, hosts: int, k: int, n: int) -> bool:
     trust = getattr(network, "trust", None)
     return (trust is not None and trust.diverse(network.nodes)
             and most_per_host(n, hosts) > n - k)
+
+
+@defer.inlineCallbacks
+def store_blobs(small, blobs):
+    """Hand blobs [(blob id, sealed)] to a BundleSender and land them in a
+    bundle of their own: (their BlobRefs by id, {bundle id: Bundle}, the
+    challenges of those bundles' shares)."""
+    for blob_id, sealed in blobs:
+        yield small.add_blob(blob_id, sealed)
+    yield small.finish()
+    bundles, challenges = small.records()
+    wanted = {blob_id for blob_id, _ in blobs}
+    refs = {ref.blob_id: ref for ref in small.blob_refs if ref.blob_id in wanted}
+    small.blob_refs = [ref for ref in small.blob_refs if ref.blob_id not in wanted]
+    return refs, bundles, challenges
+
+
+def tar_challenges(secret, tar):
+    """{member key hex: [Challenge]} of a tar's members (in the pool)."""
+    view = memoryview(tar.data)
+    return {m.member_key.hex(): challenges_for(secret, m.member_key,
+                                                view[m.data_offset:m.data_offset + m.length])
+            for m in tar.members}
+
+
+def record_sender(ctx):
+    """A BundleSender for records alone (forget, tag, prune, repair: no
+    file data), opened; close() it when done."""
+    sender = BundleSender(ctx, ctx.home.config["small_file_limit"])
+    sender.open(with_files=False)
+    return sender

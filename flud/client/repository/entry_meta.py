@@ -19,7 +19,10 @@ import base64
 import binascii
 from typing import NamedTuple, Optional
 
-from flud.client.sparse import MAX_RANGES   # data ranges of one file (sparse.py merges nearer ones)
+# Data ranges of one file a record may hold. sparse.py merges nearer ones to
+# stay within it (its MAX_RANGES: the same number, test_meta_records holds
+# them equal); defined here, so the record formats stand on nothing else.
+MAX_RANGES = 4096
 
 MAX_XATTR_BYTES = 64 * 1024   # names and values of one entry's xattrs (Linux: 64 KiB a value)
 _FIELDS = ("o", "x", "h", "s", "d")

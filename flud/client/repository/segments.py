@@ -19,22 +19,10 @@ from twisted.internet import defer
 from flud.client.gather import gather
 from flud.client.records import Challenge, SegmentFetch
 from flud.crypto import crypt_ctr_in_place, decrypt_ctr, encrypt_ctr, file_convergence
-from flud.errors import FludError
+from flud.errors import FetchFailed, FludError, StoreFailed  # noqa: F401 (re-exported)
 
 CHALLENGES_PER_SHARE = 2
 CHALLENGE_SPAN = 64 * 1024
-
-
-class StoreFailed(FludError):
-    """Too few nodes took a segment, an extent or a bundle."""
-
-    code = "STORE_FAILED"
-
-
-class FetchFailed(FludError):
-    """Too few good shares of a segment or a small file could be fetched."""
-
-    code = "FETCH_FAILED"
 
 
 def challenges_for(secret: bytes, key: bytes, share) -> list:

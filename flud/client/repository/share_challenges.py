@@ -6,7 +6,6 @@ answers its old challenges)."""
 import struct
 
 from flud.client.records import Challenge
-from flud.client.repository.segments import challenges_for
 
 
 class PackedChallenges:
@@ -53,14 +52,6 @@ class PackedChallenges:
                 pos += one.size
                 items.append(Challenge(offset, span, digest.hex()).to_wire())
             yield key_hex, items
-
-
-def tar_challenges(secret, tar):
-    """{member key hex: [Challenge]} of a tar's members (in the pool)."""
-    view = memoryview(tar.data)
-    return {m.member_key.hex(): challenges_for(secret, m.member_key,
-                                                view[m.data_offset:m.data_offset + m.length])
-            for m in tar.members}
 
 
 # A share's challenges, in the order they are recorded

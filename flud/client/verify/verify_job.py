@@ -84,63 +84,76 @@ def verify(network, secret, share_set, round_number, sample=1.0, rng=None, full=
     shares = share_set.locations()
     if sample < 1.0:
         shares = rng.sample(shares, max(1, int(len(shares) * sample))) if shares else []
-    per_node = {}
+    round_ = _Round(network, secret, share_set, round_number, full)
     slots = defer.DeferredSemaphore(IN_FLIGHT)
-    downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
-    bad = []
+    yield defer.gatherResults([slots.run(round_.check, k, n) for k, n in shares],
+                              consumeErrors=True)
+    return round_.per_node, round_.bad
 
-    def tally(node_hex, what):
-        per_node.setdefault(node_hex, dict.fromkeys(OUTCOMES, 0))[what] += 1
+
+class _Round:
+    """One verify round's challenges and what they found: per_node {node
+    hex: {outcome: count}}, bad [(node hex, share key hex, outcome)]."""
+
+    def __init__(self, network, secret, share_set, round_number, full):
+        self.network = network
+        self.secret = secret
+        self.share_set = share_set
+        self.round_number = round_number
+        self.full = full
+        self.downloads = defer.DeferredSemaphore(DOWNLOADS_IN_FLIGHT)
+        self.per_node = {}
+        self.bad = []
+
+    def tally(self, node_hex, what):
+        self.per_node.setdefault(node_hex, dict.fromkeys(OUTCOMES, 0))[what] += 1
 
     @defer.inlineCallbacks
-    def check(key_hex, node_hex):
-        challenges = share_set.challenges.get(key_hex)
-        if not challenges and share_set.fetchable(key_hex):
-            yield downloads.run(fetch_whole, key_hex, node_hex)
+    def check(self, key_hex, node_hex):
+        challenges = self.share_set.challenges.get(key_hex)
+        if not challenges and self.share_set.fetchable(key_hex):
+            yield self.downloads.run(self.fetch_whole, key_hex, node_hex)
             return
         if not challenges:   # nothing says what it should hold: unchecked, and said so
-            tally(node_hex, "unchallenged")
-            bad.append((node_hex, key_hex, "unchallenged"))
+            self.tally(node_hex, "unchallenged")
+            self.bad.append((node_hex, key_hex, "unchallenged"))
             return
-        index = challenge_index(round_number, len(challenges), full)
+        index = challenge_index(self.round_number, len(challenges), self.full)
         challenge = Challenge.from_wire(challenges[index])
         offset, length, expected = challenge.offset, challenge.span, challenge.digest
         key = bytes.fromhex(key_hex)
         # An extent's stream records its nonces (they come from what was
         # known before its key); a share's derive from its key.
         nonce = (bytes.fromhex(challenge.nonce) if challenge.nonce is not None
-                 else challenge_nonce(secret, key, index))
+                 else challenge_nonce(self.secret, key, index))
         try:
-            digest = yield network.verify(bytes.fromhex(node_hex), key, nonce,
-                                        offset, length)
+            digest = yield self.network.verify(bytes.fromhex(node_hex), key, nonce,
+                                               offset, length)
         except Exception as err:
-            return failed(node_hex, key_hex, err)
-        judge(node_hex, key_hex, digest[:16].hex() == expected)
+            return self.failed(node_hex, key_hex, err)
+        self.judge(node_hex, key_hex, digest[:16].hex() == expected)
 
-    def failed(node_hex, key_hex, err):
+    def failed(self, node_hex, key_hex, err):
         if isinstance(err, RemoteError):
             what = "missing" if err.code == ErrorCode.NOT_FOUND else "corrupt"
         else:
             what = "unreachable"
-        tally(node_hex, what)
-        bad.append((node_hex, key_hex, what))
+        self.tally(node_hex, what)
+        self.bad.append((node_hex, key_hex, what))
 
-    def judge(node_hex, key_hex, sound):
+    def judge(self, node_hex, key_hex, sound):
         if sound:
-            tally(node_hex, "confirmed")
+            self.tally(node_hex, "confirmed")
         else:
-            tally(node_hex, "corrupt")
-            bad.append((node_hex, key_hex, "corrupt"))
+            self.tally(node_hex, "corrupt")
+            self.bad.append((node_hex, key_hex, "corrupt"))
 
     @defer.inlineCallbacks
-    def fetch_whole(key_hex, node_hex):
+    def fetch_whole(self, key_hex, node_hex):
         """No challenge recorded for this share: its bytes, checked against
         its address (the hash of what it holds)."""
         try:
-            data = yield network.retrieve(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
+            data = yield self.network.retrieve(bytes.fromhex(node_hex), bytes.fromhex(key_hex))
         except Exception as err:
-            return failed(node_hex, key_hex, err)
-        judge(node_hex, key_hex, blake3.blake3(data).digest().hex() == key_hex)
-
-    yield defer.gatherResults([slots.run(check, k, n) for k, n in shares], consumeErrors=True)
-    return per_node, bad
+            return self.failed(node_hex, key_hex, err)
+        self.judge(node_hex, key_hex, blake3.blake3(data).digest().hex() == key_hex)

@@ -7,7 +7,7 @@ still names it; deduplicating against it names a half-deleted object."""
 import os
 import random
 
-from flud.client.repository.head import adopt
+from flud.client.repository.head_adopt import adopt
 from flud.client.prune import forget as forgetting
 from flud.client.prune.retention import Policy
 from tests.unit.client.fakes import run_until, snapshot_manifest

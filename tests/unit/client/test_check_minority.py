@@ -13,7 +13,7 @@ import os
 import random
 
 from flud.client.repair.repository_check import Check
-from flud.client.repository.head import adopt
+from flud.client.repository.head_adopt import adopt
 from flud.client.repository.head_chain import Saved
 from flud.client.repository.root_store import _root_rank, find_root, root_holders
 from tests.unit.client.fakes import run_until, snapshot_manifest

@@ -10,7 +10,7 @@ import pytest
 
 from flud.client.repository import head as head_module
 from flud.client.repository.head_chain import Saved
-from flud.client.repository.head import adopt
+from flud.client.repository.head_adopt import adopt
 from flud.client.repository.holder_map import RootRecord
 from flud.client.home import create_home
 from flud.client.node_requests import NodeRequests

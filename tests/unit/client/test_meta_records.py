@@ -78,3 +78,13 @@ def test_special_kinds_are_refused_in_a_version_2_record():
     with pytest.raises(BadRecord):
         DirectoryRecord.decode(json.dumps(
             {"v": 2, "t": "dir", "e": [["x", "p", 0o644, 1, 0, None]]}).encode())
+
+
+def test_the_ranges_sparse_keeps_are_the_ranges_a_record_holds():
+    """sparse.py merges a file's data ranges down to what entry_meta.py
+    lets a record hold: one number, defined in both (the record format
+    stands on nothing of the client's)."""
+    from flud.client import sparse
+    from flud.client.repository import entry_meta
+
+    assert sparse.MAX_RANGES == entry_meta.MAX_RANGES
