@@ -154,17 +154,18 @@ def find_root(network, secret, n=None, least=None):
     best = None
     holders = set(root_holders(network, n)) if n else set()
     answered = 0
+    opened = {}   # one put sends the same sealed bytes to every node: open each once
     for node_id, (ok, blob) in zip(ids, results):
         if node_id in holders and (ok or _holds_none(blob)):
             answered += 1
         if not ok:
             continue
-        try:
-            root = open_json(secret, "root", blob)
-            if not is_root_v1(root):
-                root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
-        except Exception:
-            continue  # not ours or damaged: the GCM tag (or the record's checks) says so
+        key = blob if isinstance(blob, bytes) else id(blob)
+        if key not in opened:
+            opened[key] = _open_root(secret, blob)
+        root = opened[key]
+        if root is None or root is best:
+            continue  # not ours or damaged (the GCM tag or the record's checks say so), or seen
         if best is None or _root_rank(root) > _root_rank(best):
             best = root
     needed = root_quorum(len(holders)) if least is None else least
@@ -194,6 +195,18 @@ def find_root(network, secret, n=None, least=None):
             "no node holds a manifest for this key. Check that you imported the right key "
             "and that the nodes you joined are the ones you backed up to.")
     return best
+
+
+def _open_root(secret, blob):
+    """A root record (RootRecord, or a version-1 dict) from a node's sealed
+    answer; None if it is not ours or damaged."""
+    try:
+        root = open_json(secret, "root", blob)
+        if not is_root_v1(root):
+            root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
+    except Exception:
+        return None
+    return root
 
 
 def _holds_none(failure) -> bool:
