@@ -184,8 +184,9 @@ def _add_adopt(sub) -> None:
     adopt.add_argument("--home", required=True)
     adopt.add_argument("--accept-older", action="store_true",
                        help="take the nodes' head even if it is older than the one this home "
-                            "wrote last (refused with STALE_ROOT otherwise): only when the "
-                            "nodes that held the newest are gone for good")
+                            "wrote last (refused with STALE_ROOT otherwise), or when most "
+                            "of the nodes the newest root was written to are gone "
+                            "(ROOT_UNCONFIRMED): only when those nodes are gone for good")
     _job_flags(adopt)
     adopt.set_defaults(handler=lambda args: _network_job(args, "adopt"))
 

@@ -31,7 +31,7 @@ from flud.client.repository.snapshot_lookup import find_snapshot
 from flud.errors import FludError
 from tests.sim import oracle
 from tests.sim.tree import TreeModel, read_tree, tree_diff
-from tests.sim.world import DAY, Hung, Killed, Unhandled, World
+from tests.sim.world import DAY, Hung, Killed, Unhandled, World, cached_identities
 
 HOUR = 3600.0
 KIB = 1024
@@ -158,7 +158,7 @@ def run_history(seed: int, faults=DEFAULT_FAULTS, steps: int = 60, base: str = N
         gc.collect()
         gc.freeze()
         try:
-            with small_extents(16 * KIB, 4):
+            with small_extents(16 * KIB, 4), cached_identities():
                 Simulation(seed, outcome.faults, base, outcome).run(steps, days)
         finally:
             shutil.rmtree(base, ignore_errors=True)

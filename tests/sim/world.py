@@ -335,6 +335,28 @@ class World:
         return events
 
 
+@contextlib.contextmanager
+def cached_identities():
+    """Identity.from_pem kept by the PEM's bytes while a history runs: every
+    job opens its home afresh, and parsing the home's key (OpenSSL's
+    decoder) was a twentieth of a history's time, profiled. The same bytes
+    give the same key; a file that does not parse still raises each time."""
+    from flud.keys import Identity
+    original = Identity.__dict__["from_pem"]
+    parsed = {}
+
+    def from_pem(cls, pem, source="key"):
+        identity = parsed.get(pem)
+        if identity is None:
+            identity = parsed[pem] = original.__func__(cls, pem, source)
+        return identity
+    Identity.from_pem = classmethod(from_pem)
+    try:
+        yield
+    finally:
+        Identity.from_pem = original
+
+
 def _seeded_home_id(path: str, seed: bytes) -> None:
     """Where homes carry an id of their own (made at random), the seed
     makes it instead, so a replay prints the same ids."""

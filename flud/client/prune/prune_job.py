@@ -35,7 +35,7 @@ from flud.client.repository.head import Head, write_head
 from flud.client.repository.holder_map import MapIndex, MapPage, PAGE_ROWS
 from flud.client.repository.reach import (BUNDLE, EXTENT, Reach, index_extents, inventory,
                                     named_shares, object_id)
-from flud.client.prune.repack import repack
+from flud.client.prune.repack import point_contents, repack
 from flud.client.prune.surplus import is_surplus, superseded, surplus_objects
 from flud.client.repository.prune_books import (ABSENT, DEFAULT_GRACE, DELETED, FAILED, STATE_META,
                                      Outcome, PruneState, StoredObject, plan_run,
@@ -192,6 +192,7 @@ class Prune:
             s["repacked_members"] = len(moved)
         if gone or moved or len(repo.index.pages) > 64:
             yield self._write_map(repo, bundles_gone, extents_gone, moved)
+        point_contents(ctx.index, moved)         # after the map names the new ranges (95003)
         self.say(f"prune: deleted {s['deleted']} objects ({s['surplus_deleted']} surplus "
                  f"copies; {s['shares_deleted']} shares, {s['bytes_freed']} bytes on the "
                  f"nodes), {s['failed']} failed (kept for a later run), repacked "

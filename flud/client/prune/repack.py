@@ -40,7 +40,11 @@ def _stored_bytes_checker(secret, sealer):
 @defer.inlineCallbacks
 def repack(ctx, repo, bundle_ids):
     """Store the live members of these bundles again: [(BlobRef of the new
-    range, its bundle id, Bundle)], and this home's index updated."""
+    range, its bundle id, Bundle)]. This home's index learns the new
+    bundles, but its contents follow the move (point_contents) only once
+    the map naming it is published: a prune killed before its map write
+    left them naming a bundle no map holds, and the next backup's records
+    named those ranges (the lifecycle simulation, seed 95003)."""
     db = repo.cache.db
     marks = ",".join("?" * len(bundle_ids))
     members = db.execute(f"SELECT DISTINCT key, bundle, offset, length, kind, size "
@@ -69,12 +73,14 @@ def repack(ctx, repo, bundle_ids):
     index = ctx.index
     index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
     index.add_challenges(challenges.items())
-    _point_contents(index, {ref.blob_id: ref for ref in located})
     return [(ref, ref.bundle, bundles[ref.bundle]) for ref in located]
 
 
-def _point_contents(index, moved) -> None:
-    """Small contents and records whose bytes moved now name their new range."""
+def point_contents(index, moved) -> None:
+    """Small contents and records whose bytes moved (repack's [(BlobRef,
+    bundle id, Bundle)]) now name their new range: once the map that
+    names it is published."""
+    moved = {ref.blob_id: ref for ref, _, _ in moved}
     updates = []
     for content_id, record in index.content_rows():
         record = json.loads(record)

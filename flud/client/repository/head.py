@@ -25,7 +25,7 @@ from flud.client.repository.head_chain import (ATTEMPT_META, REPO_META, SAME, SU
 from flud.client.context import wall_clock
 from flud.client.repository.holder_map import MAX_PAGES, MapIndex, MapPage, RootRecord
 from flud.client.repository.root_store import (ManifestMissing, RootNotStored, RootUnconfirmed,
-                                               find_root, put_root_v2)
+                                               find_root, holder_set_of, put_root_v2)
 from flud.client.repository.prune_books import remember_superseded
 from flud.client.records import Bundle, extent_id_or_none
 from flud.client.repository.tree_records import BlobRef
@@ -129,7 +129,7 @@ def nodes_root(ctx, least=None):
         raise RootUnconfirmed(f"{err} A writer needs them: a newer head written by "
                               f"another home (after `flud adopt`) may be on the others, "
                               f"and writing over it would fork the repository.",
-                              err.best) from None
+                              err.best, err.current) from None
     except ManifestMissing:
         return None
     return found
@@ -218,11 +218,16 @@ def write_head(ctx, small, head: Head, new_index: MapIndex, sealer, newest=None,
     last_id = max(head.last_id, snapshot_id or 0)
     found, majority = yield _check_unmoved(ctx, head, least)   # again: the stores took a while
     generation, repairs = _next_generation(client_index, head), 0
+    holder_set = holder_set_of(ctx.network, ctx.home.config["n"])
     if not majority:
         generation, repairs = _repair_generation(client_index, head, snapshot_id)
+        # it heard too few to re-form the set: readers go on needing most
+        # of the set the repaired root was written to
+        holder_set = head.root.holder_set
     root = RootRecord(snapshot_ref, refs[index_id.hex()], tuple(sorted(final.items())),
                       generation, ctx.home.home_id,
-                      found.digest() if isinstance(found, RootRecord) else "", last_id, repairs)
+                      found.digest() if isinstance(found, RootRecord) else "", last_id, repairs,
+                      holder_set)
     yield _put_root(ctx, root)
     client_index.add_bundles((bid, b.to_wire()) for bid, b in bundles.items())
     client_index.add_challenges(challenges.items())

@@ -11,7 +11,7 @@ from flud.client.repository.head import Head, _next_generation, _put_root, nodes
 from flud.client.repository.head_chain import (REPO_META, SAME, SUPERSEDED_META, HeadError,
                                               Saved, StaleRoot, judge_home, superseded_by)
 from flud.client.repository.holder_map import RootRecord
-from flud.client.repository.root_store import ManifestMissing
+from flud.client.repository.root_store import ManifestMissing, RootUnconfirmed, holder_set_of
 
 
 @defer.inlineCallbacks
@@ -110,7 +110,15 @@ def adopt(ctx, accept_older=False):
     from flud.client.repository.snapshot_lookup import open_repository
 
     ctx.index.recover_run()   # a killed backup's rows settle before the index is rebuilt
-    found = yield nodes_root(ctx)
+    try:
+        found = yield nodes_root(ctx)
+    except RootUnconfirmed as err:
+        # most of the set the newest root was written to is gone for good
+        # (lost disks): only the user can say so, and take what the set as
+        # it is now holds
+        if not (accept_older and err.current):
+            raise
+        found = err.best
     try:
         judge_home(ctx, found)
     except StaleRoot:
@@ -141,7 +149,8 @@ def adopt(ctx, accept_older=False):
     finally:
         repo.close()
     root = found.successor(ctx.home.home_id, last_id=head.last_id,
-                           generation=_next_generation(ctx.index, head))
+                           generation=_next_generation(ctx.index, head),
+                           holder_set=holder_set_of(ctx.network, ctx.home.config["n"]))
     yield _put_root(ctx, root, everywhere=True)   # a handover: every holder, see root_holders
     head.root, head.generation = root, root.generation
     head.save(ctx.index)

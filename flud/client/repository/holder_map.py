@@ -248,7 +248,16 @@ class RootRecord(NamedTuple):
     (client/repository/head.py write_head). Such a root keeps its generation
     and ranks just above the one it repaired, below any newer generation:
     a check that read a stale head (another home took over on the holders
-    it could not hear) cannot outrank or fork the newer head."""
+    it could not hear) cannot outrank or fork the newer head.
+
+    `holder_set`: the node ids (hex, sorted) of the root's home set when
+    it was written (root_store.root_holders), the set whose majority the
+    writer heard. A reader needs a majority of this set too, not only of
+    the set as it is now: a node that joined since (one whose disk was lost
+    replaced by an empty one) says nothing about a root written before it
+    came, and counting it let a replaced home miss a handover that reached
+    a bare majority (docs/snapshots.md, "Root record"). Roots from before
+    it have none (()) and are read as before."""
     snapshot: BlobRef
     map_index: BlobRef
     bundles: tuple   # ((bundle id, Bundle), ...) sorted by id
@@ -257,6 +266,7 @@ class RootRecord(NamedTuple):
     prev: str = ""
     last_id: int = 0
     repairs: int = 0
+    holder_set: tuple = ()
 
     def encode(self) -> bytes:
         value = {"v": FORMAT_VERSION, "t": "root", "snapshot": self.snapshot.to_wire(),
@@ -267,6 +277,8 @@ class RootRecord(NamedTuple):
             value.update(home=self.home, prev=self.prev, sid=self.last_id)
         if self.repairs:
             value["rep"] = self.repairs
+        if self.holder_set:
+            value["hs"] = list(self.holder_set)
         return _encode(value).encode("ascii")
 
     def digest(self) -> str:
@@ -309,8 +321,20 @@ class RootRecord(NamedTuple):
         repairs = value.get("rep", 0)
         if type(repairs) is not int or repairs < 0:
             raise BadRecord("a root record with a bad count of repairs")
+        holder_set = value.get("hs", [])
+        if not (type(holder_set) is list and len(holder_set) <= MAX_HOLDER_SET
+                and all(_is_node_hex(node) for node in holder_set)):
+            raise BadRecord("a root record with a bad holder set")
         return cls(snapshot, map_index, tuple(sorted(bundles)), generation, home, prev, last_id,
-                   repairs)
+                   repairs, tuple(sorted(holder_set)))
+
+
+MAX_HOLDER_SET = 256   # a root's home set is n + 2 nodes; n is at most 255 (zfec)
+
+
+def _is_node_hex(value) -> bool:
+    return type(value) is str and 2 <= len(value) <= 128 and len(value) % 2 == 0 and \
+        is_hex(value, len(value))
 
 
 HOME_ID_HEX = 32   # a home id: 16 random bytes, in hex

@@ -56,6 +56,20 @@ def root_quorum(sent: int) -> int:
     return sent // 2 + 1
 
 
+def handover_quorum(size: int) -> int:
+    """How many of a home set of `size` nodes a handover must reach (and
+    every one of it that answers): so many that any majority a writer hears
+    meets it at two nodes (one of them may replay an old root). That is a
+    majority of an even set, one node more of an odd one (7 holders: 5;
+    with 4, a writer hearing the 3 others and one replaying met none)."""
+    return min(size, size - size // 2 + 1)
+
+
+def holder_set_of(network, n) -> tuple:
+    """The root's home set as a root record names it (hex ids, sorted)."""
+    return tuple(sorted(node_id.hex() for node_id in root_holders(network, n)))
+
+
 def root_holders(network, n) -> list:
     """The root's home set: the n + ROOT_COPIES_EXTRA nodes that rank
     highest among every node known, up or not (fixed, not the ones up now).
@@ -82,9 +96,12 @@ class RootUnconfirmed(FludError):
 
     code = "ROOT_UNCONFIRMED"
 
-    def __init__(self, message, best=None):
+    def __init__(self, message, best=None, current=True):
         super().__init__(message)
         self.best = best
+        # whether a majority of the home set as it is now did answer (only
+        # the set the newest root heard names fell short)
+        self.current = current
 
 
 @defer.inlineCallbacks
@@ -95,7 +112,7 @@ def put_root(network, secret, n, root, everywhere=False):
         fixed = root_holders(network, n)
         failed = set(fixed) - set(network.alive_ids())
         targets = [t for t in fixed if t not in failed]
-        needed = max(len(targets), root_quorum(len(fixed)))
+        needed = max(len(targets), handover_quorum(len(fixed)))
     else:
         targets = network.place(root_place_key(network), n + ROOT_COPIES_EXTRA)
         needed = root_quorum(len(targets))
@@ -137,31 +154,59 @@ def find_root(network, secret, n=None, least=None):
     best = None
     holders = set(root_holders(network, n)) if n else set()
     answered = 0
+    opened = {}   # one put sends the same sealed bytes to every node: open each once
     for node_id, (ok, blob) in zip(ids, results):
         if node_id in holders and (ok or _holds_none(blob)):
             answered += 1
         if not ok:
             continue
-        try:
-            root = open_json(secret, "root", blob)
-            if not is_root_v1(root):
-                root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
-        except Exception:
-            continue  # not ours or damaged: the GCM tag (or the record's checks) says so
+        key = blob if isinstance(blob, bytes) else id(blob)
+        if key not in opened:
+            opened[key] = _open_root(secret, blob)
+        root = opened[key]
+        if root is None or root is best:
+            continue  # not ours or damaged (the GCM tag or the record's checks say so), or seen
         if best is None or _root_rank(root) > _root_rank(best):
             best = root
-    least = root_quorum(len(holders)) if least is None else least
-    if holders and answered < least:
+    needed = root_quorum(len(holders)) if least is None else least
+    if holders and answered < needed:
         raise RootUnconfirmed(
             f"only {answered} of the {len(holders)} nodes that hold this home's root record "
-            f"answered ({least} are needed to be sure of the newest): "
+            f"answered ({needed} are needed to be sure of the newest): "
             f"the newest head may be on the others. Nothing was changed; run it again when "
-            f"more nodes are up.", best)
+            f"more nodes are up.", best, current=False)
+    if holders and isinstance(best, RootRecord) and best.holder_set:
+        # the set that root was written to: nodes that joined since (empty
+        # successors of lost disks) say nothing about a root put before
+        named = set(best.holder_set)
+        heard = sum(1 for node_id, (ok, blob) in zip(ids, results)
+                    if node_id.hex() in named and (ok or _holds_none(blob)))
+        needed = root_quorum(len(named)) if least is None else least
+        if heard < needed:
+            raise RootUnconfirmed(
+                f"only {heard} of the {len(named)} nodes the newest root heard (generation "
+                f"{best.generation}) was written to answered ({needed} are needed to be "
+                f"sure of the newest; nodes that joined the set since do not count: a "
+                f"newer root put before they came is not on them): the newest head may be "
+                f"on the others. Nothing was changed; run it again when more nodes are up.",
+                best)
     if best is None:
         raise ManifestMissing(
             "no node holds a manifest for this key. Check that you imported the right key "
             "and that the nodes you joined are the ones you backed up to.")
     return best
+
+
+def _open_root(secret, blob):
+    """A root record (RootRecord, or a version-1 dict) from a node's sealed
+    answer; None if it is not ours or damaged."""
+    try:
+        root = open_json(secret, "root", blob)
+        if not is_root_v1(root):
+            root = RootRecord.decode(json.dumps(root, separators=(",", ":")).encode())
+    except Exception:
+        return None
+    return root
 
 
 def _holds_none(failure) -> bool:
