@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from flud.client.repository.head import adopt
+from flud.client.repository.head_adopt import adopt
 from flud.client.repository.root_store import find_root, root_holders, root_quorum
 from flud.errors import FludError
 from tests.unit.client.test_head_chain import _all_up, _roots, _second_home
