@@ -6,7 +6,7 @@ also answers punches) and clients (flud/protocol/client_punch.py).
 A connection this side dialled through a relay, once ready, starts a punch
 to its peer. When a punched connection proves the peer's key, the pool
 hands it out instead of the relayed one, which is closed once nothing runs
-on it (its relay circuit goes with it). Any direct connection to a peer
+on it for a while (its relay circuit goes with it). Any direct connection to a peer
 the pool reaches through a relay takes over the same way.
 
 Subclasses say who this side is: wants(conn), own_addresses(relayed)
@@ -28,6 +28,9 @@ log = logging.getLogger("flud.punch")
 
 START_AFTER = 0.2      # after a relayed connection is ready (its first request goes first)
 RELEASE_CHECK = 2.0    # a replaced relayed connection is closed once idle; checked this often
+# ... idle this long: a caller that took it from the pool before the upgrade
+# may still be about to send on it (closing at once lost a backup's tar)
+RELEASE_IDLE = 5.0
 
 
 class PunchInitiator:
@@ -166,17 +169,21 @@ class PunchInitiator:
 
     def upgrade(self, relayed, direct) -> None:
         """The direct connection serves the peer from now on; the relayed
-        one is closed once nothing runs on it (freeing its relay circuit)."""
+        one, if this side dialled it, is closed once nothing ran on it for
+        RELEASE_IDLE (freeing its relay circuit; the other side leaves it
+        to this one, or to the idle timeout)."""
         if direct.closed:
             return
         self.pool.replace(direct)
-        self._release(relayed)
+        if relayed.tls_client:
+            self.reactor.callLater(RELEASE_CHECK, self._release, relayed)
 
     def _release(self, relayed) -> None:
         if relayed.closed:
             return
         session = relayed.session
-        if session.open_inbound or session.open_outbound:
+        idle = self.reactor.seconds() - relayed.last_progress
+        if session.open_inbound or session.open_outbound or idle < RELEASE_IDLE:
             self.reactor.callLater(RELEASE_CHECK, self._release, relayed)
             return
         self.released += 1

@@ -249,6 +249,8 @@ class FakeRelayed:
     relayed = True
     tls_client = True
 
+    last_progress = 0.0
+
     def __init__(self, answer):
         self.peer_id = PEER
         self.peer_hello = messages.Hello(1, messages.ROLE_NODE, 7400, b"k", b"s")
@@ -312,7 +314,7 @@ class ScriptedInitiator(PunchInitiator):
 def _run(initiator, relayed, clock):
     done = []
     initiator.initiate(relayed).addBoth(done.append)
-    for _ in range(20):
+    for _ in range(40):
         clock.advance(1.0)
     return done[0]
 
@@ -351,3 +353,26 @@ def test_the_initiator_dials_nothing_it_must_not():
     assert _run(aimed, relayed, clock) is None
     assert relayed.sent == ["PUNCH_CONNECT"] and not aimed.dialled
     assert "another node's address" in aimed.book.peers[PEER][0]
+
+
+def test_the_relayed_connection_is_released_only_once_it_idles():
+    """A caller that took the relayed connection before the upgrade may
+    still send on it: it is closed after RELEASE_IDLE without traffic, and
+    only by the side that dialled it."""
+    from flud.protocol.punch_initiator import RELEASE_IDLE
+    clock = Clock()
+    initiator = ScriptedInitiator(clock, [])
+    direct = type("C", (), {"closed": False})()
+    relayed = FakeRelayed(None)
+    initiator.upgrade(relayed, direct)
+    for _ in range(int(RELEASE_IDLE) * 2):
+        relayed.last_progress = clock.seconds()          # still carrying something
+        clock.advance(1.0)
+    assert not relayed.closed and initiator.pool.replaced == [direct]
+    clock.advance(RELEASE_IDLE + 3)
+    assert relayed.closed and initiator.released == 1
+    accepted_side = FakeRelayed(None)
+    accepted_side.tls_client = False
+    initiator.upgrade(accepted_side, direct)
+    clock.advance(RELEASE_IDLE * 3)
+    assert not accepted_side.closed
