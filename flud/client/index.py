@@ -6,9 +6,8 @@ rebuilt from the manifest on the network (total-loss restore), so the index
 is a cache of what the manifest says plus change-detection state.
 """
 import os
-import sqlite3
 
-from flud.client import run_rows
+from flud.client import run_rows, sqlite_file
 from flud.client.index_blobs import StoredBlobs
 from flud.client.index_challenges import ShareChallengeRows
 from flud.client.index_dirs import DirRecords
@@ -88,35 +87,11 @@ class ClientIndex(FileStates, DirRecords, PendingFiles, StoredObjects, StoredBlo
 
     def __init__(self, path: str):
         self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        # 256 KiB of page cache, not sqlite's 2 MB: a backup writes rows a run
-        # at a time and reads tables in one pass, where the OS cache serves as
-        # well (a 1 GiB backup's peak RSS -1.2 MB; 50000-row scans and inserts
-        # took the same time).
-        self.db.execute("PRAGMA cache_size=-256")
         self._run_open = False   # a backup's writes are listed (run_rows.py)
-        self._migrate()
-
-    def _migrate(self) -> None:
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
-        row = self.db.execute("SELECT version FROM schema_version").fetchone()
-        current = row[0] if row else 0
-        if current > SCHEMA_VERSION:
-            raise IndexVersionError(
-                f"the client index has schema version {current}, newer than this flud "
-                f"({SCHEMA_VERSION}); upgrade flud")
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            with self.db:
-                self.db.execute("BEGIN")
-                for statement in _MIGRATIONS[version]:
-                    if statement.startswith("_"):
-                        getattr(self, statement)()
-                    else:
-                        self.db.execute(statement)
-                self.db.execute("DELETE FROM schema_version")
-                self.db.execute("INSERT INTO schema_version VALUES (?)", (version,))
+        self.db = sqlite_file.connect(path)
+        sqlite_file.migrate(self.db, _MIGRATIONS, SCHEMA_VERSION, lambda found: IndexVersionError(
+            f"the client index has schema version {found}, newer than this flud "
+            f"({SCHEMA_VERSION}); upgrade flud"), lambda name: getattr(self, name)())
 
     def _fill_file_parents(self) -> None:
         paths = [row[0] for row in self.db.execute("SELECT path FROM files")]

@@ -8,8 +8,8 @@ nothing a peer reports. A versioned schema, migrated in place; a newer
 file than this flud knows is refused rather than rewritten.
 """
 import os
-import sqlite3
 
+from flud.client import sqlite_file
 from flud.errors import FludError
 from flud.trust.reputation import KINDS, NodeStanding, new_standing
 
@@ -29,28 +29,11 @@ class ReputationStoreError(FludError):
 class ReputationStore:
     def __init__(self, home_path: str):
         self.path = os.path.join(home_path, FILE_NAME)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA cache_size=-256")   # 256 KiB of pages: a job's memory bound
-        self._migrate()
+        self.db = sqlite_file.connect(self.path)
+        sqlite_file.migrate(self.db, _MIGRATIONS, SCHEMA_VERSION, lambda found: ReputationStoreError(
+            f"{self.path} has schema version {found}, newer than this flud ({SCHEMA_VERSION}); "
+            f"upgrade flud"))
         self._cache = {}
-
-    def _migrate(self) -> None:
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
-        row = self.db.execute("SELECT version FROM schema_version").fetchone()
-        current = row[0] if row else 0
-        if current > SCHEMA_VERSION:
-            raise ReputationStoreError(
-                f"{self.path} has schema version {current}, newer than this flud "
-                f"({SCHEMA_VERSION}); upgrade flud")
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            self.db.execute("BEGIN IMMEDIATE")
-            for statement in _MIGRATIONS[version]:
-                self.db.execute(statement)
-            self.db.execute("DELETE FROM schema_version")
-            self.db.execute("INSERT INTO schema_version VALUES (?)", (version,))
-            self.db.execute("COMMIT")
 
     def standing(self, node_id: bytes, now: float) -> NodeStanding:
         """What this home knows of the node (a fresh standing if nothing)."""

@@ -32,7 +32,7 @@ Pure: no I/O, no clock (callers pass `now`).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flud.errors import FludError
 from flud.keys import Identity
@@ -77,62 +77,73 @@ def _xy(identity_or_der) -> bytes:
     return der[len(_SPKI_PREFIX):]
 
 
+class _Signed:
+    """What a certificate and a revocation list share: the issuer's key, a
+    body signed after a context of its own, the wire form (body, signature
+    length, signature), signing and checking the signature."""
+    __slots__ = ()
+    CONTEXT = b""
+
+    @property
+    def issuer_der(self) -> bytes:
+        return _SPKI_PREFIX + self.issuer_xy
+
+    def encode(self) -> bytes:
+        return self.body() + bytes([len(self.signature)]) + self.signature
+
+    def signed_by(self, user: Identity):
+        """This record with the user's signature (the issuer must be the user)."""
+        return replace(self, signature=user.sign(self.CONTEXT + self.body()))
+
+    def check_signature(self, user_der: bytes, what: str) -> None:
+        """CertificateRefused unless the user's key signed it. what: how
+        the messages name it."""
+        if self.issuer_der != user_der:
+            raise CertificateRefused(CERT_WRONG_ISSUER, f"{what} is signed by another key")
+        if not Identity.verify(user_der, self.CONTEXT + self.body(), self.signature):
+            raise CertificateRefused(CERT_BAD_SIGNATURE, f"{what}: signature does not verify")
+
+
 @dataclass(frozen=True, slots=True)
-class FriendCertificate:
+class FriendCertificate(_Signed):
     issuer_xy: bytes
     node_id: bytes
     issued: int
     expires: int
     signature: bytes = b""
-
-    @property
-    def issuer_der(self) -> bytes:
-        return _SPKI_PREFIX + self.issuer_xy
+    CONTEXT = CERT_CONTEXT
 
     def body(self) -> bytes:
         return _CERT_HEAD.pack(CERT_VERSION, self.issuer_xy, self.node_id, self.issued,
                                self.expires)
 
-    def encode(self) -> bytes:
-        return self.body() + bytes([len(self.signature)]) + self.signature
-
 
 @dataclass(frozen=True, slots=True)
-class RevocationList:
+class RevocationList(_Signed):
     issuer_xy: bytes
     sequence: int
     issued: int
     revoked: tuple
     signature: bytes = b""
-
-    @property
-    def issuer_der(self) -> bytes:
-        return _SPKI_PREFIX + self.issuer_xy
+    CONTEXT = REVOKE_CONTEXT
 
     def body(self) -> bytes:
         return (_REVOKE_HEAD.pack(CERT_VERSION, self.issuer_xy, self.sequence, self.issued,
                                   len(self.revoked)) + b"".join(self.revoked))
-
-    def encode(self) -> bytes:
-        return self.body() + bytes([len(self.signature)]) + self.signature
 
 
 def issue_certificate(user: Identity, node_id: bytes, now: float,
                       lifetime: float = DEFAULT_LIFETIME) -> FriendCertificate:
     if len(node_id) != 32:
         raise ValueError("a node id is 32 bytes")
-    unsigned = FriendCertificate(_xy(user), node_id, int(now), int(now + lifetime))
-    return FriendCertificate(unsigned.issuer_xy, node_id, unsigned.issued, unsigned.expires,
-                             user.sign(CERT_CONTEXT + unsigned.body()))
+    return FriendCertificate(_xy(user), node_id, int(now), int(now + lifetime)).signed_by(user)
 
 
 def sign_revocations(user: Identity, revoked, sequence: int, now: float) -> RevocationList:
     revoked = tuple(sorted(set(revoked)))
     if len(revoked) > MAX_REVOKED:
         raise ValueError(f"a revocation list holds at most {MAX_REVOKED} nodes")
-    unsigned = RevocationList(_xy(user), sequence, int(now), revoked)
-    return RevocationList(unsigned.issuer_xy, sequence, unsigned.issued, revoked,
-                          user.sign(REVOKE_CONTEXT + unsigned.body()))
+    return RevocationList(_xy(user), sequence, int(now), revoked).signed_by(user)
 
 
 def _signature(data: bytes, pos: int, what: str) -> bytes:
@@ -178,10 +189,7 @@ def decode_revocations(data: bytes) -> RevocationList:
 
 def check_revocations(revocations: RevocationList, user_der: bytes) -> RevocationList:
     """The list if the user's key signed it; else CertificateRefused."""
-    if revocations.issuer_der != user_der:
-        raise CertificateRefused(CERT_WRONG_ISSUER, "revocation list is signed by another key")
-    if not Identity.verify(user_der, REVOKE_CONTEXT + revocations.body(), revocations.signature):
-        raise CertificateRefused(CERT_BAD_SIGNATURE, "revocation list signature does not verify")
+    revocations.check_signature(user_der, "revocation list")
     return revocations
 
 
@@ -192,12 +200,7 @@ def check_certificate(cert: FriendCertificate, user_der: bytes, now: float,
     given), it is alive now and not revoked; else CertificateRefused with a
     stable code (CERTIFICATE_WRONG_ISSUER, _BAD_SIGNATURE, _WRONG_NODE,
     _EXPIRED, _REVOKED). `revocations` must be checked already."""
-    if cert.issuer_der != user_der:
-        raise CertificateRefused(CERT_WRONG_ISSUER, f"certificate for node "
-                                 f"{cert.node_id.hex()[:12]} is signed by another key")
-    if not Identity.verify(user_der, CERT_CONTEXT + cert.body(), cert.signature):
-        raise CertificateRefused(CERT_BAD_SIGNATURE, f"certificate for node "
-                                 f"{cert.node_id.hex()[:12]}: signature does not verify")
+    cert.check_signature(user_der, f"certificate for node {cert.node_id.hex()[:12]}")
     if node_id is not None and cert.node_id != node_id:
         raise CertificateRefused(CERT_WRONG_NODE, f"certificate names node "
                                  f"{cert.node_id.hex()[:12]}, not {node_id.hex()[:12]}")
