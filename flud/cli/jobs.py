@@ -172,6 +172,10 @@ def _job(reactor, home, args, job, config: RunConfig = None):
         # what the run used, for every job's --json summary (MemoryResult)
         _summary(args).setdefault("memory", monitor.snapshot())
     finally:
+        health = getattr(network, "health", None)
+        if health is not None:   # the nodes failed this run, for --json (docs/json.md)
+            for key, value in health.summary().items():
+                _summary(args).setdefault(key, value)
         if lines is not None:
             lines.stop()
         monitor.sample()

@@ -63,6 +63,13 @@ class NodeHealth:
         self.mark_failed(node_id, err)
         return True
 
+    def summary(self) -> dict:
+        """What a run's --json summary says of its nodes: the ids failed
+        for the rest of it (hex), and how many uploads a node refused as
+        not matching their key (HASH_MISMATCH strikes)."""
+        return {"failed_nodes": sorted(node_id.hex() for node_id in self.failed),
+                "hash_mismatches": sum(self._mismatches.values())}
+
     def quota_note(self) -> str:
         """What to add to a 'too few nodes' error when nodes refused for quota."""
         if not self.quota:

@@ -34,7 +34,7 @@ from common import Row, Testnet, log  # noqa: E402
 
 from flud.testnet import launch  # noqa: E402
 from tools.demo import make_demo_tree  # noqa: E402
-from tools.stress import failed_nodes, make_case, mismatches  # noqa: E402
+from tools.stress import make_case  # noqa: E402
 
 NAME = "bench_faults"
 SLACK = 5.0  # seconds: the target is stopped <= 2 x all up + SLACK
@@ -162,21 +162,29 @@ def _restores(args, tn, base, tree, home, victim) -> list:
                         f"all up {common.fmt(med)} s; stopped: {[round(x, 2) for x in stalled]}")]
 
 
+def _failed_nodes(r) -> set:
+    """The nodes a --json backup failed for the rest of its run (their ids'
+    first 12 hex digits), from its summary."""
+    return {node[:12] for node in
+            common.summary_record(r.stdout, "backup").get("failed_nodes", [])}
+
+
 def _backups(args, tn, base, tree, pristine, victim) -> list:
     up, stalled, wrongly = [], [], 0
     for i in range(args.repeat):
         log(f"bench_faults: backup, all up ({i + 1}/{args.repeat})")
         home = _copy_home(pristine, os.path.join(base, "home-b"))
-        r = common.flud("backup", tree, "--home", home, timeout=600).check("backup (all up)")
+        r = common.flud("backup", tree, "--home", home, "--json",
+                        timeout=600).check("backup (all up)")
         up.append(r.wall)
-        wrongly += len(failed_nodes(r.stdout + r.stderr))
+        wrongly += len(_failed_nodes(r))
         log(f"bench_faults: backup, node {victim['node_id'][:12]} stopped ({i + 1}/{args.repeat})")
         home = _copy_home(pristine, os.path.join(base, "home-b"))
         with _Stopped(victim):
-            r = common.flud("backup", tree, "--home", home, timeout=600)
+            r = common.flud("backup", tree, "--home", home, "--json", timeout=600)
         r.check("backup (a holder stopped)")
         stalled.append(r.wall)
-        wrongly += len(failed_nodes(r.stdout + r.stderr) - {victim["node_id"][:12]})
+        wrongly += len(_failed_nodes(r) - {victim["node_id"][:12]})
         log(f"bench_faults: backup {up[-1]:.2f} s all up, {stalled[-1]:.2f} s stopped")
     med = common.median(up)
     note = f"all up {common.fmt(med)} s; stopped: {[round(x, 2) for x in stalled]}"
@@ -194,9 +202,9 @@ def _at_once(tn, base, data, pristine, backups, quick) -> list:
     for i in range(backups):
         case = cases[i % len(cases)]
         home = _copy_home(pristine, os.path.join(base, "home-c"))
-        r = common.flud("backup", sources[case], "--home", home, timeout=600)
-        text = r.stdout + r.stderr
-        found, failed = len(mismatches(text)), len(failed_nodes(text))
+        r = common.flud("backup", sources[case], "--home", home, "--json", timeout=600)
+        summary = common.summary_record(r.stdout, "backup")
+        found, failed = summary.get("hash_mismatches", 0), len(_failed_nodes(r))
         mismatch_count += found
         wrongly += failed
         failed_runs += r.rc != 0

@@ -29,8 +29,13 @@ def test_options_a_command_does_not_have_are_the_records_defaults():
     assert run.budget_bytes() == DEFAULT_BUDGET and run.upload_limit == run.download_limit == 0
 
 
+_PARSER = []
+
+
 def _parsed(*argv):
-    return build_parser().parse_args(list(argv))
+    if not _PARSER:   # built once: argparse parses any number of command lines
+        _PARSER.append(build_parser())
+    return _PARSER[0].parse_args(list(argv))
 
 
 def test_every_client_command_line_becomes_its_typed_record():

@@ -79,6 +79,19 @@ def test_one_hash_mismatch_does_not_fail_a_node_and_a_second_does():
     assert node in health.failed
 
 
+def test_the_nodes_a_run_failed_are_in_its_summary():
+    """--json says which nodes a run stopped using and how many uploads were
+    refused as not matching their key (the benchmarks read it, not the log)."""
+    health = NodeHealth()
+    mismatch = RemoteError(ErrorCode.HASH_MISMATCH, "uploaded data does not match its key")
+    health.blame(b"a" * 32, mismatch)
+    health.blame(b"b" * 32, mismatch)
+    health.blame(b"b" * 32, mismatch)
+    health.mark_failed(b"c" * 32, "did not answer")
+    assert health.summary() == {"failed_nodes": [(b"b" * 32).hex(), (b"c" * 32).hex()],
+                                "hash_mismatches": 3}
+
+
 def test_a_cancel_is_never_held_against_a_node():
     health = NodeHealth()
     node = b"n" * 32
