@@ -25,7 +25,7 @@ def _own_methods(cls) -> set:
 
 
 def test_the_index_class_keeps_only_its_file_and_schema():
-    assert _own_methods(ClientIndex) == {"__init__", "_migrate", "_fill_file_parents",
+    assert _own_methods(ClientIndex) == {"__init__", "_fill_file_parents",
                                          "_move_challenges_out_of_meta", "close"}
     assert all(issubclass(ClientIndex, part) for part in PARTS)
 
