@@ -1,0 +1,175 @@
+"""`python -m flud.netlab.lookups HOME SPEC_JSON`: record lookups as the lab
+measures them, run inside one namespace (flud/netlab/lab.py starts it
+there). Prints one JSON object: for each origin, each lookup's target,
+whether the target's signed record was found, the time it took and the
+FIND_NODE queries it sent.
+
+SPEC: {"origins": [{"name", "node_id", "host", "port"}], "targets": [id hex]}.
+A lookup "from" an origin node starts at that node alone (its routing
+table answers first), then iterates as a client does (flud/overlay/lookup.py,
+alpha = 3): it is done the moment an answer carries the target's record
+whose signature checks (flud/protocol/find_node.py's RecordChecker), or
+when nobody is left to ask. Each origin has its own client identity (HOME/
+NAME), so no node's per-asker FIND_NODE quota sees the whole sweep as one
+asker, and its own connections: its first lookups dial (TCP, TLS, HELLO),
+later ones reuse them, as a client's lookups in one run do. The lookups of
+one origin run one after the other; the origins run at once.
+"""
+import json
+import os
+import sys
+import time
+
+from flud.overlay.lookup import Lookup
+from flud.overlay.routing import Contact, subnet_of
+from flud.protocol.find_node import QUERY_TIMEOUT, RecordChecker, drive
+
+LOOKUP_TIMEOUT = 30.0
+
+
+class RecordLookup(Lookup):
+    """A lookup that is done once the target's checked record came back."""
+
+    record = None
+
+    @property
+    def done(self) -> bool:
+        return self.record is not None or super().done
+
+
+def _contact(record) -> Contact:
+    return Contact(record.node_id, subnet_of(record.first_tcp()[0]), record)
+
+
+def run_origin(reactor, net, origin: dict, targets: list):
+    """Fires with [{"target", "found", "seconds", "queries"}] for one origin."""
+    from twisted.internet import defer
+
+    from flud.protocol.client import NodeAddress
+
+    checker = RecordChecker()
+    origin_id = bytes.fromhex(origin["node_id"])
+
+    def ask_for(run, target):
+        def ask(contact):
+            if contact.node_id == origin_id:
+                address = NodeAddress(origin_id, origin["host"], origin["port"])
+            else:
+                address = NodeAddress(contact.node_id, *contact.record.first_tcp())
+            d = net.peer(address)
+            d.addCallback(lambda peer: peer.find_node(target))
+            d.addTimeout(QUERY_TIMEOUT, reactor)
+
+            def answered(records):
+                checked = checker.check(records, reactor.seconds())
+                for record in checked:
+                    if record.node_id == target and run.record is None:
+                        run.record = record
+                return [_contact(r) for r in checked]
+            return d.addCallback(answered)
+        return ask
+
+    @defer.inlineCallbacks
+    def sweep():
+        rows = []
+        for target_hex in targets:
+            target = bytes.fromhex(target_hex)
+            if target == origin_id:
+                continue
+            seed = Contact(origin_id, "", None)
+            run = RecordLookup(target, [seed])
+            started = time.monotonic()
+            d = drive(run, ask_for(run, target))
+            d.addTimeout(LOOKUP_TIMEOUT, reactor)
+            try:
+                yield d
+            except Exception:
+                pass
+            rows.append({"target": target_hex, "found": run.record is not None,
+                         "seconds": round(time.monotonic() - started, 4),
+                         "queries": len(run.asked)})
+        return rows
+    return sweep()
+
+
+def sweep(lab, timeout: float = 120.0) -> dict:
+    """From every node of a running lab (flud.netlab.lab.Lab), a lookup of
+    every other public node's id: {origin name: [row]} (rows as above;
+    an origin whose prober failed has none). The public origins are swept
+    from the first public host's namespace, each NATed one from its own
+    (its address is private to its home)."""
+    import subprocess
+
+    from flud.netlab import build
+
+    nodes = lab.state.get("nodes", []) if lab.state else []
+    public = [n for n in nodes if n["kind"] == "public"]
+    targets = [n["node_id"] for n in public]
+    groups = {public[0]["namespace"]: public} if public else {}
+    for node in nodes:
+        if node["kind"] != "public":
+            groups[node["namespace"]] = [node]
+    procs = {}
+    for namespace, origins in groups.items():
+        home = os.path.join(lab.directory, ".lookups", namespace)
+        os.makedirs(home, exist_ok=True)
+        spec = {"origins": [{k: n[k] for k in ("name", "node_id", "host", "port")}
+                            for n in origins], "targets": targets}
+        procs[namespace] = subprocess.Popen(
+            [sys.executable, "-m", "flud.netlab.lookups", home, json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda ns=namespace: build.enter_namespace(ns))
+    found = {}
+    for namespace, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise build.LabError(f"the lookups from {namespace} failed: {err[-500:]}")
+        found.update({name: (rows if isinstance(rows, list) else [])
+                      for name, rows in json.loads(out).items()})
+    return found
+
+
+def summary(found: dict) -> dict:
+    """Counts and latencies of a sweep: lookups, found, missing [(origin,
+    target)], and the seconds of the lookups that found their record,
+    sorted (p50, p80, p99 from those)."""
+    rows = [(origin, row) for origin, rows in found.items() for row in rows]
+    seconds = sorted(row["seconds"] for _, row in rows if row["found"])
+
+    def pct(p):
+        return seconds[min(len(seconds) - 1, int(p * len(seconds)))] if seconds else None
+    queries = sorted(row["queries"] for _, row in rows if row["found"])
+    return {"lookups": len(rows), "found": len(seconds),
+            "missing": [(o, r["target"][:12]) for o, r in rows if not r["found"]],
+            "p50": pct(0.5), "p80": pct(0.8), "p99": pct(0.99),
+            "queries_median": queries[len(queries) // 2] if queries else None}
+
+
+def main(argv) -> int:
+    home, spec = argv[0], json.loads(argv[1])
+    from twisted.internet import defer, reactor
+
+    from flud.protocol.client import ClientNet
+
+    nets = {o["name"]: ClientNet(reactor, os.path.join(home, o["name"]))
+            for o in spec["origins"]}
+    outcome = []
+    d = defer.DeferredList([run_origin(reactor, nets[o["name"]], o, spec["targets"])
+                            for o in spec["origins"]], consumeErrors=True)
+    d.addBoth(outcome.append)
+    d.addBoth(lambda _: reactor.stop())
+    if not outcome:
+        reactor.run(installSignalHandlers=False)
+    for net in nets.values():
+        net.close()
+    json.dump({o["name"]: (value if ok else {"error": str(value)})
+               for o, (ok, value) in zip(spec["origins"], outcome[0])}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
