@@ -51,7 +51,7 @@ PROBED_MEMORY = 4096              # ids whose last probe is remembered
 # handshake each way each). Without it every node of a crowd starting
 # together dialled every record it heard of at once (~80 each in a
 # 200-node testnet), and the crowd's start took all the CPU two cores had.
-SETTLED_PROBE_RATE, SETTLED_PROBE_BURST = 2.0, 4.0
+SETTLED_PROBE_RATE, SETTLED_PROBE_BURST = 1.0, 2.0
 # FIND_NODE answered per asker and for all askers together (per second, burst).
 # A client restoring a home may look up a few hundred holders in a burst;
 # an answer costs ~0.2 ms (closest() and 20 records encoded), so the total
@@ -327,6 +327,14 @@ class Discovery:
         seeds.pop(self.node_id, None)
         yield self.lookup(self.node_id, list(seeds.values()) + self.table.closest(self.node_id))
         self.joined = bool(len(self.table)) or not addresses
+        if self.joined and addresses:
+            # the join's lookup and the answers it brought filled the
+            # buckets just now: the first refresh is due REFRESH_INTERVAL
+            # later, not at the first tick (which, in a crowd starting
+            # together, added four lookups a node to the start)
+            now = self.clock.seconds()
+            for index in range(self.table.nearest_bucket() + 1):
+                self.refreshed.setdefault(index, now)
         return len(self.table)
 
     def refresh(self, force: bool = False) -> defer.Deferred:

@@ -129,3 +129,33 @@ def test_a_record_is_parsed_once_and_the_memory_of_it_is_bounded():
         decode_record(record(KEYS[2], port=1 + i % 60000).encode())
     assert len(node_record._decoded) <= node_record.MEMO_SIZE
     assert len(node_record._encoded) <= node_record.MEMO_SIZE
+
+
+def test_a_join_counts_as_the_first_refresh():
+    """A crowd starting together must not add four refresh lookups a node
+    at the first refresh tick: the join's lookup just filled the buckets."""
+    from flud.node.discovery import REFRESH_INTERVAL, REFRESH_TICK
+    from flud.protocol.codec import Op
+    clock = task.Clock()
+    clock.advance(NOW)
+    others = [record(k, 5000 + i) for i, k in enumerate(KEYS[1:8])]
+
+    class Bootstrap(Answering):
+        def request(self, op, message):
+            if op == Op.FIND_NODE:
+                return defer.succeed(messages.FoundNodes(others))
+            return defer.succeed(messages.Empty())
+
+    me = KEYS[0]
+    own = record(me, 4000)
+    d = Discovery(me.node_id, lambda: own, clock, random.Random(1),
+                  lambda node_id, host, port: defer.succeed(Answering(node_id)),
+                  lambda node_id, host, port: defer.succeed(Bootstrap(node_id)))
+    d.start([("127.0.0.1", 4999)])
+    assert d.joined and len(d.table) == len(others)
+    after_join = d.counters["lookups"]
+    clock.advance(3 * REFRESH_TICK)
+    assert d.counters["lookups"] == after_join
+    clock.advance(REFRESH_INTERVAL)
+    assert d.counters["lookups"] > after_join        # refreshed later, on the clock
+    d.stop()
