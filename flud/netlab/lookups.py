@@ -1,19 +1,18 @@
 """`python -m flud.netlab.lookups HOME SPEC_JSON`: record lookups as the lab
-measures them, run inside one namespace (flud/netlab/lab.py starts it
+measures them, run inside one namespace (sweep() below starts it
 there). Prints one JSON object: for each origin, each lookup's target,
-whether the target's signed record was found, the time it took and the
-FIND_NODE queries it sent.
+whether the target's signed record was found, the time it took, when it
+ended (unix time) and the FIND_NODE queries it sent.
 
 SPEC: {"origins": [{"name", "node_id", "host", "port"}], "targets": [id hex]}.
 A lookup "from" an origin node starts at that node alone (its routing
 table answers first), then iterates as a client does (flud/overlay/lookup.py,
 alpha = 3): it is done the moment an answer carries the target's record
 whose signature checks (flud/protocol/find_node.py's RecordChecker), or
-when nobody is left to ask. Each origin has its own client identity (HOME/
-NAME), so no node's per-asker FIND_NODE quota sees the whole sweep as one
-asker, and its own connections: its first lookups dial (TCP, TLS, HELLO),
-later ones reuse them, as a client's lookups in one run do. The lookups of
-one origin run one after the other; the origins run at once.
+when nobody is left to ask. The lookups of one namespace share one client
+identity and its connections (a node is dialled once: TCP, TLS, HELLO; the
+lookups after reuse the connection, as a client's lookups in one run do);
+each origin runs PER_ORIGIN lookups at once, the origins all at once.
 """
 import json
 import os
@@ -25,6 +24,7 @@ from flud.overlay.routing import Contact, subnet_of
 from flud.protocol.find_node import QUERY_TIMEOUT, RecordChecker, drive
 
 LOOKUP_TIMEOUT = 30.0
+PER_ORIGIN = 4
 
 
 class RecordLookup(Lookup):
@@ -69,15 +69,15 @@ def run_origin(reactor, net, origin: dict, targets: list):
             return d.addCallback(answered)
         return ask
 
+    rows = []
+    waiting = [t for t in targets if bytes.fromhex(t) != origin_id]
+
     @defer.inlineCallbacks
-    def sweep():
-        rows = []
-        for target_hex in targets:
+    def worker():
+        while waiting:
+            target_hex = waiting.pop(0)
             target = bytes.fromhex(target_hex)
-            if target == origin_id:
-                continue
-            seed = Contact(origin_id, "", None)
-            run = RecordLookup(target, [seed])
+            run = RecordLookup(target, [Contact(origin_id, "", None)])
             started = time.monotonic()
             d = drive(run, ask_for(run, target))
             d.addTimeout(LOOKUP_TIMEOUT, reactor)
@@ -87,9 +87,9 @@ def run_origin(reactor, net, origin: dict, targets: list):
                 pass
             rows.append({"target": target_hex, "found": run.record is not None,
                          "seconds": round(time.monotonic() - started, 4),
-                         "queries": len(run.asked)})
-        return rows
-    return sweep()
+                         "ended": round(time.time(), 3), "queries": len(run.asked)})
+    d = defer.DeferredList([worker() for _ in range(PER_ORIGIN)], consumeErrors=True)
+    return d.addCallback(lambda _: rows)
 
 
 def sweep(lab, timeout: float = 120.0) -> dict:
@@ -133,12 +133,14 @@ def sweep(lab, timeout: float = 120.0) -> dict:
     return found
 
 
-def summary(found: dict) -> dict:
+def summary(found: dict, since: float = None) -> dict:
     """Counts and latencies of a sweep: lookups, found, missing [(origin,
-    target)], and the seconds of the lookups that found their record,
-    sorted (p50, p80, p99 from those)."""
+    target)], the seconds of the lookups that found their record (p50,
+    p80, p99), and `last`: when the last of them ended, in seconds after
+    `since` (a unix time)."""
     rows = [(origin, row) for origin, rows in found.items() for row in rows]
     seconds = sorted(row["seconds"] for _, row in rows if row["found"])
+    ended = max((row["ended"] for _, row in rows), default=None)
 
     def pct(p):
         return seconds[min(len(seconds) - 1, int(p * len(seconds)))] if seconds else None
@@ -146,6 +148,7 @@ def summary(found: dict) -> dict:
     return {"lookups": len(rows), "found": len(seconds),
             "missing": [(o, r["target"][:12]) for o, r in rows if not r["found"]],
             "p50": pct(0.5), "p80": pct(0.8), "p99": pct(0.99),
+            "last": None if ended is None or since is None else round(ended - since, 2),
             "queries_median": queries[len(queries) // 2] if queries else None}
 
 
@@ -155,17 +158,15 @@ def main(argv) -> int:
 
     from flud.protocol.client import ClientNet
 
-    nets = {o["name"]: ClientNet(reactor, os.path.join(home, o["name"]))
-            for o in spec["origins"]}
+    net = ClientNet(reactor, home)
     outcome = []
-    d = defer.DeferredList([run_origin(reactor, nets[o["name"]], o, spec["targets"])
+    d = defer.DeferredList([run_origin(reactor, net, o, spec["targets"])
                             for o in spec["origins"]], consumeErrors=True)
     d.addBoth(outcome.append)
     d.addBoth(lambda _: reactor.stop())
     if not outcome:
         reactor.run(installSignalHandlers=False)
-    for net in nets.values():
-        net.close()
+    net.close()
     json.dump({o["name"]: (value if ok else {"error": str(value)})
                for o, (ok, value) in zip(spec["origins"], outcome[0])}, sys.stdout)
     return 0
