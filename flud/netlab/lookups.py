@@ -41,7 +41,8 @@ def _contact(record) -> Contact:
     return Contact(record.node_id, subnet_of(record.first_tcp()[0]), record)
 
 
-def run_origin(reactor, net, origin: dict, targets: list):
+def run_origin(reactor, net, origin: dict, targets: list, per_origin: int = PER_ORIGIN,
+               sample: int = None):
     """Fires with [{"target", "found", "seconds", "queries"}] for one origin."""
     from twisted.internet import defer
 
@@ -70,7 +71,7 @@ def run_origin(reactor, net, origin: dict, targets: list):
         return ask
 
     rows = []
-    waiting = [t for t in targets if bytes.fromhex(t) != origin_id]
+    waiting = [t for t in targets if bytes.fromhex(t) != origin_id][:sample]
 
     @defer.inlineCallbacks
     def worker():
@@ -88,11 +89,14 @@ def run_origin(reactor, net, origin: dict, targets: list):
             rows.append({"target": target_hex, "found": run.record is not None,
                          "seconds": round(time.monotonic() - started, 4),
                          "ended": round(time.time(), 3), "queries": len(run.asked)})
-    d = defer.DeferredList([worker() for _ in range(PER_ORIGIN)], consumeErrors=True)
+    d = defer.DeferredList([worker() for _ in range(per_origin)], consumeErrors=True)
     return d.addCallback(lambda _: rows)
 
 
-def sweep(lab, timeout: float = 120.0) -> dict:
+PROBERS = 2     # processes sweeping the public origins (two cores)
+
+
+def sweep(lab, timeout: float = 120.0, per_origin: int = PER_ORIGIN, sample: int = None) -> dict:
     """From every node of a running lab (flud.netlab.lab.Lab), a lookup of
     every other public node's id: {origin name: [row]} (rows as above;
     an origin whose prober failed has none). The public origins are swept
@@ -105,29 +109,29 @@ def sweep(lab, timeout: float = 120.0) -> dict:
     nodes = lab.state.get("nodes", []) if lab.state else []
     public = [n for n in nodes if n["kind"] == "public"]
     targets = [n["node_id"] for n in public]
-    groups = {public[0]["namespace"]: public} if public else {}
-    for node in nodes:
-        if node["kind"] != "public":
-            groups[node["namespace"]] = [node]
+    groups = [(public[0]["namespace"], public[i::PROBERS], f"public{i}")
+              for i in range(min(PROBERS, len(public)))]
+    groups += [(n["namespace"], [n], n["namespace"]) for n in nodes if n["kind"] != "public"]
     procs = {}
-    for namespace, origins in groups.items():
-        home = os.path.join(lab.directory, ".lookups", namespace)
+    for namespace, origins, label in groups:
+        home = os.path.join(lab.directory, ".lookups", label)
         os.makedirs(home, exist_ok=True)
         spec = {"origins": [{k: n[k] for k in ("name", "node_id", "host", "port")}
-                            for n in origins], "targets": targets}
-        procs[namespace] = subprocess.Popen(
+                            for n in origins], "targets": targets,
+                "per_origin": per_origin, "sample": sample}
+        procs[label] = subprocess.Popen(
             [sys.executable, "-m", "flud.netlab.lookups", home, json.dumps(spec)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda ns=namespace: build.enter_namespace(ns))
     found = {}
-    for namespace, proc in procs.items():
+    for label, proc in procs.items():
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
         if proc.returncode != 0:
-            raise build.LabError(f"the lookups from {namespace} failed: {err[-500:]}")
+            raise build.LabError(f"the lookups of {label} failed: {err[-500:]}")
         found.update({name: (rows if isinstance(rows, list) else [])
                       for name, rows in json.loads(out).items()})
     return found
@@ -160,7 +164,8 @@ def main(argv) -> int:
 
     net = ClientNet(reactor, home)
     outcome = []
-    d = defer.DeferredList([run_origin(reactor, net, o, spec["targets"])
+    d = defer.DeferredList([run_origin(reactor, net, o, spec["targets"],
+                                       spec.get("per_origin", PER_ORIGIN), spec.get("sample"))
                             for o in spec["origins"]], consumeErrors=True)
     d.addBoth(outcome.append)
     d.addBoth(lambda _: reactor.stop())
