@@ -95,8 +95,9 @@ def record_lookups(lab, figures, ready, args) -> list:
         f"nodes were ready ({sweeps} sweep(s); target {args.findable_within:g} s)")
     if ok:
         # latency apart: one lookup at a time per origin, LATENCY_SAMPLE
-        # targets each, on the connections the sweep left (the sweep's
-        # 200 lookups at once measured the prober's own CPU as much)
+        # targets each (the sweep's 200 lookups at once measured the
+        # prober's own CPU as much); fresh prober processes, so each
+        # origin's first lookups dial (TCP, TLS, HELLO) as a client's do
         timed = lookups.summary(lookups.sweep(lab, timeout=args.timeout, per_origin=1,
                                               sample=LATENCY_SAMPLE))
         figures["record lookup latency p50 / p80 / p99"] = (
