@@ -81,6 +81,9 @@ completions: $(STAMP)
 # down at the end.
 NETLAB_PUBLIC ?= 50
 NETLAB_NAT    ?= cone:2,symmetric:1,double:1
+# round trip added between any two hosts (ms): netem where the kernel has
+# it, else the lab's user-space forwarder (flud/netlab/delay.py)
+NETLAB_RTT    ?= 50
 netlab: $(STAMP)
 	@$(COMPILE)
-	$(PY) tools/netlab_run.py --public $(NETLAB_PUBLIC) --nat $(NETLAB_NAT) $(NETLAB_ARGS)
+	$(PY) tools/netlab_run.py --public $(NETLAB_PUBLIC) --nat $(NETLAB_NAT) --rtt $(NETLAB_RTT) $(NETLAB_ARGS)

@@ -6,6 +6,10 @@ one double), then measures and prints:
 
 - how long the lab and its nodes took to come up;
 - whether every router maps as its NAT kind says (flud/netlab/natcheck.py);
+- from every node, a lookup of every other public node's id (flud/netlab/
+  lookups.py): how long after the nodes were ready every lookup found its
+  signed record (target 10 s), and the lookups' latency (p50, p80, p99;
+  target p80 <= 500 ms with --rtt 50, the lab's links delayed);
 - how long until every node knows every public node's record;
 - each node's reachability verdict against the one its place calls for,
   and how long until all were known;
@@ -27,6 +31,7 @@ the restore differs.
 
     python tools/netlab_run.py [--public 50] [--nat cone:2,symmetric:1,double:1]
                                [--dir run/netlab] [--sample-mib 4] [--timeout 120]
+                               [--rtt MS] [--prefix P]
 """
 import argparse
 import os
@@ -38,6 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from flud.netlab import build, natcheck, punchcheck  # noqa: E402
+from flud.netlab import lookups  # noqa: E402
 from flud.netlab.lab import Lab  # noqa: E402
 from flud.netlab.topology import NODE_PORT, parse_nat  # noqa: E402
 from tools import netlab_portmap  # noqa: E402
@@ -72,6 +78,53 @@ def in_host(lab, host, *args, timeout=600):
     return code, time.monotonic() - started
 
 
+LOOKUP_P80_TARGET = 0.5
+LATENCY_SAMPLE = 5
+
+
+def record_lookups(lab, figures, ready, args) -> list:
+    """Sweeps of lookups (every node -> every other public node's record)
+    until one finds every record; the figures of the first that did."""
+    sweeps, result = 0, None
+    ready_at = time.time() - (time.monotonic() - ready)
+    while time.monotonic() - ready < args.timeout:
+        sweeps += 1
+        found = lookups.sweep(lab, timeout=args.timeout)
+        result = lookups.summary(found, since=ready_at)
+        if result["found"] == result["lookups"]:
+            break
+    after = result["last"] if result and result["last"] is not None else time.monotonic() - ready
+    ok = result is not None and result["lookups"] and result["found"] == result["lookups"]
+    figures["records findable (each node looks up every public id)"] = (
+        f"{result['found']} of {result['lookups']} found, the last {after:.1f} s after the "
+        f"nodes were ready ({sweeps} sweep(s); target {args.findable_within:g} s)")
+    if ok:
+        # latency apart: one lookup at a time per origin, LATENCY_SAMPLE
+        # targets each (the sweep's 200 lookups at once measured the
+        # prober's own CPU as much); fresh prober processes, so each
+        # origin's first lookups dial (TCP, TLS, HELLO) as a client's do
+        timed = lookups.summary(lookups.sweep(lab, timeout=args.timeout, per_origin=1,
+                                              sample=LATENCY_SAMPLE))
+        figures["record lookup latency p50 / p80 / p99"] = (
+            f"{timed['p50'] * 1000:.0f} / {timed['p80'] * 1000:.0f} / "
+            f"{timed['p99'] * 1000:.0f} ms at {args.rtt:g} ms RTT ({timed['lookups']} lookups, "
+            f"one at a time per origin, {timed['found']} found; p80 target "
+            f"{LOOKUP_P80_TARGET * 1000:.0f} ms at 50 ms RTT)")
+        figures["  the same, all lookups of the sweep at once"] = (
+            f"{result['p50'] * 1000:.0f} / {result['p80'] * 1000:.0f} / "
+            f"{result['p99'] * 1000:.0f} ms, median {result['queries_median']} FIND_NODE a lookup")
+        result = dict(result, p80=timed["p80"])
+    failures = []
+    if not ok:
+        failures.append(f"records not found: {result['missing'][:5] if result else 'no sweep'}")
+    elif after > args.findable_within:
+        failures.append(f"every record findable only {after:.1f} s after the nodes were ready")
+    if ok and args.rtt and args.rtt <= 50 and result["p80"] > LOOKUP_P80_TARGET:
+        failures.append(f"record lookup p80 {result['p80'] * 1000:.0f} ms at "
+                        f"{args.rtt:g} ms RTT, over {LOOKUP_P80_TARGET * 1000:.0f} ms")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--public", type=int, default=50)
@@ -81,6 +134,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--no-portmap", action="store_true",
                         help="skip the port-mapping section (its own small lab)")
+    parser.add_argument("--rtt", type=float, default=0.0,
+                        help="round-trip time added between any two hosts, ms (docs/network-lab.md)")
+    parser.add_argument("--prefix", default="", help="namespace name prefix (default: fl + 4 hex)")
+    parser.add_argument("--findable-within", type=float, default=10.0,
+                        help="target: seconds after the nodes were ready (default 10)")
     args = parser.parse_args()
     why = build.missing_prerequisites()
     if why:
@@ -97,12 +155,17 @@ def main() -> int:
     figures, failures = {}, []
     try:
         started = time.monotonic()
-        state = lab.up(args.public, parse_nat(args.nat), deadline=started + args.timeout)
+        state = lab.up(args.public, parse_nat(args.nat), delay_ms=args.rtt / 2,
+                       prefix=args.prefix, deadline=started + args.timeout)
         ready = time.monotonic()
         figures["lab up (namespaces, routers, nodes ready)"] = f"{ready - started:.1f} s"
+        if args.rtt:
+            figures["delay between hosts"] = f"{args.rtt:g} ms RTT ({state.get('delay_by', 'netem')})"
         nodes = state["nodes"]
         public = [n for n in nodes if n["kind"] == "public"]
         natted = [n for n in nodes if n["kind"] != "public"]
+
+        failures += record_lookups(lab, figures, ready, args)
 
         report = natcheck.report(state)
         figures["routers mapping as labelled"] = f"{sum(v == 'ok' for v in report.values())} of {len(report)}"

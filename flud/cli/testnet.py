@@ -82,16 +82,28 @@ def _up(args, summary) -> int:
     started = time.monotonic()
     deadline = started + args.timeout
     try:
-        nodes = net.start(args.nodes, args.capacity, memory_log=args.memory_log,
-                          base_port=args.base_port, fork=args.spawn == "fork", deadline=deadline,
-                          options=quota_options(args))
-        processes_ready = time.monotonic() - started
-        print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; waiting for each to join...")
-        # Imported once the nodes are forked, so that they do not inherit
-        # the client's modules the query brings.
-        from flud.cli.runner import run_reactor
-        from flud.testnet.query import wait_converged
-        run_reactor(lambda reactor: wait_converged(reactor, directory, nodes, deadline))
+        forked = args.spawn == "fork"
+        if forked:          # they say when they joined (flud/testnet/crowd.py)
+            from flud.testnet import crowd
+            nodes = crowd.start(net, args.nodes, args.capacity, memory_log=args.memory_log,
+                                base_port=args.base_port, deadline=deadline,
+                                options=quota_options(args))
+        else:
+            nodes = net.start(args.nodes, args.capacity, memory_log=args.memory_log,
+                              base_port=args.base_port, fork=False, deadline=deadline,
+                              options=quota_options(args))
+        if forked:
+            processes_ready = net.listening_seconds
+            print(f"{args.nodes} node processes ready in {processes_ready:.2f} s")
+        else:
+            processes_ready = time.monotonic() - started
+            print(f"{args.nodes} node processes ready in {processes_ready:.2f} s; "
+                  f"waiting for each to join...")
+            # Imported once the nodes are forked, so that they do not inherit
+            # the client's modules the query brings.
+            from flud.cli.runner import run_reactor
+            from flud.testnet.query import wait_converged
+            run_reactor(lambda reactor: wait_converged(reactor, directory, nodes, deadline))
     except (LaunchError, KeyboardInterrupt) as err:
         print(f"testnet did not start: {err}", file=sys.stderr)
         net.abort()

@@ -45,10 +45,13 @@ def _tool(name: str) -> str:
 
 # ---- the commands (pure) -------------------------------------------------------
 
-def root_batch(topo: Topology) -> str:
-    """Every namespace, then every veth pair with its ends in place."""
+def root_batch(topo: Topology, bridged: bool = True) -> str:
+    """Every namespace, then every veth pair with its ends in place (but the
+    links onto the switch when not `bridged`: flud/netlab/delay.py makes them)."""
     lines = [f"netns add {ns}" for ns in topo.namespaces()]
     for link in topo.links:
+        if link.bridge and not bridged:
+            continue
         mac = f" address {link.a_mac}" if link.a_mac else ""
         lines.append(f"link add {link.a_if} netns {link.a_ns}{mac} type veth "
                      f"peer name {link.b_if} netns {link.b_ns}")
@@ -148,31 +151,69 @@ def existing_namespaces() -> set:
         return set()
 
 
-def build(topo: Topology) -> None:
+def netem_works(namespace: str) -> bool:
+    """Can tc put a netem qdisc in namespace (on its loopback, removed again)?"""
+    tc = _tool("tc")
+    done = subprocess.run([tc, "-n", namespace, "qdisc", "add", "dev", "lo", "root", "netem",
+                           "delay", "1ms"], capture_output=True, timeout=COMMAND_TIMEOUT)
+    if done.returncode != 0:
+        return False
+    subprocess.run([tc, "-n", namespace, "qdisc", "del", "dev", "lo", "root"],
+                   capture_output=True, timeout=COMMAND_TIMEOUT)
+    return True
+
+
+def build(topo: Topology, on_forwarder=None) -> str:
     """Make the topology's namespaces, links, addresses, routers and delays.
     The caller records topo.namespaces() first: a failure part-way leaves
-    only namespaces that teardown() removes."""
+    only namespaces that teardown() removes. Returns how the delay is made:
+    "" (none), "netem", or "userspace" (no netem here: the links onto the
+    switch are flud/netlab/delay.py's TAP devices; on_forwarder(Popen) is
+    told of its process as soon as it runs, for the caller to record)."""
     clash = existing_namespaces() & set(topo.namespaces())
     if clash:
         raise LabError(f"namespace(s) {sorted(clash)[:3]} exist already: another lab with "
                        f"prefix {topo.prefix!r} runs; take it down or pick another --prefix")
     ip = _tool("ip")
-    _run([ip, "-batch", "-"], root_batch(topo), "making namespaces and links")
+    _run([ip, "netns", "add", topo.core], "", "making the core namespace")
+    delay_by = "" if not topo.delay_ms else "netem" if netem_works(topo.core) else "userspace"
+    batch = root_batch(topo, bridged=delay_by != "userspace").split("\n", 1)[1]
+    _run([ip, "-batch", "-"], batch, "making namespaces and links")
+    if delay_by == "userspace":
+        _start_forwarder(topo, on_forwarder)
     batches = namespace_batches(topo)
     _run([ip, "-n", topo.core, "-batch", "-"], batches.pop(topo.core), "the switch")
     _run_parallel([([ip, "-n", ns, "-batch", "-"], text, f"configuring {ns}")
                    for ns, text in batches.items()])
     _run_parallel([([ip, "netns", "exec", ns, "sh", "-c", command], rules, f"router {ns}")
                    for ns, (command, rules) in router_setup(topo).items()])
-    delays = delay_batch(topo)
+    delays = delay_batch(topo) if delay_by == "netem" else ""
     if delays:
-        try:
-            _run([_tool("tc"), "-n", topo.core, "-batch", "-"], delays, "netem delays")
-        except LabError as err:
-            if "unknown" in str(err).lower():
-                raise LabError("this kernel has no netem (CONFIG_NET_SCH_NETEM): the lab "
-                               "cannot add delay here; run it without --delay") from None
-            raise
+        _run([_tool("tc"), "-n", topo.core, "-batch", "-"], delays, "netem delays")
+    return delay_by
+
+
+FORWARDER_READY_TIMEOUT = 30.0
+
+
+def _start_forwarder(topo: Topology, on_forwarder) -> None:
+    import json
+    import sys
+    links = [[link.a_ns, link.a_if, link.b_ns, link.b_if, link.a_mac]
+             for link in topo.links if link.bridge]
+    proc = subprocess.Popen([sys.executable, "-m", "flud.netlab.delay",
+                             json.dumps({"delay_ms": topo.delay_ms, "links": links})],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if on_forwarder is not None:
+        on_forwarder(proc)
+    import select
+    ready, _, _ = select.select([proc.stdout], [], [], FORWARDER_READY_TIMEOUT)
+    line = proc.stdout.readline() if ready else ""
+    if line.strip() != "ready":
+        proc.kill()
+        _, err = proc.communicate()
+        raise LabError(f"the delaying forwarder did not start: {err.strip()[-500:]}")
 
 
 def teardown(namespaces) -> int:

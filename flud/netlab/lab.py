@@ -117,7 +117,7 @@ class Lab:
         save(self.directory, self.state)
         try:
             started = time.monotonic()
-            build.build(topo)
+            self.state["delay_by"] = build.build(topo, on_forwarder=self._record_forwarder)
             gateway.start(topo.routers, self.directory, self._record_daemon)
             progress(f"{len(topo.namespaces())} namespaces, {len(topo.routers)} NAT routers "
                      f"made in {time.monotonic() - started:.1f} s")
@@ -128,6 +128,12 @@ class Lab:
             self.down()
             raise
         return self.state
+
+    def _record_forwarder(self, proc) -> None:
+        """The delaying forwarder (flud/netlab/delay.py), stopped by down()."""
+        self.processes["forwarder"] = proc
+        self.state["forwarder"] = {"pid": proc.pid, "start": procfs.start_ticks(proc.pid)}
+        save(self.directory, self.state)
 
     def _start_nodes(self, topo: Topology, capacity: int, deadline: float) -> None:
         from flud.node.process import preload
@@ -187,6 +193,8 @@ class Lab:
         gateway.stop(self.state.get("daemons", []))   # miniupnpd outlives its namespace
         nodes = self.state.get("nodes", [])
         stopped = launch.stop_nodes([n for n in nodes if n.get("start") is not None])
+        if self.state.get("forwarder"):
+            launch.stop_nodes([self.state["forwarder"]], timeout=5)
         for proc in self.processes.values():   # reap our own children
             proc.wait(timeout=5)
         deleted = build.teardown(self.state.get("namespaces", []))

@@ -48,6 +48,12 @@ MAX_QUEUED = 256                  # candidates waiting for their reachability pr
 PROBES_AT_ONCE = 8
 PROBE_AGAIN_AFTER = 600.0
 PROBED_MEMORY = 4096              # ids whose last probe is remembered
+# Once joined with a table of K contacts, the node needs no more in a hurry:
+# the other candidates are probed at most SETTLED_PROBE_RATE a second (a
+# handshake each way each). Without it every node of a crowd starting
+# together dialled every record it heard of at once (~80 each in a
+# 200-node testnet), and the crowd's start took all the CPU two cores had.
+SETTLED_PROBE_RATE, SETTLED_PROBE_BURST = 1.0, 2.0
 # FIND_NODE answered per asker and for all askers together (per second, burst).
 # A client restoring a home may look up a few hundred holders in a burst;
 # an answer costs ~0.2 ms (closest() and 20 records encoded), so the total
@@ -122,6 +128,9 @@ class Discovery:
                          "probes_failed": 0, "lookups": 0, "queue_dropped": 0}
         self._calls = []
         self._retry = None
+        self._paced = TokenBucket(SETTLED_PROBE_RATE, SETTLED_PROBE_BURST,
+                                  now=clock.seconds())
+        self._pump_later = None
 
     # ---- serving -------------------------------------------------------------
 
@@ -174,8 +183,19 @@ class Discovery:
         self._pump()
         return queued
 
+    def settled(self) -> bool:
+        """Joined, with a table of K contacts: further probes are paced."""
+        return self.joined and len(self.table) >= K
+
     def _pump(self) -> None:
         while self.queue and self.probing < PROBES_AT_ONCE:
+            if self.settled():
+                wait = self._paced.charge(1, self.clock.seconds())
+                if wait > 0:
+                    self._paced.level += 1      # not taken: no probe sent
+                    if self._pump_later is None and self._calls is not None:
+                        self._pump_later = self.clock.callLater(wait, self._pump_again)
+                    return
             record = self.queue.popleft()
             self.queued.discard(record.node_id)
             if self.table.get(record.node_id) is None and not self.table.has_room(
@@ -185,6 +205,10 @@ class Discovery:
             self._remember_probe(record.node_id, record.first_tcp())
             d = self.check_reachable(record)
             d.addBoth(self._probed)
+
+    def _pump_again(self) -> None:
+        self._pump_later = None
+        self._pump()
 
     def _probed(self, result):
         self.probing -= 1
@@ -308,6 +332,14 @@ class Discovery:
         seeds.pop(self.node_id, None)
         yield self.lookup(self.node_id, list(seeds.values()) + self.table.closest(self.node_id))
         self.joined = bool(len(self.table)) or not addresses
+        if self.joined and addresses:
+            # the join's lookup and the answers it brought filled the
+            # buckets just now: the first refresh is due REFRESH_INTERVAL
+            # later, not at the first tick (which, in a crowd starting
+            # together, added four lookups a node to the start)
+            now = self.clock.seconds()
+            for index in range(self.table.nearest_bucket() + 1):
+                self.refreshed.setdefault(index, now)
         return len(self.table)
 
     def refresh(self, force: bool = False) -> defer.Deferred:
@@ -374,7 +406,7 @@ class Discovery:
             return 0
 
     def stop(self) -> None:
-        for call in self._calls + [self._retry]:
+        for call in self._calls + [self._retry, self._pump_later]:
             if call is not None and call.active():
                 call.cancel()
         self._calls = None

@@ -34,6 +34,11 @@ def preload() -> None:
     import flud.storage.disk  # noqa: F401
     import flud.memory  # noqa: F401
     import flud.workers  # noqa: F401
+    import flud.node.ready_signal  # noqa: F401
+    # lazy in flud/lean.py, but every node parses addresses as it starts
+    # (is_loopback, the routing table's subnets): loaded once here, shared
+    import ipaddress
+    ipaddress.ip_address("127.0.0.1")
     # Freeze what is loaded now: the collector then never walks these objects,
     # so a forked node does not copy the pages holding them (it writes GC
     # headers as it walks). Measured on a 50-node testnet: USS (private
@@ -44,20 +49,24 @@ def preload() -> None:
     gc.freeze()
 
 
-def run_forked(config: NodeConfig, stderr_path: str) -> int:
-    """Fork a node process; returns its pid (the child never returns)."""
+def run_forked(config: NodeConfig, stderr_path: str, ready=None, close=()) -> int:
+    """Fork a node process; returns its pid (the child never returns).
+    ready: (fd, index, want_contacts) for flud/node/ready_signal.py; close:
+    the launcher's descriptors the child must not keep (the pipe's read end)."""
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
+        for fd in close:
+            os.close(fd)
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.dup2(err, 2)
-        code = run(config)
+        code = run(config, ready)
     except BaseException:
         import traceback
         traceback.print_exc()
@@ -65,8 +74,10 @@ def run_forked(config: NodeConfig, stderr_path: str) -> int:
         os._exit(code)
 
 
-def run(config: NodeConfig) -> int:
-    """Run config's node until it is stopped; returns the process's exit code."""
+def run(config: NodeConfig, ready=None) -> int:
+    """Run config's node until it is stopped; returns the process's exit code.
+    ready: (fd, index, want_contacts): tell the launcher on that pipe when
+    the node listens and when it joined (flud/node/ready_signal.py)."""
     from flud.lean import (NODE_MMAP_THRESHOLD, NODE_TRIM_THRESHOLD, defer_unused_imports,
                            release_free_memory, tune_malloc)
     defer_unused_imports()
@@ -103,6 +114,12 @@ def run(config: NodeConfig) -> int:
         return EXIT_CANNOT_LISTEN
     log.info("node %s listening on %s:%d (pid %d)", node.node_id.hex()[:16], config.host,
              node.local.listen_port, os.getpid())
+    if ready is not None:
+        from flud.node.ready_signal import ReadySignal
+        signal_ready = ReadySignal(*ready)
+        signal_ready.listening(node.info)
+        signal_ready.watch(node.discovery, reactor)
+        reactor.addSystemEventTrigger("before", "shutdown", signal_ready.stop)
     reactor.addSystemEventTrigger("before", "shutdown", node.stopService)
     reactor.callLater(1.0, release_free_memory)
     profile_dir = os.environ.get("FLUD_PROFILE_DIR")

@@ -250,10 +250,10 @@ class NodeService(Service):
                 [self.join_address, *self.config.also_join]))
         else:
             self.discovery.start([])
-        write_json_atomically(os.path.join(self.home, "node.json"), {
-            "node_id": self.node_id.hex(), "host": self.host,
-            "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
-            "start": procfs.start_ticks(os.getpid())})
+        self.info = {"node_id": self.node_id.hex(), "host": self.host,
+                     "port": self.local.listen_port, "pid": os.getpid(), "home": self.home,
+                     "start": procfs.start_ticks(os.getpid())}
+        write_json_atomically(os.path.join(self.home, "node.json"), self.info)
 
     def _verdict(self, verdict) -> None:
         """A private node reserves on a relay; a public one needs none."""

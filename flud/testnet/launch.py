@@ -174,7 +174,7 @@ def spawn_exec(flud_args: list, stderr_path: str, lean: bool = True, cwd=None):
                                 stderr=err, cwd=cwd, start_new_session=True, close_fds=True)
 
 
-def spawn_node(config: NodeConfig, fork: bool = True):
+def spawn_node(config: NodeConfig, fork: bool = True, ready=None, close=()):
     """Start config's node (its home made, any old node.json removed), its
     stderr in stderr.log there; returns a Popen or a ForkedNode.
 
@@ -192,7 +192,7 @@ def spawn_node(config: NodeConfig, fork: bool = True):
         from flud.node.process import run_forked  # see Testnet.start
         sys.stdout.flush()
         sys.stderr.flush()
-        return ForkedNode(run_forked(config, stderr_path))
+        return ForkedNode(run_forked(config, stderr_path, ready, close))
     return spawn_exec(node_run_args(config), stderr_path)
 
 
@@ -276,7 +276,8 @@ class Testnet:
         """Start the first node, then the others joining through it; wait
         until every one is ready (LaunchError past deadline, a monotonic
         time); write testnet.json; return its nodes. On failure, abort()
-        stops what was started."""
+        stops what was started. (`flud testnet up` forks its nodes with
+        flud/testnet/crowd.py instead: they say when they joined.)"""
         os.makedirs(self.directory, exist_ok=True)
         if fork:
             # The node's code, loaded only to fork nodes: the benchmarks and
@@ -285,11 +286,7 @@ class Testnet:
             preload()
 
         def config(index, join):
-            home = node_home(self.directory, index)
-            return NodeConfig(home=home, port=base_port + index if base_port else 0,
-                              join=join, capacity=capacity,
-                              memory_log=os.path.join(home, "memory.csv") if memory_log else None,
-                              **(options or {}))
+            return self.node_config(index, join, (), capacity, memory_log, base_port, options)
 
         self.processes[0] = spawn_node(config(0, None), fork)
         first = self._wait_ready({0: self.processes[0]}, deadline)[0]
@@ -300,6 +297,14 @@ class Testnet:
         nodes = [infos[i] for i in range(count)]
         write(self.directory, nodes)
         return nodes
+
+    def node_config(self, index: int, join, also_join, capacity: int, memory_log: bool = False,
+                    base_port: int = 0, options: dict | None = None) -> NodeConfig:
+        home = node_home(self.directory, index)
+        return NodeConfig(home=home, port=base_port + index if base_port else 0,
+                          join=join, also_join=tuple(also_join), capacity=capacity,
+                          memory_log=os.path.join(home, "memory.csv") if memory_log else None,
+                          **(options or {}))
 
     def _wait_ready(self, procs: dict, deadline: float) -> dict:
         """procs: index -> process. Returns index -> node.json contents."""

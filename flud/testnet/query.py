@@ -38,7 +38,7 @@ def _stats(net: ClientNet, node: dict, reactor):
 
 # A node counts as joined once its DHT join is done and its routing table
 # holds this many contacts (or every other node, in a smaller testnet).
-JOINED_CONTACTS = 20
+from flud.testnet.crowd import JOINED_CONTACTS  # noqa: E402
 
 
 def joined(stats: dict, others: int) -> bool:

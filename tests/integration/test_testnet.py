@@ -216,7 +216,10 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path):
     stderr = (tmp_path / "stderr").read_text()
     try:
         assert "ready" in first
-        assert code == 141, stderr
+        # 141 (SIGPIPE's code) when the reader closed before the last line;
+        # forked nodes say when they joined, so the command may have written
+        # everything and ended first (0)
+        assert code in (141, 0), stderr
         assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
         assert len(status_rows(flud("testnet", "status", "--dir", directory).stdout)) == 3
     finally:
