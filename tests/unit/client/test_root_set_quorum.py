@@ -77,7 +77,7 @@ def test_a_handover_needs_two_holders_more_than_half_an_odd_set(world, tmp_path)
     and one of the 4 replaying its own root, forked. A handover needs one
     holder more there, so any majority of the set meets it at two nodes."""
     clock, home, network = world
-    home.config["n"], home.config["k"] = 5, 3
+    home.config["n"], home.config["k"] = 5, 2          # k = 2: the data outlives 3 away
     src = str(tmp_path / "src")
     write(os.path.join(src, "a.txt"), b"alpha")
     run_backup(world, [src])
@@ -86,7 +86,7 @@ def test_a_handover_needs_two_holders_more_than_half_an_odd_set(world, tmp_path)
     before_handover = _roots(network)
     _down(network, holders[4:])                       # 3 away: only 4 can take it
     world_b = _second_home(world, tmp_path)
-    world_b[1].config["n"], world_b[1].config["k"] = 5, 3
+    world_b[1].config["n"], world_b[1].config["k"] = 5, 2
     try:
         run_until(clock, adopt(ctx_of(world_b)))
     except FludError as err:
