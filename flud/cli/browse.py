@@ -7,6 +7,7 @@ import time
 from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
+from flud.cli.snapshot_lines import entry_line, list_local, snapshot_line  # noqa: F401
 from flud.client.repository.root_store import ManifestMissing
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
@@ -18,27 +19,6 @@ from flud.errors import FludError
 
 # `ls --json` holds its entries until it prints them as one object: at most this many.
 JSON_ENTRIES = 200_000
-
-
-def snapshot_line(snapshot_id, created, host, paths, tags, files, size) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
-    tagged = f"  [{', '.join(tags)}]" if tags else ""
-    return (f"snapshot {snapshot_id:>4}  {when}  {host or '-':<12} {files:>7} files "
-            f"{human_bytes(size):>10}  {' '.join(paths)}{tagged}")
-
-
-def entry_line(path, kind, mode, mtime_ns, size, target="") -> str:
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
-    extra = f" -> {target}" if target else ""
-    return f"{kind} {mode:04o} {size:>12} {when} {path}{extra}"
-
-
-def list_local(index) -> int:
-    """The snapshots the local index knows (no network)."""
-    for s in index.snapshots():
-        print(snapshot_line(s["id"], s["created"], s.get("host", ""), s.get("roots", ()),
-                            s.get("tags", ()), s.get("files", 0), s.get("bytes", 0)))
-    return EXIT_OK
 
 
 @defer.inlineCallbacks
