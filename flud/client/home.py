@@ -142,5 +142,4 @@ def create_home(path: str, testnet=None, join=None, identity=None, secret=None,
         json.dump(config, f, indent=1)
     home = ClientHome(path)
     home.home_id   # made now: a new home, a new writer
-    home.index     # its schema too: the first backup is not the one that makes it
     return home

@@ -12,12 +12,13 @@ is what the parent saw after the last mark (interpreter teardown).
 
 Phases of a backup (each from the end of the one before):
   interpreter   process start -> this script's first line (python, site)
-  cli           argument parsing, the command's imports, home and key load
-                (ClientHome), the job lock, the reactor's import
+  parser        flud's import hook, every command's parser built
+  cli           the command's imports, home and key load (ClientHome), the
+                job lock, the reactor's import (`flud ls`: its whole work,
+                shown as "exit" since no job runs)
   setup         the job's code, the CPU pool, TLS contexts (Network), trust
   bootstrap     asking the bootstrap nodes for their records
-  dht walks     the random walks discover() waits for
-  leases        the lease renewal before the job (STATS to every node, when due)
+  dht walks     the random walks discover() waits for (when it does)
   root lookup   adopt_head: the nodes' root record, checked against this home's head
   scan          the first walk of the source against the index
   transfer      small and large files sent, what landed written to the index
@@ -25,7 +26,10 @@ Phases of a backup (each from the end of the one before):
   map + head    publish_tree: map page, snapshot record, index, root checked again and put
   finish        end_run, the second lease check, the summary printed
   teardown      connections closed, the reactor stopped
-For `ls`/`restore` the network phases that do not happen are simply absent.
+  exit          the interpreter's teardown (and, without a job, all its work)
+Network spans that overlap those phases are kept apart ("spans"): the
+discovery, the random walks, the lease renewal, the head write. For `ls` and
+`restore` the phases that do not happen are absent.
 """
 from __future__ import annotations
 
@@ -212,8 +216,15 @@ def main() -> int:
                        "argv": argv}, f)
     atexit.register(save)
     _after_import("flud.cli.jobs", _install_jobs)
-    from flud.cli.main import main as flud_main
-    return flud_main()
+    import flud.cli.main as cli_main
+    original_build = cli_main.build_parser
+
+    def build_parser():
+        parser = original_build()
+        mark("parser")
+        return parser
+    cli_main.build_parser = build_parser
+    return cli_main.main()
 
 
 if __name__ == "__main__":
