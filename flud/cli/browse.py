@@ -13,7 +13,7 @@ from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.records import DIRECTORY, KIND_NAMES, SYMLINK
 from flud.client.restore.tree_restore import wanted_by
-from flud.client.repository.snapshot_lookup import open_repository
+from flud.client.repository.snapshot_lookup import numbered, open_repository
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
@@ -46,6 +46,24 @@ def _records(repo, problems):
     return found
 
 
+@defer.inlineCallbacks
+def _one_snapshot(repo, snapshot_id):
+    """The record of one snapshot (the newest for None), as restore finds it
+    (client/repository/snapshot_lookup.py): the newest from the root, a
+    numbered one by a binary search of the map's list, not every record
+    opened."""
+    try:
+        if snapshot_id is None:
+            record = yield repo.snapshot(repo.root.snapshot.blob_id)
+            return record
+        found = yield numbered(repo, snapshot_id)
+    except FludError as err:
+        raise UserError(f"the snapshot cannot be read: {err}")
+    if found is None:
+        raise UserError(f"no snapshot {snapshot_id}")
+    return found[1]
+
+
 def _pick(records, snapshot_id):
     if not records:
         raise UserError("no snapshot could be read")
@@ -62,9 +80,10 @@ def ls(ctx, args):
     repo = yield _repository(ctx)
     problems = []
     try:
-        records = yield _records(repo, problems)
         summary = vars(args).setdefault("summary", {})
-        if args.snapshot is None and not args.path:
+        listing = args.snapshot is None and not args.path and getattr(args, "dir", None) is None
+        if listing:
+            records = yield _records(repo, problems)
             summary["snapshots"] = [
                 {"id": r.snapshot_id, "created": r.time, "host": r.host, "paths": list(r.paths),
                  "tags": list(r.tags), "files": r.stats.get("files", 0),
@@ -76,7 +95,7 @@ def ls(ctx, args):
                 print(snapshot_line(r.snapshot_id, r.time, r.host, r.paths, r.tags,
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
             return EXIT_SKIPPED if problems else EXIT_OK
-        _, record = _pick(records, args.snapshot)
+        record = yield _one_snapshot(repo, args.snapshot)
         if getattr(args, "dir", None) is not None:
             return (yield _one_directory(repo, record, args))
         paths = snapshot_paths(record.paths, [args.path]) if args.path else []

@@ -62,8 +62,9 @@ class Client:
     """`flud` commands from this tree or another's (PYTHONPATH), from a
     directory outside both so the current one does not shadow it."""
 
-    def __init__(self, label: str, src: str | None):
+    def __init__(self, label: str, src: str | None, slug: str):
         self.label = label
+        self.slug = slug   # in file names
         self.env = None
         if src:
             self.env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
@@ -123,14 +124,14 @@ def _mix(args, clients, tn, base) -> tuple:
     for i in range(args.fixed_repeat):
         for c in clients:
             log(f"{NAME}: 51-file mix, {c.label} ({i + 1}/{args.fixed_repeat})")
-            home = _fresh_home(c, base, f"mix-{c.label}-{i}", tn.dir)
+            home = _fresh_home(c, base, f"mix-{c.slug}-{i}", tn.dir)
             r = c.run("backup", mix, "--home", home).check("mix backup")
             walls[c.label].append(r.wall)
             cpus[c.label].append(r.cpu)
             shutil.rmtree(home, ignore_errors=True)
             if not args.no_phases:
-                home = _fresh_home(c, base, f"mixt-{c.label}-{i}", tn.dir)
-                out = os.path.join(base, f"trace-mix-{c.label}-{i}.json")
+                home = _fresh_home(c, base, f"mixt-{c.slug}-{i}", tn.dir)
+                out = os.path.join(base, f"trace-mix-{c.slug}-{i}.json")
                 c.traced(out, "backup", mix, "--home", home).check("traced mix backup")
                 with open(out) as f:
                     traces[c.label].append(json.load(f))
@@ -171,7 +172,7 @@ def _ls(args, clients, tn, base) -> tuple:
             walls[c.label].append(r.wall)
             cpus[c.label].append(r.cpu)
             if not args.no_phases:
-                out = os.path.join(base, f"trace-ls-{c.label}-{i}.json")
+                out = os.path.join(base, f"trace-ls-{c.slug}-{i}.json")
                 c.traced(out, "ls", "--home", home).check("traced flud ls")
                 with open(out) as f:
                     traces[c.label].append(json.load(f))
@@ -208,7 +209,7 @@ def _one_file(args, clients, tn, base) -> list:
     ok = True
     for i in range(args.fixed_repeat):
         for c in clients:
-            dest = os.path.join(base, f"one-{c.label}-{i}")
+            dest = os.path.join(base, f"one-{c.slug}-{i}")
             shutil.rmtree(dest, ignore_errors=True)
             r = c.run("restore", "--home", home, "--to", dest, one).check("one-file restore")
             ok = ok and os.path.isfile(os.path.join(dest, one))
@@ -226,7 +227,7 @@ def _imports(clients, tn, base) -> list:
     mix = common.gen_mix(os.path.join(common.RUN_DIR, "data", "mix51"))
     texts = []
     for c in clients:
-        home = _fresh_home(c, base, f"imp-{c.label}", tn.dir)
+        home = _fresh_home(c, base, f"imp-{c.slug}", tn.dir)
         r = common.run([common.PY, "-X", "importtime", "-m", "flud", "backup", mix, "--home",
                         home], env=c.env, cwd="/", timeout=600).check("importtime backup")
         by_package, modules = {}, 0
@@ -254,10 +255,10 @@ def run(args) -> list:
     # bytecode compiled ahead (as `make bench` does): where PYTHONDONTWRITEBYTECODE
     # is set, every command would compile its modules again
     common.run([common.PY, "-m", "compileall", "-q", "flud", "tools"])
-    clients = [Client("this tree", None)]
+    clients = [Client("this tree", None, "this")]
     if args.compare:
         common.run([common.PY, "-m", "compileall", "-q", args.compare])
-        clients.append(Client(f"compare: {args.compare}", args.compare))
+        clients.append(Client(f"compare: {args.compare}", args.compare, "compare"))
     base = os.path.join(common.RUN_DIR, "fixed")
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
