@@ -48,7 +48,8 @@ def renew_leases(ctx, now=None, force=False):
 
     now = now or wall_clock
     index, network = ctx.index, ctx.network
-    running = _RUNNING.get(id(index))
+    held = _RUNNING.get(id(index))
+    running = held[1] if held is not None and held[0] is index else None
     if running is not None:
         # One renewal at a time per home (a job's own, e.g. a backup's at its
         # end, may come while the one begun beside its start still runs):
@@ -72,12 +73,12 @@ def renew_leases(ctx, now=None, force=False):
     renewal = asked.addCallback(record)
     if not renewal.called:
         key = id(index)
-        _RUNNING[key] = renewal
+        _RUNNING[key] = (index, renewal)   # (held: its id is not reused while in here)
         renewal.addBoth(_ended, key)
     return renewal
 
 
-_RUNNING = {}   # id(a home's index) -> its renewal under way
+_RUNNING = {}   # id(a home's index) -> (that index, its renewal under way)
 
 
 def _ended(result, key):
