@@ -24,6 +24,10 @@ log = logging.getLogger("flud.client")
 
 CONNECT_TIMEOUT = 10.0
 WALK_SECONDS = 3.0   # how long a job's start waits for its random walks
+# Walks run beside a job that knows enough nodes already: one refreshes the
+# sample; four took CPU from a small backup's own transfer (bench_fixed.py:
+# the 51-file mix's transfer 0.19 -> 0.32 s on a busy machine).
+WALKS_BESIDE = 1
 # The memory transfer follows the queues once they moved this much (or
 # drained): the connections report every burst of writes, thousands a second.
 SEND_SYNC_STEP = 256 * 1024
@@ -198,7 +202,7 @@ class Network(NodeRequests):
         # bootstrap answered, from the nodes saved last time).
         beside = enough is not None and len(self.nodes) >= enough
         if beside:
-            self.walk_beside()
+            self.walk_beside(WALKS_BESIDE)
         else:
             yield self.walk()
         if not self.nodes:
