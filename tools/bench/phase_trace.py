@@ -177,7 +177,7 @@ def _install_network() -> None:
     # spans, beside the marks: what overlaps what
     _span(network_mod.Network, "discover", "discover (bootstrap + waited walks)")
     if hasattr(network_mod.Network, "walk_beside"):
-        _span(network_mod.Network, "walk_beside", "dht walks (beside the job)")
+        _span(network_mod.Network, "walk_beside", "dht walk (beside the job)")
     _span(network_mod.Network, "walk", "dht walks (waited for)")
     from flud.client import lease_renewal
     import flud.cli.jobs as jobs
