@@ -192,7 +192,7 @@ def _one_file(args, clients, tn, base) -> list:
     if files is None:
         files = 0 if args.quick else 50_000
     if not files:
-        return []
+        return ()
     from bench_tree import _tree
     tree, _ = _tree(files, None, 1)
     home = _fresh_home(clients[0], base, "one-home", tn.dir)
@@ -206,6 +206,7 @@ def _one_file(args, clients, tn, base) -> list:
             break
     walls = {c.label: [] for c in clients}
     cpus = {c.label: [] for c in clients}
+    traces = {c.label: [] for c in clients}
     ok = True
     for i in range(args.fixed_repeat):
         for c in clients:
@@ -216,7 +217,16 @@ def _one_file(args, clients, tn, base) -> list:
             walls[c.label].append(r.wall)
             cpus[c.label].append(r.cpu)
             shutil.rmtree(dest, ignore_errors=True)
-    return [Row(f"one file out of a {files:,}-file snapshot, whole command ({c.label})",
+            if not args.no_phases:
+                out = os.path.join(base, f"trace-one-{c.slug}-{i}.json")
+                c.traced(out, "restore", "--home", home, "--to", dest, one).check(
+                    "traced one-file restore")
+                shutil.rmtree(dest, ignore_errors=True)
+                with open(out) as f:
+                    traces[c.label].append(json.load(f))
+    texts = [_breakdown_text(c.label, f"one file out of {files:,}", traces[c.label],
+                             walls[c.label]) for c in clients if traces[c.label]]
+    return texts, [Row(f"one file out of a {files:,}-file snapshot, whole command ({c.label})",
                 walls[c.label], "s", ONE_FILE_TARGET, "<=", "issue 27: 0.97 s on main",
                 f"client CPU {common.fmt(common.median(cpus[c.label]))} s; {one}; "
                 f"{'restored' if ok else 'NOT RESTORED'}") for c in clients]
@@ -273,7 +283,10 @@ def run(args) -> list:
         got, text = _ls(args, clients, tn, base)
         rows += got
         texts += text
-        rows += _one_file(args, clients, tn, base)
+        got = _one_file(args, clients, tn, base)
+        if got:
+            texts += got[0]
+            rows += got[1]
         if not args.no_phases:
             texts += _imports(clients, tn, base)
     except common.BenchError as err:

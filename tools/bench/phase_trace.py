@@ -24,7 +24,8 @@ Phases of a backup (each from the end of the one before):
   transfer      small and large files sent, what landed written to the index
   tree          the directory records built and sealed
   map + head    publish_tree: map page, snapshot record, index, root checked again and put
-  finish        end_run, the second lease check, the summary printed
+  finish        end_run, the second lease check, the summary printed (a
+                restore: the whole restore, from the end of the discovery)
   teardown      connections closed, the reactor stopped
   exit          the interpreter's teardown (and, without a job, all its work)
 Network spans that overlap those phases are kept apart ("spans"): the
