@@ -16,8 +16,6 @@ file a buffer at a time and carries its state over, so no chunk is ever
 held whole. Where flud/_cdc.c was not built, chunks are cut at fixed sizes
 (AVERAGE): files still back up and restore, but shifted data is stored again.
 """
-from flud.crypto import derive_key
-
 try:
     from flud import _cdc
 except ImportError:  # built without a C compiler: fixed-size chunks
@@ -73,6 +71,7 @@ class Chunker:
 
     def __init__(self, secret: bytes, sizes: ChunkSizes):
         self.sizes = sizes
+        from flud.crypto import derive_key   # here: a client home reads AVERAGE alone
         self._gear = derive_key(secret, PURPOSE_GEAR, 256 * 8)
         self._args = (sizes.min, sizes.normal, sizes.max, sizes.mask_small, sizes.mask_large)
         self._pos = 0    # bytes of the current chunk seen so far

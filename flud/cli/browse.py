@@ -8,38 +8,18 @@ from twisted.internet import defer
 
 from flud.cli.exits import EXIT_NO_MATCH, EXIT_OK, EXIT_SKIPPED, UserError
 from flud.cli.job_config import BrowseConfig
+from flud.cli.snapshot_lines import entry_line, list_local, snapshot_line  # noqa: F401
 from flud.client.repository.root_store import ManifestMissing
 from flud.client.repository.snapshot_paths import snapshot_paths
 from flud.client.progress import human_bytes
 from flud.client.records import DIRECTORY, KIND_NAMES, SYMLINK
 from flud.client.restore.tree_restore import wanted_by
-from flud.client.repository.snapshot_lookup import open_repository
+from flud.client.repository.snapshot_lookup import numbered, open_repository
 from flud.client.repository.tree_walk import Damaged, TreeReader
 from flud.errors import FludError
 
 # `ls --json` holds its entries until it prints them as one object: at most this many.
 JSON_ENTRIES = 200_000
-
-
-def snapshot_line(snapshot_id, created, host, paths, tags, files, size) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
-    tagged = f"  [{', '.join(tags)}]" if tags else ""
-    return (f"snapshot {snapshot_id:>4}  {when}  {host or '-':<12} {files:>7} files "
-            f"{human_bytes(size):>10}  {' '.join(paths)}{tagged}")
-
-
-def entry_line(path, kind, mode, mtime_ns, size, target="") -> str:
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
-    extra = f" -> {target}" if target else ""
-    return f"{kind} {mode:04o} {size:>12} {when} {path}{extra}"
-
-
-def list_local(index) -> int:
-    """The snapshots the local index knows (no network)."""
-    for s in index.snapshots():
-        print(snapshot_line(s["id"], s["created"], s.get("host", ""), s.get("roots", ()),
-                            s.get("tags", ()), s.get("files", 0), s.get("bytes", 0)))
-    return EXIT_OK
 
 
 @defer.inlineCallbacks
@@ -67,6 +47,24 @@ def _records(repo, problems):
     return found
 
 
+@defer.inlineCallbacks
+def _one_snapshot(repo, snapshot_id):
+    """The record of one snapshot (the newest for None), as restore finds it
+    (client/repository/snapshot_lookup.py): the newest from the root, a
+    numbered one by a binary search of the map's list, not every record
+    opened."""
+    try:
+        if snapshot_id is None:
+            record = yield repo.snapshot(repo.root.snapshot.blob_id)
+            return record
+        found = yield numbered(repo, snapshot_id)
+    except FludError as err:
+        raise UserError(f"the snapshot cannot be read: {err}")
+    if found is None:
+        raise UserError(f"no snapshot {snapshot_id}")
+    return found[1]
+
+
 def _pick(records, snapshot_id):
     if not records:
         raise UserError("no snapshot could be read")
@@ -84,9 +82,10 @@ def ls(ctx, args):
     repo = yield _repository(ctx)
     problems = []
     try:
-        records = yield _records(repo, problems)
         summary = vars(args).setdefault("summary", {})
-        if config.snapshot is None and not config.path:
+        listing = config.snapshot is None and not config.path and config.dir is None
+        if listing:
+            records = yield _records(repo, problems)
             summary["snapshots"] = [
                 {"id": r.snapshot_id, "created": r.time, "host": r.host, "paths": list(r.paths),
                  "tags": list(r.tags), "files": r.stats.get("files", 0),
@@ -98,7 +97,7 @@ def ls(ctx, args):
                 print(snapshot_line(r.snapshot_id, r.time, r.host, r.paths, r.tags,
                                     r.stats.get("files", 0), r.stats.get("bytes", 0)))
             return EXIT_SKIPPED if problems else EXIT_OK
-        _, record = _pick(records, config.snapshot)
+        record = yield _one_snapshot(repo, config.snapshot)
         if config.dir is not None:
             return (yield _one_directory(repo, record, config.dir, summary))
         paths = snapshot_paths(record.paths, [config.path]) if config.path else []

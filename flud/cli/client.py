@@ -330,7 +330,7 @@ def cmd_ls(args) -> int:
 def _list(home, args) -> int:
     """Snapshots from the local index; the files of one (or the snapshots
     after a total loss, or with --remote) from the nodes."""
-    from flud.cli.browse import list_local
+    from flud.cli.snapshot_lines import list_local
 
     snapshots = home.index.snapshots()
     if getattr(args, "dir", None) is not None:   # one directory: from the nodes' trees
@@ -352,7 +352,7 @@ def _list(home, args) -> int:
     if manifest is None:
         home.close()
         return _network_job(args, "ls")
-    from flud.cli.browse import entry_line
+    from flud.cli.snapshot_lines import entry_line
     from flud.client.repository.snapshot_paths import snapshot_paths
 
     prefix = snapshot_paths(manifest.get("roots", ()), [args.path])[0].strip("/") \

@@ -147,13 +147,17 @@ def _job(reactor, home, args, job, config: RunConfig = None):
         from flud.cli.jsonlines import JsonLines
         lines = JsonLines(reactor, args.json_out, job, progress)
         lines.start()
+    renewing = None
     try:
         try:
-            count = yield network.discover()
+            count = yield network.discover(enough=_enough_nodes(home, trust))
         except NotEnoughNodes as err:
             raise UserError(str(err))
         args.job = job
-        yield _renew_leases(home, network, args, job)
+        # The renewal runs beside the job's start (its own round trip to
+        # every node, beside the root lookup's): waited for below, so a job
+        # that then fails still kept the data alive.
+        renewing = _renew_leases(home, network, args, job)
         if count < home.config["n"] and job == "backup":
             raise UserError(f"only {count} nodes are known; n={home.config['n']} shares need "
                             f"that many distinct nodes. Start more nodes or init with a lower --n.")
@@ -169,9 +173,13 @@ def _job(reactor, home, args, job, config: RunConfig = None):
                   "forget": _retain, "prune": _retain, "tag": _retain, "check": _check,
                   "adopt": _adopt}[job]
         code = yield runner(reactor, home, network, pool, monitor, progress, args)
+        renewed, renewing = renewing, None
+        yield renewed   # its error, if it had one, is the job's
         # what the run used, for every job's --json summary (MemoryResult)
         _summary(args).setdefault("memory", monitor.snapshot())
     finally:
+        if renewing is not None:   # the job failed: the renewal still ends first
+            yield _settled(renewing)
         health = getattr(network, "health", None)
         if health is not None:   # the nodes failed this run, for --json (docs/json.md)
             for key, value in health.summary().items():
@@ -188,6 +196,25 @@ def _job(reactor, home, args, job, config: RunConfig = None):
         trust.end_run(getattr(network, "outcomes", {}), network.failed)
         trust.close()
     return code
+
+
+# Known live nodes past which a job starts without waiting for the random
+# walks (Network.discover): this many times n gives placement its choice and
+# the root's home set its ranks; the walks still run, and their nodes join.
+ENOUGH_NODES_PER_SHARE = 4
+
+
+def _enough_nodes(home, trust):
+    """None (always wait for the walks) for a home that keeps to friends:
+    the walks may be what finds them."""
+    if trust.friends_only:
+        return None
+    return ENOUGH_NODES_PER_SHARE * home.config["n"]
+
+
+def _settled(d):
+    """d, its failure (already reported by the job's own) dropped."""
+    return d.addErrback(lambda failure: log.debug("lease renewal: %s", failure.value))
 
 
 @defer.inlineCallbacks

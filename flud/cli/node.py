@@ -1,6 +1,5 @@
 """`flud node run`: its arguments, made into a NodeConfig, and the node
 process run on it."""
-from flud.node import process
 from flud.node.config import (DAY, DEFAULT_CAPACITY, DEFAULT_GRANT, MIN_LEASE, MIN_TRASH,
                               NodeConfig)
 
@@ -134,4 +133,5 @@ def node_config(args) -> NodeConfig:
 
 
 def cmd_node_run(args) -> int:
+    from flud.node import process   # here: every command builds this parser
     return process.run(node_config(args))

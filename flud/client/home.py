@@ -14,9 +14,7 @@ import secrets
 
 from flud.chunker import AVERAGE
 from flud.client.index import ClientIndex
-from flud.crypto import new_user_secret
 from flud.errors import FludError
-from flud.keys import Identity, write_private_file
 
 DEFAULTS = {
     "version": 1,
@@ -50,11 +48,20 @@ class ClientHome:
                             f"`flud init --home {path} --testnet DIR` first")
         with open(config_path) as f:
             self.config = {**DEFAULTS, **json.load(f)}
-        self.identity = Identity.load_or_create(self.path)
         with open(os.path.join(self.path, "secret.key"), "rb") as f:
             self.secret = f.read()
+        self._identity = None
         self._index = None
         self._home_id = None
+
+    @property
+    def identity(self):
+        """The client's key pair, loaded when a job first needs it (`flud ls`
+        of the local index never does: the key's libraries are a fixed cost)."""
+        if self._identity is None:
+            from flud.keys import Identity
+            self._identity = Identity.load_or_create(self.path)
+        return self._identity
 
     @property
     def home_id(self) -> str:
@@ -116,6 +123,9 @@ def load_home_id(path: str) -> str:
 
 def create_home(path: str, testnet=None, join=None, identity=None, secret=None,
                 overrides=None) -> ClientHome:
+    from flud.crypto import new_user_secret
+    from flud.keys import Identity, write_private_file
+
     path = os.path.abspath(path)
     if os.path.exists(os.path.join(path, "config.json")):
         raise HomeError(f"{path} already holds a flud client home; use another --home")

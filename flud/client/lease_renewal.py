@@ -20,8 +20,6 @@ the shortest lease the answering nodes reported (`kept_until`); the
 renewal's start, not its end, is the time recorded."""
 import time
 
-from twisted.internet import defer
-
 from flud.client.context import wall_clock
 
 DAY = 86400.0
@@ -40,25 +38,65 @@ def renewal_due(last, now: float, force: bool = False) -> bool:
     return force or last is None or now < last or now - last >= RENEW_EVERY
 
 
-@defer.inlineCallbacks
 def renew_leases(ctx, now=None, force=False):
-    """Ask every node ctx.network knows, if a renewal is due. Returns how
-    many nodes answered (0 if it was not due). now: the wall clock
-    (default: client/context.py's, read when called)."""
+    """Ask every node ctx.network knows, if a renewal is due. Returns a
+    Deferred of how many nodes answered (0 if it was not due). now: the
+    wall clock (default: client/context.py's, read when called)."""
+    # Twisted is imported here, not above: `flud ls` and `key export` read
+    # kept_until_line() and need no reactor (its import is most of their time).
+    from twisted.internet import defer
+
     now = now or wall_clock
     index, network = ctx.index, ctx.network
+    held = _RUNNING.get(id(index))
+    running = held[1] if held is not None and held[0] is index else None
+    if running is not None:
+        # One renewal at a time per home (a job's own, e.g. a backup's at its
+        # end, may come while the one begun beside its start still runs):
+        # this one waits for it, then asks again whether one is due.
+        return _after(running).addCallback(lambda _: renew_leases(ctx, now, force))
     started = now()
     if not renewal_due(index.get_meta(META), started, force):
-        return 0
+        return defer.succeed(0)
+    known = len(network.nodes)   # now: the walks may add nodes while it runs
     slots = defer.DeferredSemaphore(AT_ONCE)
-    results = yield defer.DeferredList(
+    asked = defer.DeferredList(
         [slots.run(network.stats, node_id) for node_id in network.alive_ids()],
         consumeErrors=True)
-    answers = [value for ok, value in results if ok]
-    if 2 * len(answers) > len(network.nodes):
-        index.set_meta(META, started)
-        index.set_meta(META_LEASE, min(_lease_of(a) for a in answers))
-    return len(answers)
+
+    def record(results):
+        answers = [value for ok, value in results if ok]
+        if 2 * len(answers) > known:
+            index.set_meta(META, started)
+            index.set_meta(META_LEASE, min(_lease_of(a) for a in answers))
+        return len(answers)
+    renewal = asked.addCallback(record)
+    if not renewal.called:
+        key = id(index)
+        _RUNNING[key] = (index, renewal)   # (held: its id is not reused while in here)
+        renewal.addBoth(_ended, key)
+    return renewal
+
+
+_RUNNING = {}   # id(a home's index) -> (that index, its renewal under way)
+
+
+def _ended(result, key):
+    _RUNNING.pop(key, None)
+    return result
+
+
+def _after(running):
+    """A Deferred that fires (with None) once `running` has, whatever its result."""
+    from twisted.internet import defer
+
+    waiter = defer.Deferred()
+
+    def release(result):
+        waiter.callback(None)
+        return result
+    running.addBoth(release)
+    return waiter
 
 
 def _lease_of(stats) -> float:

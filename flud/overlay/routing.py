@@ -29,7 +29,7 @@ SUBNET_PER_BUCKET = 2
 SUBNET_PER_TABLE = 10
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)   # asked for every record of every lookup answer
 def subnet_of(host: str) -> str:
     """The subnet the diversity cap counts a host in: its /24 (IPv4) or /48
     (IPv6); "" (no cap) for a name or for an address that is not global

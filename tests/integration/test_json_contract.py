@@ -58,6 +58,8 @@ def test_every_command_speaks_the_documented_json(testnet_factory, tmp_path):
     run("ls")
     listing = run("ls", "--snapshot", "1", "--dir", "data")[-1]
     assert sorted(e["name"] for e in listing["entries"]) == ["big-copy.bin", "big.bin", "docs"]
+    newest = run("ls", "--dir", "data/docs")[-1]   # no --snapshot: the newest's directory
+    assert newest["snapshot"] == 1 and [e["name"] for e in newest["entries"]] == ["a.txt"]
     run("find", "*.txt")
     run("diff", "1", "1")
     run("verify")

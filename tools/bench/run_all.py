@@ -4,7 +4,7 @@
     .venv/bin/python tools/bench/run_all.py [--quick] [--repeat N] [--only NAME[,NAME]]
 
 NAME: node, backup, small, memory, checkload, faults, hostile, tree, repair,
-check, retention, prune, excludes, testnet (bench_*.py in this directory; each also runs on its
+check, retention, prune, excludes, restore, cdc, vs_restic, testnet, fixed (bench_*.py in this directory; each also runs on its
 own). --quick: small sizes and 1 repetition, a smoke test only. Prints ONE
 table: figure | measured (median of N) | target | anchor | ok, with notes,
 and how much CPU other people's processes took while each part ran (the
@@ -32,7 +32,8 @@ BENCHES = [("node", "bench_node"), ("backup", "bench_backup"), ("small", "bench_
            ("repair", "bench_repair"), ("check", "bench_check"),
            ("retention", "bench_retention"), ("prune", "bench_prune"),
            ("excludes", "bench_excludes"), ("restore", "bench_restore"),
-           ("cdc", "bench_cdc"), ("vs_restic", "bench_vs_restic"), ("testnet", "bench_testnet")]
+           ("cdc", "bench_cdc"), ("vs_restic", "bench_vs_restic"), ("testnet", "bench_testnet"),
+           ("fixed", "bench_fixed")]
 
 
 def main() -> int:

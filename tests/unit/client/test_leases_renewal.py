@@ -125,7 +125,7 @@ def test_a_backup_that_fails_still_renewed_the_leases(tmp_path, monkeypatch):
     at once (5 nodes known, n=8) leaves the leases renewed and says so."""
     world = make_world(tmp_path, nodes=5)
     clock, home, network = world
-    network.discover = lambda: defer.succeed(len(network.nodes))
+    network.discover = lambda enough=None: defer.succeed(len(network.nodes))
     monkeypatch.setattr("flud.client.network.Network", lambda *args, **kwargs: network)
     args = argparse.Namespace(paths=[source(tmp_path)], exclude=[], tag=[],
                               parallel_files=None, summary={})
