@@ -60,21 +60,35 @@ class TreeReader:
     """fetch(blob id hex) -> Deferred[the blob's sealed bytes] (the caller
     finds where it is: the holder map); sealer: a BlobSealer of the user's key."""
 
-    def __init__(self, fetch: Callable, sealer, prefetch: int = PREFETCH):
+    def __init__(self, fetch: Callable, sealer, prefetch: int = PREFETCH,
+                 fetch_many: Callable = None):
+        """fetch_many(blob ids) -> {blob id: Deferred[sealed bytes]}, if
+        given, fetches what the walk asks ahead at once (records close
+        together in a bundle then share a RETRIEVE: Repository.fetch_sealed_many)."""
         self._fetch = fetch
+        self._fetch_many = fetch_many
         self._sealer = sealer
         self._prefetch = prefetch
         self._ahead = {}   # blob id -> Deferred[sealed bytes], fetched ahead of the walk
 
     def _fetch_ahead(self, blob_ids) -> None:
+        todo = []
         for blob_id in blob_ids:
-            if len(self._ahead) >= self._prefetch:
-                return
-            if blob_id not in self._ahead:
-                # a failure is held as a value (never an unhandled error if
-                # the walk does not get there) and raised when taken
-                self._ahead[blob_id] = defer.maybeDeferred(self._fetch, blob_id).addErrback(
-                    _Failed)
+            if len(self._ahead) + len(todo) >= self._prefetch:
+                break
+            if blob_id not in self._ahead and blob_id not in todo:
+                todo.append(blob_id)
+        if self._fetch_many is not None and len(todo) > 1:
+            try:
+                fetched = self._fetch_many(todo)
+            except Exception:
+                fetched = {blob_id: defer.fail() for blob_id in todo}
+        else:
+            fetched = {blob_id: defer.maybeDeferred(self._fetch, blob_id) for blob_id in todo}
+        for blob_id in todo:
+            # a failure is held as a value (never an unhandled error if
+            # the walk does not get there) and raised when taken
+            self._ahead[blob_id] = fetched[blob_id].addErrback(_Failed)
 
     def _take(self, blob_id: str):
         ahead = self._ahead.pop(blob_id, None)
