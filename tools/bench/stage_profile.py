@@ -40,7 +40,7 @@ try:   # the interpreter's own flud (a venv's editable install: its worktree's c
 except ImportError:
     sys.path.insert(0, ROOT)
 
-SAMPLE_S = 0.004
+SAMPLE_S = 0.01
 
 # (stage, path fragments of a frame's file, function names or None for any).
 # Looked up from the innermost frame outwards: the first frame that matches
