@@ -52,10 +52,10 @@ def fetch_runs(reader, contents) -> list:
     for content, d in zip(contents, done):
         try:
             bundle = reader.bundle(content.bundle)
-        except KeyError:
+            pieces = locate(content.offset, content.length, bundle.block_length)
+        except Exception:   # a record the map cannot place: it fails alone, as it did
             _alone(reader, content, d)
             continue
-        pieces = locate(content.offset, content.length, bundle.block_length)
         holder = next((h for h in bundle.holders if len(pieces) == 1
                        and h.index == pieces[0].block_index), None)
         if holder is None:
@@ -84,7 +84,7 @@ def _runs(asks):
 
 
 def _alone(reader, content, d) -> None:
-    reader.fetch(content).chainDeferred(d)
+    defer.maybeDeferred(reader.fetch, content).chainDeferred(d)
 
 
 def _fetch_run(reader, holder, run) -> None:
