@@ -284,6 +284,11 @@ class Repository:
             fetched.addCallback(self._keep, blob_id)
         return fetched
 
+    def sealed_size(self, blob_id: str):
+        """A record's sealed bytes as the map says, or None (not in it)."""
+        ref = self.cache.blob(blob_id)
+        return None if ref is None else ref.length
+
     def fetch_sealed_many(self, blob_ids) -> dict:
         """{blob id: Deferred of its sealed bytes} as fetch_sealed() gives
         each, but those the record cache lacks that lie close together in
