@@ -39,8 +39,30 @@ class DirRecords(IndexRows):
 
     def built_dir(self, path: str, blob_id: str, files: int, nbytes: int) -> None:
         """A directory record this run made (kept once the snapshot is published)."""
-        self.db.execute("INSERT OR REPLACE INTO built_dirs SELECT path, local, subtree, ?, ?, ? "
-                        "FROM seen_dirs WHERE path=?", (blob_id, files, nbytes, path))
+        self.built_dirs([(path, blob_id, files, nbytes)])
+
+    def built_dirs(self, rows) -> None:
+        """built_dir() of (path, blob id, files, bytes) rows, in one
+        transaction (a commit a directory cost more than the row)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO built_dirs SELECT path, local, subtree, "
+                                "?, ?, ? FROM seen_dirs WHERE path=?",
+                                ((blob_id, files, nbytes, path)
+                                 for path, blob_id, files, nbytes in rows))
+
+    def add_walked(self, pending, seen) -> None:
+        """What a backup's first walk found, in one transaction for many
+        directories: pending, the scan.Entry of files to send (add_pending);
+        seen, (path, listing fingerprint, subtree fingerprint) of each
+        directory listed (add_seen_dir). A transaction a directory took
+        longer than the walk itself (two commits per directory)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self._replace_rows("pending (path, size, mtime_ns, ctime_ns, inode, mode)", 6,
+                               ((e.path, e.size, e.mtime_ns, e.ctime_ns, e.inode, e.mode)
+                                for e in pending), transaction=False)
+            self.db.executemany("INSERT OR REPLACE INTO seen_dirs VALUES (?,?,?)", seen)
 
     def _keep_built_dirs(self) -> None:
         self.db.execute("CREATE TEMP TABLE IF NOT EXISTS built_dirs (path TEXT PRIMARY KEY, "

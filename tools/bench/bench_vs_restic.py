@@ -20,12 +20,18 @@
   time, medians), `flud ls` (the snapshot list) of a home with N snapshots
   (default 100), `flud ls --dir /` of the newest (records from the home's
   record cache), and one file restored out of the generated snapshot.
+- Where the client's CPU goes (stage_profile.py; --no-stages leaves it out): one
+  more backup and restore of each tree, profiled, split by stage (walk, read, hash,
+  chunk, compress, encrypt, code, tar, records, index, TLS, ...) and by thread,
+  beside this machine's floor: the single-core cost of reading, hashing,
+  compressing, encrypting and coding the tree's bytes, over the cores.
 - The machine is shared: every figure is printed with how much CPU other
   people's processes took while this ran (run_all's noise column).
 Table: out/bench_vs_restic.txt (and .json).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -34,6 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import restic as restic_tool  # noqa: E402
+import stage_profile  # noqa: E402
 from bench_tree import _tree  # noqa: E402
 from common import MB, Row, Testnet, log  # noqa: E402
 
@@ -41,6 +48,7 @@ NAME = "bench_vs_restic"
 REAL = ("/usr/share/doc", "/usr/lib/python3.11", "/usr/include")
 TIMEOUT = 3600
 _TICK = os.sysconf("SC_CLK_TCK")
+STAGE_PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stage_profile.py")
 
 
 def add_arguments(parser) -> None:
@@ -51,6 +59,8 @@ def add_arguments(parser) -> None:
                    help="comma list of the real tree's paths (default: " + ",".join(REAL) + ")")
     g.add_argument("--no-real", action="store_true", help="the generated tree only")
     g.add_argument("--no-fixed", action="store_true", help="no fixed-cost figures")
+    g.add_argument("--no-stages", action="store_true",
+                   help="no CPU split by stage (one more profiled backup and restore per tree)")
     g.add_argument("--snapshots", type=int, default=None, metavar="N",
                    help="snapshots for the `flud ls` figure (default 100; 10 quick)")
 
@@ -112,6 +122,42 @@ def _restic_once(binary, base, paths, i) -> dict:
     return out
 
 
+def _staged(tn, base, paths) -> dict:
+    """One more backup and restore (a fresh home), each run under
+    stage_profile.py: the client's CPU by stage, beside the timed runs."""
+    home = common.new_home(os.path.join(base, "staged"), tn.dir)
+    out = {}
+    for job, argv in (("backup", ["backup", *paths, "--home", home]),
+                      ("restore", ["restore", "--home", home, "--to",
+                                   os.path.join(base, "staged-rs")])):
+        path = os.path.join(base, f"stages-{job}.json")
+        common.run([common.PY, STAGE_PROFILE, path, "--", *argv],
+                   timeout=TIMEOUT).check(f"staged {job}")
+        with open(path) as f:
+            out[job] = json.load(f)
+    shutil.rmtree(os.path.join(base, "staged-rs"), ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def _stage_rows(label, staged, limit) -> list:
+    rows = []
+    for job in ("backup", "restore"):
+        got = staged[job]
+        threads = "; ".join(f"{name} {sum(v.values()):.1f} s" for name, v in got["threads"].items()
+                            if name != "stage-sampler")
+        rows.append(Row(f"{label}: {job}, client CPU by stage (one more run)",
+                        [sum(v for k, v in got["stages"].items() if k != "profiler")], "s",
+                        None, None, "-",
+                        f"{stage_profile.split_text(got['stages'])}; by thread: {threads}; "
+                        f"profiler {got['stages'].get('profiler', 0):.2f} s left out"))
+    rows.append(Row(f"{label}: this machine's floor (bytes to read, hash, compress, encrypt, "
+                    "code)", [limit["floor_s"]], "s", None, None, "-",
+                    stage_profile.floor_text(limit) + "; no backup of these bytes here "
+                    "takes less wall time"))
+    return rows
+
+
 def _med(runs, key):
     return common.median([r[key] for r in runs if r.get(key) is not None])
 
@@ -159,7 +205,12 @@ def _one_tree(args, tn, base, label, paths, binary, who) -> list:
         if binary:
             log(f"{NAME}: {label}: restic ({i + 1}/{args.repeat})")
             rs.append(_restic_once(binary, os.path.join(base, label), paths, i))
-    return _tree_rows(label, paths, nbytes, nfiles, fl, rs, who), fl
+    rows = _tree_rows(label, paths, nbytes, nfiles, fl, rs, who)
+    if not args.no_stages:
+        log(f"{NAME}: {label}: where the client's CPU goes (one more run, profiled)")
+        staged = _staged(tn, os.path.join(base, label), paths)
+        rows += _stage_rows(label, staged, stage_profile.floor(paths))
+    return rows, fl
 
 
 def _cpu_of(runs) -> str:

@@ -49,12 +49,40 @@ from flud.coding import SegmentCoder
 LARGE_FILES_AT_ONCE = 3      # large files uploading at once
 SHOWN_TOO_LARGE = 20         # files left out for their size, named in the summary
 LANDED_BATCH = 1024          # small files pulled between writes of what landed to the index
+WALKED_BATCH = 1024          # files (or directories) the first walk finds between index writes
 EMPTY = EmptyContent(0)
 
 
 def _entry(row) -> Entry:
     path, size, mtime_ns, ctime_ns, inode, mode = row
     return Entry(path, FILE, mode, mtime_ns, size, ctime_ns, inode)
+
+
+class _WalkedRows:
+    """The first walk's rows for the index (files to send, directories
+    seen), written WALKED_BATCH directories or files at a time in one
+    transaction: written a directory at a time, the commits cost more
+    than the walk (two a directory). Both tables are the run's own
+    (temporary): nothing reads them before the walk ends."""
+
+    def __init__(self, index):
+        self._index = index
+        self._pending, self._seen = [], []
+
+    def pending(self, entries) -> None:
+        self._pending += entries
+        if len(self._pending) >= WALKED_BATCH:
+            self.flush()
+
+    def seen(self, path, local, subtree) -> None:
+        self._seen.append((path, local, subtree))
+        if len(self._seen) >= WALKED_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending or self._seen:
+            self._index.add_walked(self._pending, self._seen)
+            self._pending, self._seen = [], []
 
 
 class Backup:
@@ -199,6 +227,14 @@ class Backup:
         subtree) tell the second walk which records it can keep."""
         index = self.ctx.index
         index.begin_dirs()
+        walked = _WalkedRows(index)
+        try:
+            self._walk_roots(roots, excludes, walked)
+        finally:
+            walked.flush()
+
+    def _walk_roots(self, roots, excludes, walked) -> None:
+        index = self.ctx.index
         for root in roots:
             try:
                 st = os.lstat(root)
@@ -209,8 +245,8 @@ class Backup:
             if top is None:
                 continue
             if top.kind == FILE:
-                self._classify(self._first_links([top]),
-                               index.states_known(os.path.dirname(root)))
+                walked.pending(self._classify(self._first_links([top]),
+                                              index.states_known(os.path.dirname(root))))
                 continue
             if top.kind != DIRECTORY:
                 continue
@@ -224,12 +260,12 @@ class Backup:
                 if index.dir_local(listing.path) == local:
                     self.summary["unchanged"] += len(files)
                 else:
-                    self._classify(files, index.states_known(listing.path))
+                    walked.pending(self._classify(files, index.states_known(listing.path)))
                 below = "".join(subtrees.pop(e.path, "") for e in listing.entries
                                 if e.kind == DIRECTORY)
                 subtree = blake3.blake3(f"{local}|{below}".encode()).hexdigest()
                 subtrees[listing.path] = subtree
-                index.add_seen_dir(listing.path, local, subtree)
+                walked.seen(listing.path, local, subtree)
 
     def _first_links(self, files) -> list:
         """The files to read: a file with several links in the tree is read
@@ -244,8 +280,8 @@ class Backup:
             kept.append(entry)
         return kept
 
-    def _classify(self, files, states) -> None:
-        """The changed files go to the pending table."""
+    def _classify(self, files, states) -> list:
+        """The changed files (for the pending table)."""
         changed = []
         for entry in files:
             state = states.get(entry.path)
@@ -254,7 +290,7 @@ class Backup:
             else:
                 changed.append(entry)
                 self.summary["changed" if state else "new"] += 1
-        self.ctx.index.add_pending(changed)
+        return changed
 
     def _empty_files(self, content_of, holed=()) -> None:
         """Empty files, and those with holes alone (no data to send)."""

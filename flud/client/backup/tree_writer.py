@@ -18,6 +18,7 @@ the map index in another: the index names each page with its bundle's
 record, and the root record names the last bundle's, so everything is found
 from the key alone.
 """
+import json
 import os
 import socket
 
@@ -41,6 +42,8 @@ from flud.client.backup.source_walk import walk
 
 
 SAVE_EVERY = 1024   # records handed over between saves of what landed
+CACHE_BATCH = 256   # records (and directories) written to the caches and index at once...
+CACHE_BATCH_BYTES = 1 << 20   # ...or this many bytes of records held for the record cache
 
 
 def _quiet(path, why):
@@ -78,6 +81,9 @@ class TreeWriter:
         self.dirs = 0           # directory records made
         self.reused = 0         # unchanged subtrees kept as they were
         self._counts = {}       # directory -> (files, bytes) below it, until its parent takes it
+        self._built = []        # (path, blob id, files, bytes) of directories made, for the index
+        self._cache_rows = []   # (blob id, sealed) for the record cache, a batch at a time
+        self._cache_bytes = 0
 
     def _known(self, blob_id: str) -> bool:
         return (blob_id in self._unsaved or self.small.holds_blob(blob_id)
@@ -87,16 +93,29 @@ class TreeWriter:
         self._unsaved.add(blob_id)
         self._outgoing.append((blob_id, sealed))
 
-    @defer.inlineCallbacks
-    def _hand_over(self):
+    def _hand_over(self, last: bool = False):
+        """The new records to the small files (and the record cache); a
+        Deferred if the small files had to make room first, else None (no
+        turn of inlineCallbacks per directory). last: the tree is done,
+        what waits for the index goes now."""
         outgoing, self._outgoing = self._outgoing, []
-        if self._record_cache is not None and outgoing:
-            self._record_cache.put_many(outgoing)
-        for blob_id, sealed in outgoing:
-            yield self.small.add_blob(blob_id, sealed)
+        if self._record_cache is not None:
+            self._cache_rows += outgoing
+            self._cache_bytes += sum(len(sealed) for _, sealed in outgoing)
+            # a transaction of the cache's a few hundred records, not one a
+            # directory (a commit cost more than the directory's record)
+            if self._cache_rows and (last or len(self._cache_rows) >= CACHE_BATCH
+                                     or self._cache_bytes >= CACHE_BATCH_BYTES):
+                self._record_cache.put_many(self._cache_rows)
+                self._cache_rows, self._cache_bytes = [], 0
+        if self._built and (last or len(self._built) >= CACHE_BATCH):
+            self.index.built_dirs(self._built)
+            self._built = []
+        waiting = self.small.add_blobs(outgoing) if outgoing else None
         if len(self._unsaved) >= SAVE_EVERY:
             self._save()    # landed records to the index; the rest the small files hold
             self._unsaved = set()
+        return waiting
 
     def _reuse(self, path: str) -> bool:
         """A directory whose subtree is as the last backup recorded it keeps
@@ -112,15 +131,15 @@ class TreeWriter:
 
     def _build(self, listing) -> None:
         own = [0, 0]   # this directory's files and bytes
-        blob_id = self.builder.directory(listing, self._file_ref(
-            self.index.states_in(listing.path), own))
+        states, contents = self.index.states_with_contents(listing.path)
+        blob_id = self.builder.directory(listing, self._file_ref(states, own, contents))
         for entry in listing.entries:
             if entry.kind == DIRECTORY and entry.path in self._counts:
                 files, nbytes = self._counts.pop(entry.path)
                 own[0] += files
                 own[1] += nbytes
         self._counts[listing.path] = tuple(own)
-        self.index.built_dir(listing.path, blob_id, own[0], own[1])
+        self._built.append((listing.path, blob_id, own[0], own[1]))   # index: _hand_over
         self.dirs += 1
 
     def _meta_of(self, entry):
@@ -151,10 +170,14 @@ class TreeWriter:
             raise KeyError(entry.path)
         return states[entry.path]       # KeyError: not seen by the first walk
 
-    def _file_ref(self, states, own):
+    def _file_ref(self, states, own, contents=None):
+        """contents: {content id: record as stored} of the directory's files
+        (states_with_contents), or None: asked of the index one by one."""
         def file_ref(entry):
             state = self._state(states, entry)
-            content = self.index.content(state.content_id)
+            stored = contents.get(state.content_id) if contents else None
+            content = (json.loads(stored) if stored is not None
+                       else self.index.content(state.content_id))
             if content is None:
                 raise KeyError(entry.path)
             # The snapshot holds the file as it was read, not as it is now.
@@ -226,7 +249,9 @@ class TreeWriter:
                     for listing in walk(root, (), _quiet, excludes.lister(root),
                                         self._reuse):
                         self._build(listing)
-                        yield self._hand_over()
+                        waiting = self._hand_over()
+                        if waiting is not None:
+                            yield waiting
                 self.files += self._counts[root][0]
                 self.bytes += self._counts.pop(root)[1]
                 tops.append((name, top, None))
@@ -242,7 +267,9 @@ class TreeWriter:
             else:
                 tops.append((name, top, top.target if top.kind == SYMLINK else None))
         tree = self.builder.root(tops)
-        yield self._hand_over()
+        waiting = self._hand_over(last=True)
+        if waiting is not None:
+            yield waiting
         return tree
 
 

@@ -239,6 +239,33 @@ class BundleSender:
         self._account_small()
         self._send_sealed()
 
+    def add_blobs(self, items):
+        """add_blob() of (blob id, sealed) items: those the aggregator has
+        room for at once, under one lock, accounting and send (a backup's
+        tree hands over a directory's records a few at a time); None if
+        all were taken, else a Deferred that fires once the rest were
+        (add_blob, one by one)."""
+        taken = 0
+        with self._aggregator_lock:
+            for blob_id, sealed in items:
+                if self.aggregator.must_drain():
+                    break
+                self._pending_blobs.add(blob_id)
+                self.aggregator.add(blob_id, sealed)
+                taken += 1
+            self._sealed.extend(self.aggregator.take_sealed())
+        if taken:
+            self._account_small()
+            self._send_sealed()
+        if taken == len(items):
+            return None
+        return self._add_each(items[taken:])
+
+    @defer.inlineCallbacks
+    def _add_each(self, items):
+        for blob_id, sealed in items:
+            yield self.add_blob(blob_id, sealed)
+
     @defer.inlineCallbacks
     def _reserve_small(self, nbytes):
         """Budget for one pool call. While it waits, tars in flight landing

@@ -21,6 +21,7 @@ from twisted.internet import defer
 from flud.client.repository.blobs import BlobDamaged, BlobSealer
 from flud.client.repository.bundle_ranges import BundleRangeReader
 from flud.client.repository.holder_map import PAGE_ROWS, MapIndex, MapPage, RootRecord
+from flud.client.repository.record_runs import fetch_runs
 from flud.client.records import (Bundle, ShareHolder, SmallContent, extents_of, holder_rows,
                                  set_holder_rows)
 from flud.client.records import extent_id as extent_name
@@ -282,6 +283,39 @@ class Repository:
         if self.record_cache is not None:
             fetched.addCallback(self._keep, blob_id)
         return fetched
+
+    def sealed_size(self, blob_id: str):
+        """A record's sealed bytes as the map says, or None (not in it)."""
+        ref = self.cache.blob(blob_id)
+        return None if ref is None else ref.length
+
+    def fetch_sealed_many(self, blob_ids) -> dict:
+        """{blob id: Deferred of its sealed bytes} as fetch_sealed() gives
+        each, but those the record cache lacks that lie close together in
+        one bundle block come in one RETRIEVE (repository/record_runs.py)."""
+        found, wanted = {}, []
+        for blob_id in blob_ids:
+            if self.record_cache is not None:
+                data = self.record_cache.get(blob_id)
+                if data is not None and self.sealer.blob_id(data).hex() == blob_id:
+                    found[blob_id] = defer.succeed(data)
+                    continue
+            ref = self.cache.blob(blob_id)
+            if ref is None:
+                found[blob_id] = defer.fail(
+                    BlobMissing(f"record {blob_id[:16]} is not in the holder map"))
+            elif self.bundles.get(ref.bundle) is None:
+                found[blob_id] = defer.fail(BlobMissing(
+                    f"record {blob_id[:16]}: its bundle is not in the holder map"))
+            else:
+                wanted.append(ref)
+        contents = [SmallContent(ref.length, ref.blob_id, ref.bundle, ref.offset, ref.length)
+                    for ref in wanted]
+        for ref, fetched in zip(wanted, fetch_runs(self._fetch, contents)):
+            if self.record_cache is not None:
+                fetched.addCallback(self._keep, ref.blob_id)
+            found[ref.blob_id] = fetched
+        return found
 
     def _keep(self, data, blob_id: str):
         self.record_cache.put(blob_id, data)

@@ -43,6 +43,11 @@ def _join(prefix: str, name: str) -> str:
 
 
 PREFETCH = 16   # directory records a walk fetches ahead (held or in flight)
+# ...or, where the reader can weigh records (their sealed lengths are in the
+# map), this many bytes of them, at most PREFETCH_WEIGHED records.
+PREFETCH_BYTES = 2 * 1024 * 1024
+PREFETCH_WEIGHED = 256
+UNKNOWN_WEIGHT = 64 * 1024
 
 
 class _Failed:
@@ -60,24 +65,58 @@ class TreeReader:
     """fetch(blob id hex) -> Deferred[the blob's sealed bytes] (the caller
     finds where it is: the holder map); sealer: a BlobSealer of the user's key."""
 
-    def __init__(self, fetch: Callable, sealer, prefetch: int = PREFETCH):
+    def __init__(self, fetch: Callable, sealer, prefetch: int = PREFETCH,
+                 fetch_many: Callable = None, weigh: Callable = None):
+        """fetch_many(blob ids) -> {blob id: Deferred[sealed bytes]}, if
+        given, fetches what the walk asks ahead at once (records close
+        together in a bundle then share a RETRIEVE: Repository.fetch_sealed_many).
+        weigh(blob id) -> its sealed bytes (or None: unknown), if given,
+        bounds what is held ahead by bytes (PREFETCH_BYTES, at most
+        PREFETCH_WEIGHED records) instead of by `prefetch` records: a deep
+        tree's unvisited siblings then leave room to ask for a directory's
+        subdirectories together."""
         self._fetch = fetch
+        self._fetch_many = fetch_many
+        self._weigh = weigh
         self._sealer = sealer
-        self._prefetch = prefetch
+        self._prefetch = prefetch if weigh is None else PREFETCH_WEIGHED
         self._ahead = {}   # blob id -> Deferred[sealed bytes], fetched ahead of the walk
+        self._weights = {}  # blob id -> bytes counted for it (weigh given)
+        self._ahead_bytes = 0
 
     def _fetch_ahead(self, blob_ids) -> None:
+        todo = []
         for blob_id in blob_ids:
-            if len(self._ahead) >= self._prefetch:
-                return
-            if blob_id not in self._ahead:
-                # a failure is held as a value (never an unhandled error if
-                # the walk does not get there) and raised when taken
-                self._ahead[blob_id] = defer.maybeDeferred(self._fetch, blob_id).addErrback(
-                    _Failed)
+            if len(self._ahead) + len(todo) >= self._prefetch:
+                break
+            if blob_id in self._ahead or blob_id in todo:
+                continue
+            if self._weigh is not None:
+                weight = self._weigh(blob_id) or UNKNOWN_WEIGHT
+                if self._ahead_bytes + weight > PREFETCH_BYTES and (self._ahead or todo):
+                    break
+                self._weights[blob_id] = weight
+                self._ahead_bytes += weight
+            todo.append(blob_id)
+        if self._fetch_many is not None and len(todo) > 1:
+            try:
+                fetched = self._fetch_many(todo)
+            except Exception:
+                fetched = {blob_id: defer.fail() for blob_id in todo}
+        else:
+            fetched = {blob_id: defer.maybeDeferred(self._fetch, blob_id) for blob_id in todo}
+        for blob_id in todo:
+            # a failure is held as a value (never an unhandled error if
+            # the walk does not get there) and raised when taken
+            self._ahead[blob_id] = fetched[blob_id].addErrback(_Failed)
+
+    def _drop(self, blob_id: str):
+        """The fetch ahead of blob_id, out of the bound (None if none)."""
+        self._ahead_bytes -= self._weights.pop(blob_id, 0)
+        return self._ahead.pop(blob_id, None)
 
     def _take(self, blob_id: str):
-        ahead = self._ahead.pop(blob_id, None)
+        ahead = self._drop(blob_id)
         if ahead is None:
             return self._fetch(blob_id)
         return ahead.addCallback(_Failed.unwrap)
@@ -163,7 +202,7 @@ class TreeReader:
             ancestors.discard(blob_id)
             for entry in entries:   # fetched ahead, not walked into: the slot is freed
                 if entry.kind == DIRECTORY:
-                    self._ahead.pop(entry.ref, None)
+                    self._drop(entry.ref)
 
     @defer.inlineCallbacks
     def diff(self, old_id: str, new_id: str, report: Callable, on_damaged: Callable,

@@ -100,7 +100,9 @@ class TreeRestore:
 
     @defer.inlineCallbacks
     def run(self, dest, paths=()):
-        reader = TreeReader(self.repo.fetch_sealed, self.repo.sealer)
+        reader = TreeReader(self.repo.fetch_sealed, self.repo.sealer,
+                            fetch_many=self.repo.fetch_sealed_many,
+                            weigh=self.repo.sealed_size)
         wanted = Wanted(paths, snapshot_paths(self.record.paths, paths))
         self._wanted = wanted
         if self.delete:
