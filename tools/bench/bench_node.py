@@ -58,7 +58,7 @@ def run(args) -> list:
             stats = [s for s in tn.stats() if s]
             rss.append(statistics.median(s["memory"]["rss"] for s in stats) / MB)
             static.append(statistics.median(s["memory"]["static_rss"] for s in stats) / MB)
-            u, p = _uss_pss(tn.pids())
+            u, p = common.uss_pss(tn.pids())
             if u:
                 uss.append(u / MB)
                 pss.append(p / MB)
@@ -104,20 +104,6 @@ def run(args) -> list:
     ]
     return rows
 
-
-def _uss_pss(pids) -> tuple:
-    import psutil
-    u, p = [], []
-    for pid in pids:
-        try:
-            info = psutil.Process(pid).memory_full_info()
-            u.append(info.uss)
-            p.append(info.pss)
-        except Exception:
-            pass
-    if not u:
-        return None, None
-    return statistics.median(u), statistics.median(p)
 
 
 def _wire(tn: Testnet, share_mib: int, reps: int, small_ops: int, inflight: int,

@@ -64,7 +64,7 @@ def run(args) -> list:
             sizes = [s["memory"]["rss"] / MB for s in stats]
             rss.append(statistics.median(sizes))
             rss_max.append(max(sizes))
-            u, p = _uss_pss(tn.pids())
+            u, p = common.uss_pss(tn.pids())
             if u:
                 uss.append(u / MB)
                 pss.append(p / MB)
@@ -84,21 +84,6 @@ def run(args) -> list:
             f"{settle:.0f} s after up; largest {common.fmt(common.median(rss_max))} MB; "
             f"USS {common.fmt(common.median(uss))} MB, PSS {common.fmt(common.median(pss))} MB"),
     ]
-
-
-def _uss_pss(pids) -> tuple:
-    import psutil
-    u, p = [], []
-    for pid in pids:
-        try:
-            info = psutil.Process(pid).memory_full_info()
-            u.append(info.uss)
-            p.append(info.pss)
-        except Exception:
-            pass
-    if not u:
-        return None, None
-    return statistics.median(u), statistics.median(p)
 
 
 if __name__ == "__main__":

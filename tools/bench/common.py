@@ -677,3 +677,19 @@ if __name__ == "__main__":
         sys.exit(_stats_main(sys.argv[2]))
     print("usage: common.py stats TESTNET_DIR", file=sys.stderr)
     sys.exit(2)
+
+
+def uss_pss(pids) -> tuple:
+    """Median USS and PSS (bytes) of the live processes among pids, or (None, None)."""
+    import psutil
+    u, p = [], []
+    for pid in pids:
+        try:
+            info = psutil.Process(pid).memory_full_info()
+            u.append(info.uss)
+            p.append(info.pss)
+        except Exception:
+            pass   # a process gone meanwhile
+    if not u:
+        return None, None
+    return statistics.median(u), statistics.median(p)

@@ -11,7 +11,6 @@ but restore and prune's reach followed the row to R. Prune now drops the
 rows into what it deletes with a small page before its first DELETE.
 """
 import os
-import random
 
 import pytest
 
@@ -21,7 +20,7 @@ from flud.client.repository.snapshot_lookup import open_repository
 from tests.unit.client.fakes import run_until, snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import ctx_of, prune, world, write  # noqa: F401 (fixture)
-from tests.unit.client.test_repacked_rows import bundle_of, forget_all_but_newest
+from tests.unit.client.test_repacked_rows import bundle_of, forget_all_but_newest, mostly_dead_bundle
 from tools.treecmp import compare_trees
 
 
@@ -32,15 +31,7 @@ class Killed(Exception):
 def test_a_prune_killed_after_its_deletes_leaves_no_row_into_what_it_deleted(
         world, tmp_path, monkeypatch):
     src = str(tmp_path / "src")
-    rng = random.Random(9)
-    files = {f"f{i:02}.bin": rng.randbytes(20000) for i in range(40)}
-    for name, data in files.items():
-        write(os.path.join(src, name), data)
-    run_backup(world, [src])
-    for name in list(files)[:36]:                   # 90% go: the bundle is mostly dead
-        os.unlink(os.path.join(src, name))
-    run_backup(world, [src])
-    forget_all_but_newest(world)
+    files = mostly_dead_bundle(world, src, 9)
     assert prune(world, now=10.0, max_unused=50)["repacked_members"] >= 4
     survivor = os.path.join(src, "f39.bin")
     repacked = bundle_of(world, survivor)            # R: where the moved rows point

@@ -9,7 +9,6 @@ files as unchanged and its directory records named their ranges in R: its
 snapshot restored with "KeyError: <R>" (the bundle is not in the map). The
 index now follows the move only once the map naming R is published."""
 import os
-import random
 
 import pytest
 
@@ -17,7 +16,7 @@ from flud.client.prune.prune_job import Prune
 from tests.unit.client.fakes import snapshot_manifest
 from tests.unit.client.test_pipeline import run_backup, run_restore
 from tests.unit.client.test_prune import prune, world, write  # noqa: F401 (fixture)
-from tests.unit.client.test_repacked_rows import forget_all_but_newest
+from tests.unit.client.test_repacked_rows import mostly_dead_bundle
 from tools.treecmp import compare_trees
 
 
@@ -28,15 +27,7 @@ class Killed(Exception):
 def test_a_prune_killed_after_its_repack_leaves_the_index_on_the_mapped_ranges(
         world, tmp_path, monkeypatch):
     src = str(tmp_path / "src")
-    rng = random.Random(11)
-    files = {f"f{i:02}.bin": rng.randbytes(20000) for i in range(40)}
-    for name, data in files.items():
-        write(os.path.join(src, name), data)
-    run_backup(world, [src])
-    for name in list(files)[:36]:                   # 90% go: the bundle is mostly dead
-        os.unlink(os.path.join(src, name))
-    run_backup(world, [src])
-    forget_all_but_newest(world)
+    mostly_dead_bundle(world, src, 11)
 
     def killed(self, *args, **kwargs):
         raise Killed("prune killed after its repack, before its map write")

@@ -31,6 +31,22 @@ def forget_all_but_newest(world):
                                           say=lambda text: None))
 
 
+def mostly_dead_bundle(world, src, seed):
+    """Two backups of 40 small files, the second after 36 of them went (their
+    bundle is 90% dead), then every snapshot but the newest forgotten: what
+    a prune repacks. Returns {name: bytes} of the 40."""
+    rng = random.Random(seed)
+    files = {f"f{i:02}.bin": rng.randbytes(20000) for i in range(40)}
+    for name, data in files.items():
+        write(os.path.join(src, name), data)
+    run_backup(world, [src])
+    for name in list(files)[:36]:                   # 90% go: the bundle is mostly dead
+        os.unlink(os.path.join(src, name))
+    run_backup(world, [src])
+    forget_all_but_newest(world)
+    return files
+
+
 def bundle_of(world, path):
     """The bundle the index says holds a small file's content."""
     index = world[1].index
@@ -40,15 +56,7 @@ def bundle_of(world, path):
 
 def test_bytes_brought_back_after_their_repacked_bundle_died_restore(world, tmp_path):
     src = str(tmp_path / "src")
-    rng = random.Random(9)
-    files = {f"f{i:02}.bin": rng.randbytes(20000) for i in range(40)}
-    for name, data in files.items():
-        write(os.path.join(src, name), data)
-    run_backup(world, [src])
-    for name in list(files)[:36]:                   # 90% go: the bundle is mostly dead
-        os.unlink(os.path.join(src, name))
-    run_backup(world, [src])
-    forget_all_but_newest(world)
+    files = mostly_dead_bundle(world, src, 9)
     assert prune(world, now=10.0, max_unused=50)["repacked_members"] >= 4
     survivor = os.path.join(src, "f39.bin")
     repacked = bundle_of(world, survivor)            # R: where the moved rows point
