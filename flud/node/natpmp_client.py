@@ -43,11 +43,18 @@ class _Request:
 
     def _send(self, deadline: float) -> None:
         self._port.write(self.exchange.datagram)
+        if self.done.called:
+            # a connected UDP port reports an ICMP "port unreachable" from
+            # inside write() (connectionRefused): finished, the port closed,
+            # nothing is to be sent again
+            return
         self._timer = self.reactor.callLater(max(0.0, deadline - self.reactor.seconds()),
                                              self._timed_out)
 
     def _timed_out(self) -> None:
         self._timer = None
+        if self.done.called:
+            return
         try:
             deadline = self.exchange.timed_out(self.reactor.seconds())
         except natpmp.NatPmpError as err:

@@ -197,3 +197,28 @@ def test_a_deletion_tries_three_times_only_and_close_cancels():
     pending = outcome(client.external_address())
     client.close()
     assert pending[0].check(defer.CancelledError) and not reactor.getDelayedCalls()
+
+
+class RefusingUdpPort(FakeUdpPort):
+    """As Twisted's connected UDP port: the kernel reports a pending ICMP
+    "port unreachable" on the next send, and write() calls the protocol's
+    connectionRefused() from inside itself; writing after stopListening
+    fails (the socket is gone)."""
+
+    def write(self, data):
+        assert self.open, "written after the port was closed"
+        super().write(data)
+        if len(self.sent) == 2:
+            self.protocol.connectionRefused()
+
+
+def test_a_refusal_reported_by_a_resend_leaves_no_timer_writing_to_the_closed_port():
+    reactor = UdpReactor()
+    reactor.listenUDP = lambda port, protocol, interface="": reactor.ports.append(
+        RefusingUdpPort(protocol)) or reactor.ports[-1]
+    got = outcome(NatPmpClient(reactor, "198.19.2.1").external_address())
+    reactor.advance(0.25)                                  # the resend: refused inside write()
+    assert got[0].check(natpmp.NoNatPmpGateway)
+    assert not reactor.getDelayedCalls()                   # nothing left to resend
+    reactor.pump([0.5, 1.0, 2.0])
+    assert len(reactor.ports[0].sent) == 2
